@@ -1,0 +1,4 @@
+"""The analytic core of paretofl: pure numpy/scipy, never imports torch.
+
+Section numbers (§) refer to ``shared/design/theory.md``.
+"""

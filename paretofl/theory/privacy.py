@@ -1,0 +1,431 @@
+"""Privacy accounting for DP federated learning (theory §1 and §5).
+
+Everything here is numpy/scipy only; Opacus (and with it torch) is imported
+lazily, and only when the PRV accountant is asked for.
+
+Contents
+--------
+* :func:`asymptotic_epsilon` -- the leakage model (1.1) of paper 001.
+* :func:`rdp_subsampled_gaussian` -- Rényi DP of the Poisson-subsampled
+  Gaussian mechanism (Mironov, Talwar, Zhang 2019, §3.3; formula (5.1)),
+  computed in log space, for integer and fractional orders, vectorised over
+  noise multipliers.
+* :func:`rdp_to_epsilon` -- the classic (Mironov 2017, Prop. 3) and the
+  improved (Balle et al. 2020, Thm. 21) RDP -> (ε, δ) conversions.
+* :class:`RDPAccountant`, :class:`PRVAccountant` -- one accountant interface
+  (``step`` / ``get_epsilon``), steps with different σ compose (Adap DP-FL).
+* :func:`calibrate_noise` (σ for a target ε) and :func:`max_steps` (the
+  largest number of steps for a target ε; paper 002, Algorithm 3).
+* :func:`mechanism_params` -- the mechanism views of the table in §5.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+from scipy import special
+
+__all__ = [
+    "DEFAULT_ORDERS",
+    "asymptotic_epsilon",
+    "rdp_subsampled_gaussian",
+    "rdp_to_epsilon",
+    "compute_epsilon",
+    "RDPAccountant",
+    "PRVAccountant",
+    "make_accountant",
+    "calibrate_noise",
+    "max_steps",
+    "mechanism_params",
+    "MECHANISMS",
+]
+
+#: RDP orders used unless the caller passes others: fractional orders where
+#: small budgets are decided, integers up to 64, a few large ones for weak
+#: privacy.  Fewer orders can only make ε larger (never under-reported).
+DEFAULT_ORDERS: tuple[float, ...] = tuple(
+    [round(1.0 + k / 10, 1) for k in range(1, 10)]
+    + [2.5, 3.5, 4.5, 5.5, 6.5, 7.5]
+    + list(range(2, 65))
+    + [72, 80, 96, 112, 128, 160, 192, 256]
+)
+DEFAULT_ORDERS = tuple(sorted(set(float(a) for a in DEFAULT_ORDERS)))
+
+_LOG_STOP = -40.0  # series terms below exp(-40) relative to A_α >= 1 are dropped
+
+
+# --------------------------------------------------------------------------
+# validation helpers
+# --------------------------------------------------------------------------
+def _check_rate(q: float, name: str = "sampling rate q") -> float:
+    q = float(q)
+    if not (0.0 < q <= 1.0) or math.isnan(q):
+        raise ValueError(f"{name} must lie in (0, 1], got {q}")
+    return q
+
+
+def _check_positive(x: float, name: str) -> float:
+    x = float(x)
+    if not (x > 0.0) or math.isinf(x):
+        raise ValueError(f"{name} must be a positive finite number, got {x}")
+    return x
+
+
+def _check_delta(delta: float) -> float:
+    delta = float(delta)
+    if not (0.0 < delta < 1.0):
+        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    return delta
+
+
+def _check_orders(orders: Iterable[float]) -> np.ndarray:
+    a = np.asarray(list(orders), dtype=float)
+    if a.ndim != 1 or a.size == 0 or np.any(~np.isfinite(a)) or np.any(a <= 1.0):
+        raise ValueError("RDP orders must be a non-empty list of finite numbers > 1")
+    return a
+
+
+# --------------------------------------------------------------------------
+# §1: the asymptotic leakage model
+# --------------------------------------------------------------------------
+def asymptotic_epsilon(sigma, rounds, q, n_clients, delta, c_p: float = 1.0):
+    """Leakage model (1.1) of theory §1 (paper 001, Eq. 2, after Abadi et al.).
+
+    ``ε_p = c_p · sqrt(q · T · log(1/δ) / N) / σ``.  Broadcasts over arrays.
+    ``c_p`` is a free constant; by Lemma 2 it never changes which
+    configurations are Pareto optimal.
+    """
+    sigma = np.asarray(sigma, dtype=float)
+    rounds = np.asarray(rounds, dtype=float)
+    q = np.asarray(q, dtype=float)
+    out = c_p * np.sqrt(q * rounds * math.log(1.0 / _check_delta(delta)) / n_clients) / sigma
+    return out if out.ndim else float(out)
+
+
+# --------------------------------------------------------------------------
+# §5: RDP of the Poisson-subsampled Gaussian
+# --------------------------------------------------------------------------
+def _log_binom(n, k):
+    return special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+
+
+def _log_a_int(q: float, z: np.ndarray, alpha: int) -> np.ndarray:
+    """log A_α for integer α (formula 5.1): a finite binomial sum, in log space.
+
+    ``A_α = Σ_k C(α,k) (1-q)^(α-k) q^k exp((k²-k)/(2σ²))``.  Vectorised over z.
+    """
+    k = np.arange(alpha + 1, dtype=float)
+    base = _log_binom(float(alpha), k) + k * math.log(q) + (alpha - k) * math.log1p(-q)
+    terms = base[None, :] + (k * k - k)[None, :] / (2.0 * z[:, None] ** 2)
+    return special.logsumexp(terms, axis=1)
+
+
+def _log_a_frac(q: float, z: np.ndarray, alpha: float) -> np.ndarray:
+    """log A_α for fractional α (Mironov, Talwar, Zhang 2019, §3.3).
+
+    ``A_α = E_{x~N(0,σ²)}[((1-q) + q·exp((2x-1)/(2σ²)))^α]``.  The integral is
+    split at ``x0 = σ² log(1/q - 1) + 1/2``, where the two mixture components
+    weigh the same; on each side the power is expanded in a convergent
+    binomial series whose i-th term has a closed form in erfc.  Terms are
+    summed in chunks, in log space with their signs, until they fall below
+    ``exp(-40)``.  Vectorised over z.
+    """
+    n = z.shape[0]
+    x0 = z**2 * math.log(1.0 / q - 1.0) + 0.5          # (n,)
+    sq2z = math.sqrt(2.0) * z
+    chunks_logs, chunks_signs = [], []
+    start, size = 0, 64
+    while True:
+        i = np.arange(start, start + size, dtype=float)  # (m,)
+        j = alpha - i
+        coef = special.binom(alpha, i)
+        sign = np.sign(coef)
+        log_coef = np.log(np.abs(coef))
+        lt0 = log_coef + i * math.log(q) + j * math.log1p(-q)
+        lt1 = log_coef + j * math.log(q) + i * math.log1p(-q)
+        # 0.5 * erfc(u) = ndtr(-sqrt(2) u)
+        le0 = special.log_ndtr(-(i[None, :] - x0[:, None]) / z[:, None])
+        le1 = special.log_ndtr(-(x0[:, None] - j[None, :]) / z[:, None])
+        ls0 = lt0[None, :] + (i * i - i)[None, :] / (2 * z[:, None] ** 2) + le0
+        ls1 = lt1[None, :] + (j * j - j)[None, :] / (2 * z[:, None] ** 2) + le1
+        chunks_logs += [ls0, ls1]
+        chunks_signs += [np.broadcast_to(sign, ls0.shape), np.broadcast_to(sign, ls1.shape)]
+        last = np.maximum(ls0[:, -1], ls1[:, -1])
+        start += size
+        if np.all(last < _LOG_STOP) or start > 2_000_000:
+            break
+        size = min(size * 2, 65536)
+    del sq2z
+    logs = np.concatenate(chunks_logs, axis=1)
+    signs = np.concatenate(chunks_signs, axis=1)
+    val, s = special.logsumexp(logs, axis=1, b=signs, return_sign=True)
+    if np.any(s <= 0):  # cannot happen for a probability-ratio moment; guard anyway
+        raise FloatingPointError("RDP series lost its sign; increase precision")
+    return val.reshape(n)
+
+
+def rdp_subsampled_gaussian(q: float, noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
+    """Per-step RDP of the Poisson-subsampled Gaussian mechanism (theory §5).
+
+    Parameters
+    ----------
+    q : sampling rate in (0, 1].
+    noise_multiplier : noise std / L2 sensitivity; a scalar or a 1-d array.
+    orders : RDP orders α > 1 (integer and fractional).
+
+    Returns
+    -------
+    ndarray of shape ``(len(orders),)`` for a scalar noise multiplier, else
+    ``(len(noise_multiplier), len(orders))``.  RDP(α) = log(A_α)/(α-1).
+    """
+    q = _check_rate(q)
+    a = _check_orders(orders)
+    scalar = np.ndim(noise_multiplier) == 0
+    z = np.atleast_1d(np.asarray(noise_multiplier, dtype=float))
+    if np.any(~(z > 0)) or np.any(~np.isfinite(z)):
+        raise ValueError("noise multiplier must be a positive finite number")
+    out = np.empty((z.size, a.size))
+    for col, alpha in enumerate(a):
+        if q == 1.0:
+            out[:, col] = alpha / (2.0 * z**2)
+        elif float(alpha).is_integer():
+            out[:, col] = _log_a_int(q, z, int(alpha)) / (alpha - 1.0)
+        else:
+            out[:, col] = _log_a_frac(q, z, float(alpha)) / (alpha - 1.0)
+    out = np.maximum(out, 0.0)  # RDP is non-negative; clears -1e-17 round-off
+    return out[0] if scalar else out
+
+
+def _conversion_offset(orders: np.ndarray, delta: float, conversion: str) -> np.ndarray:
+    """The additive term c_α with ε = RDP(α) + c_α, for each order."""
+    if conversion == "classic":  # Mironov 2017, Prop. 3
+        return math.log(1.0 / delta) / (orders - 1.0)
+    if conversion == "improved":  # Balle et al. 2020, Thm. 21 (as Opacus)
+        return np.log((orders - 1.0) / orders) - (math.log(delta) + np.log(orders)) / (orders - 1.0)
+    raise ValueError(f"unknown RDP conversion {conversion!r}; use 'improved' or 'classic'")
+
+
+def rdp_to_epsilon(orders, rdp, delta: float, conversion: str = "improved") -> tuple[float, float]:
+    """Convert accumulated RDP to (ε, δ)-DP: ``ε = min_α [RDP(α) + c_α(δ)]``.
+
+    Returns ``(epsilon, best_order)``.
+    """
+    a = _check_orders(orders)
+    delta = _check_delta(delta)
+    r = np.asarray(rdp, dtype=float)
+    eps = r + _conversion_offset(a, delta, conversion)
+    eps = np.where(np.isnan(eps), np.inf, eps)
+    idx = int(np.argmin(eps))
+    return float(max(eps[idx], 0.0)), float(a[idx])
+
+
+# --------------------------------------------------------------------------
+# the accountant interface
+# --------------------------------------------------------------------------
+@dataclass
+class RDPAccountant:
+    """RDP accountant for (possibly heterogeneous) subsampled Gaussian steps.
+
+    ``step`` records ``steps`` applications of the mechanism with a given
+    noise multiplier and sampling rate; steps with different σ compose by
+    adding their RDP curves (paper 003, Eq. 10).
+    """
+
+    orders: tuple[float, ...] = DEFAULT_ORDERS
+    conversion: str = "improved"
+    history: list = field(default_factory=list)
+
+    name = "rdp"
+
+    def __post_init__(self):
+        self.orders = tuple(_check_orders(self.orders))
+        _conversion_offset(np.asarray(self.orders), 0.5, self.conversion)  # validates
+
+    def step(self, noise_multiplier: float, sample_rate: float, steps: int = 1) -> "RDPAccountant":
+        _check_positive(noise_multiplier, "noise multiplier")
+        _check_rate(sample_rate)
+        if int(steps) != steps or steps < 0:
+            raise ValueError(f"steps must be a non-negative integer, got {steps}")
+        if self.history and self.history[-1][:2] == (float(noise_multiplier), float(sample_rate)):
+            z, q, n = self.history[-1]
+            self.history[-1] = (z, q, n + int(steps))
+        elif steps:
+            self.history.append((float(noise_multiplier), float(sample_rate), int(steps)))
+        return self
+
+    def rdp(self) -> np.ndarray:
+        total = np.zeros(len(self.orders))
+        for z, q, n in self.history:
+            total += n * rdp_subsampled_gaussian(q, z, self.orders)
+        return total
+
+    def get_epsilon(self, delta: float) -> float:
+        if not self.history:
+            return 0.0
+        return rdp_to_epsilon(self.orders, self.rdp(), delta, self.conversion)[0]
+
+
+@dataclass
+class PRVAccountant:
+    """Opacus's PRV accountant (Gopi, Lee, Wutschitz 2021) behind the same
+    interface.  Returns Opacus's *upper* bound on ε (estimate + error).
+
+    Importing Opacus pulls in torch, so this is only loaded when asked for.
+    """
+
+    eps_error: float = 0.01
+    history: list = field(default_factory=list)
+
+    name = "prv"
+
+    def step(self, noise_multiplier: float, sample_rate: float, steps: int = 1) -> "PRVAccountant":
+        _check_positive(noise_multiplier, "noise multiplier")
+        _check_rate(sample_rate)
+        if int(steps) != steps or steps < 0:
+            raise ValueError(f"steps must be a non-negative integer, got {steps}")
+        if steps:
+            self.history.append((float(noise_multiplier), float(sample_rate), int(steps)))
+        return self
+
+    def get_epsilon(self, delta: float) -> float:
+        if not self.history:
+            return 0.0
+        from opacus.accountants import PRVAccountant as _OpacusPRV  # lazy: imports torch
+
+        acc = _OpacusPRV()
+        acc.history = list(self.history)
+        return float(acc.get_epsilon(delta=_check_delta(delta), eps_error=self.eps_error))
+
+
+def make_accountant(name: str = "rdp", **kwargs):
+    """The accountant called ``name`` ('rdp' or 'prv')."""
+    if name == "rdp":
+        return RDPAccountant(**kwargs)
+    if name == "prv":
+        return PRVAccountant(**kwargs)
+    raise ValueError(f"unknown accountant {name!r}; use 'rdp' or 'prv'")
+
+
+def compute_epsilon(
+    q: float,
+    noise_multiplier: float,
+    steps: int,
+    delta: float,
+    accountant: str = "rdp",
+    **kwargs,
+) -> float:
+    """ε after ``steps`` compositions of the subsampled Gaussian (q, σ)."""
+    return make_accountant(accountant, **kwargs).step(noise_multiplier, q, steps).get_epsilon(delta)
+
+
+# --------------------------------------------------------------------------
+# calibration
+# --------------------------------------------------------------------------
+def max_steps(
+    target_epsilon: float,
+    q: float,
+    noise_multiplier,
+    delta: float,
+    orders: Sequence[float] = DEFAULT_ORDERS,
+    conversion: str = "improved",
+):
+    """The largest number of steps whose ε stays within ``target_epsilon``.
+
+    Paper 002's Algorithm 3 finds R_c by binary search on the steps; with RDP
+    the answer has a closed form, because ε(T) = min_α [T·RDP(α) + c_α]:
+    ``T_max = max_α floor((ε - c_α) / RDP(α))``.  Vectorised over the noise
+    multiplier.  Returns 0 where even one step exceeds the budget.
+    """
+    _check_positive(target_epsilon, "target epsilon")
+    delta = _check_delta(delta)
+    a = _check_orders(orders)
+    rdp = rdp_subsampled_gaussian(q, noise_multiplier, a)
+    c = _conversion_offset(a, delta, conversion)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        room = (target_epsilon - c) / rdp
+    room = np.where(np.isnan(room), -1.0, room)
+    t = np.floor(np.max(room, axis=-1) * (1 + 1e-12))
+    t = np.clip(t, 0, 1e15)
+    # guard the floor against round-off: the answer must satisfy ε(T) <= target
+    over = np.min(np.atleast_2d(rdp) * np.atleast_1d(t)[:, None] + c, axis=-1) > target_epsilon
+    t = np.where(np.reshape(over, np.shape(t)), t - 1, t)
+    return t.astype(np.int64) if np.ndim(t) else int(t)
+
+
+def calibrate_noise(
+    target_epsilon: float,
+    q: float,
+    steps: int,
+    delta: float,
+    orders: Sequence[float] = DEFAULT_ORDERS,
+    conversion: str = "improved",
+    lo: float = 1e-3,
+    hi: float = 1e4,
+    rtol: float = 1e-7,
+) -> float:
+    """The smallest noise multiplier with ε(q, σ, steps, δ) <= target (bisection).
+
+    Returns the upper end of the final bracket, so the result always meets
+    the target.  Raises ``ValueError`` if even ``hi`` does not.
+    """
+    _check_positive(target_epsilon, "target epsilon")
+    _check_rate(q)
+    if int(steps) != steps or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps}")
+
+    def eps(z):
+        return rdp_to_epsilon(orders, steps * rdp_subsampled_gaussian(q, z, orders), delta, conversion)[0]
+
+    if eps(hi) > target_epsilon:
+        raise ValueError(
+            f"no noise multiplier up to {hi:g} reaches epsilon {target_epsilon:g}; raise the budget"
+        )
+    if eps(lo) <= target_epsilon:
+        return lo
+    while hi / lo > 1 + rtol:
+        mid = math.sqrt(lo * hi)
+        if eps(mid) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+# --------------------------------------------------------------------------
+# mechanism views (table of §5)
+# --------------------------------------------------------------------------
+MECHANISMS = ("aggregate", "local", "sample")
+
+
+def mechanism_params(view: str, q: float, sigma: float, n_clients: int | None = None) -> tuple[float, float]:
+    """(sampling rate, noise multiplier) to charge the accountant, per §5.
+
+    * ``aggregate`` -- client-level DP of the sum the server releases: each of
+      the selected clients adds N(0, σ²C²), so the sum carries noise σC√(qN)
+      in expectation.  paretofl makes this rigorous by *topping up*: whenever
+      the Poisson cohort |S| is smaller than qN, the server adds the missing
+      N(0, (qN - |S|)σ²C²) before release, so the released sum always carries
+      at least σC√(qN); the accountant charges noise multiplier σ√(qN).
+      Requires qN >= 1 (below that the aggregate view is not meaningful).
+    * ``local`` -- client-level DP of each update the server sees: (q, σ).
+    * ``sample`` -- sample-level DP-SGD inside a client: (batch/|D_i|, σ),
+      charged once per local iteration (``q`` is then the batch rate).
+
+    NbAFL (paper 004) calibrates its own Gaussian mechanism: see
+    :func:`paretofl.theory.convergence.nbafl_sigma_uplink`.
+    """
+    q = _check_rate(q)
+    sigma = _check_positive(sigma, "sigma")
+    if view == "aggregate":
+        if n_clients is None or int(n_clients) < 1:
+            raise ValueError("the aggregate view needs the number of clients N >= 1")
+        m = q * int(n_clients)
+        if m < 1.0:
+            raise ValueError(f"aggregate view needs q*N >= 1 (expected cohort), got q*N = {m:g}")
+        return q, sigma * math.sqrt(m)
+    if view in ("local", "sample"):
+        return q, sigma
+    raise ValueError(f"unknown mechanism view {view!r}; use one of {', '.join(MECHANISMS)}")
