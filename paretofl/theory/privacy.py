@@ -112,59 +112,52 @@ def _log_binom(n, k):
     return special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
 
 
-def _log_a_int(q: float, z: np.ndarray, alpha: int) -> np.ndarray:
-    """log A_α for integer α (formula 5.1): a finite binomial sum, in log space.
+def _log_a_int(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """log A_α for integer orders (formula 5.1): a finite binomial sum.
 
-    ``A_α = Σ_k C(α,k) (1-q)^(α-k) q^k exp((k²-k)/(2σ²))``.  Vectorised over z.
+    ``A_α = Σ_k C(α,k) (1-q)^(α-k) q^k exp((k²-k)/(2σ²))``, summed in log space
+    for all orders at once (terms beyond k = α are masked).  Returns an
+    array of shape (len(z), len(alphas)).
     """
-    k = np.arange(alpha + 1, dtype=float)
-    base = _log_binom(float(alpha), k) + k * math.log(q) + (alpha - k) * math.log1p(-q)
-    terms = base[None, :] + (k * k - k)[None, :] / (2.0 * z[:, None] ** 2)
-    return special.logsumexp(terms, axis=1)
+    amax = int(alphas.max())
+    k = np.arange(amax + 1, dtype=float)
+    A = alphas[:, None]
+    with np.errstate(invalid="ignore"):
+        base = _log_binom(A, k[None, :]) + k * math.log(q) + (A - k) * math.log1p(-q)
+    base = np.where(k[None, :] <= A, base, -np.inf)            # (n_a, amax+1)
+    quad = (k * k - k)[None, :] / (2.0 * z[:, None] ** 2)      # (n_z, amax+1)
+    return special.logsumexp(base[None, :, :] + quad[:, None, :], axis=2)
 
 
-def _log_a_frac(q: float, z: np.ndarray, alpha: float) -> np.ndarray:
-    """log A_α for fractional α (Mironov, Talwar, Zhang 2019, §3.3).
+_QUAD_STEP = 0.04   # trapezoid spacing in standard units of x/σ
+_QUAD_TAIL = 15.0   # integrate this many standard units beyond the mass
 
-    ``A_α = E_{x~N(0,σ²)}[((1-q) + q·exp((2x-1)/(2σ²)))^α]``.  The integral is
-    split at ``x0 = σ² log(1/q - 1) + 1/2``, where the two mixture components
-    weigh the same; on each side the power is expanded in a convergent
-    binomial series whose i-th term has a closed form in erfc.  Terms are
-    summed in chunks, in log space with their signs, until they fall below
-    ``exp(-40)``.  Vectorised over z.
+
+def _log_a_frac(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+    """log A_α for fractional orders, by quadrature of its definition.
+
+    ``A_α = E_{u~N(0,1)}[(1 + q·expm1(u/σ - 1/(2σ²)))^α]`` (Mironov, Talwar,
+    Zhang 2019, §3.3, with x = σu).  The integrand is analytic in a strip of
+    half-width πσ around the real axis, so the trapezoid rule converges
+    exponentially; on a step of 0.04 its error is far below double precision
+    for σ >= 0.1.  To avoid cancellation the sum is taken of
+    ``(…)^α - 1`` (whose mean is A_α - 1, since the first-order term has mean
+    zero), in log space with signs, so that tiny and huge RDP values are both
+    accurate.  Returns an array of shape (len(z), len(alphas)).
     """
-    n = z.shape[0]
-    x0 = z**2 * math.log(1.0 / q - 1.0) + 0.5          # (n,)
-    sq2z = math.sqrt(2.0) * z
-    chunks_logs, chunks_signs = [], []
-    start, size = 0, 64
-    while True:
-        i = np.arange(start, start + size, dtype=float)  # (m,)
-        j = alpha - i
-        coef = special.binom(alpha, i)
-        sign = np.sign(coef)
-        log_coef = np.log(np.abs(coef))
-        lt0 = log_coef + i * math.log(q) + j * math.log1p(-q)
-        lt1 = log_coef + j * math.log(q) + i * math.log1p(-q)
-        # 0.5 * erfc(u) = ndtr(-sqrt(2) u)
-        le0 = special.log_ndtr(-(i[None, :] - x0[:, None]) / z[:, None])
-        le1 = special.log_ndtr(-(x0[:, None] - j[None, :]) / z[:, None])
-        ls0 = lt0[None, :] + (i * i - i)[None, :] / (2 * z[:, None] ** 2) + le0
-        ls1 = lt1[None, :] + (j * j - j)[None, :] / (2 * z[:, None] ** 2) + le1
-        chunks_logs += [ls0, ls1]
-        chunks_signs += [np.broadcast_to(sign, ls0.shape), np.broadcast_to(sign, ls1.shape)]
-        last = np.maximum(ls0[:, -1], ls1[:, -1])
-        start += size
-        if np.all(last < _LOG_STOP) or start > 2_000_000:
-            break
-        size = min(size * 2, 65536)
-    del sq2z
-    logs = np.concatenate(chunks_logs, axis=1)
-    signs = np.concatenate(chunks_signs, axis=1)
-    val, s = special.logsumexp(logs, axis=1, b=signs, return_sign=True)
-    if np.any(s <= 0):  # cannot happen for a probability-ratio moment; guard anyway
-        raise FloatingPointError("RDP series lost its sign; increase precision")
-    return val.reshape(n)
+    h = _QUAD_STEP
+    top = _QUAD_TAIL + float(np.max(alphas)) / float(np.min(z))
+    u = np.arange(-_QUAD_TAIL, top + h, h)                       # (n_u,)
+    y = u[None, :] / z[:, None] - 1.0 / (2.0 * z[:, None] ** 2)  # (n_z, n_u)
+    w = np.log1p(q * np.expm1(y))                                # log(1-q+q e^y)
+    aw = alphas[None, :, None] * w[:, None, :]                   # (n_z, n_a, n_u)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        log_abs = np.where(aw > 0, aw + np.log(-np.expm1(-aw)), np.log(-np.expm1(aw)))
+    sign = np.sign(aw)
+    log_phi = -0.5 * u**2 - 0.5 * math.log(2 * math.pi) + math.log(h)
+    log_s, s = special.logsumexp(log_abs + log_phi, axis=2, b=sign, return_sign=True)
+    # A_α - 1 >= 0 (Jensen); a negative sum is round-off around zero
+    return np.where(s > 0, np.logaddexp(0.0, log_s), 0.0)
 
 
 def rdp_subsampled_gaussian(q: float, noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
@@ -188,13 +181,14 @@ def rdp_subsampled_gaussian(q: float, noise_multiplier, orders: Sequence[float] 
     if np.any(~(z > 0)) or np.any(~np.isfinite(z)):
         raise ValueError("noise multiplier must be a positive finite number")
     out = np.empty((z.size, a.size))
-    for col, alpha in enumerate(a):
-        if q == 1.0:
-            out[:, col] = alpha / (2.0 * z**2)
-        elif float(alpha).is_integer():
-            out[:, col] = _log_a_int(q, z, int(alpha)) / (alpha - 1.0)
-        else:
-            out[:, col] = _log_a_frac(q, z, float(alpha)) / (alpha - 1.0)
+    if q == 1.0:
+        out[:] = a[None, :] / (2.0 * z[:, None] ** 2)
+    else:
+        is_int = a == np.floor(a)
+        if is_int.any():
+            out[:, is_int] = _log_a_int(q, z, a[is_int]) / (a[is_int] - 1.0)
+        if (~is_int).any():
+            out[:, ~is_int] = _log_a_frac(q, z, a[~is_int]) / (a[~is_int] - 1.0)
     out = np.maximum(out, 0.0)  # RDP is non-negative; clears -1e-17 round-off
     return out[0] if scalar else out
 
@@ -351,7 +345,7 @@ def max_steps(
     t = np.clip(t, 0, 1e15)
     # guard the floor against round-off: the answer must satisfy ε(T) <= target
     over = np.min(np.atleast_2d(rdp) * np.atleast_1d(t)[:, None] + c, axis=-1) > target_epsilon
-    t = np.where(np.reshape(over, np.shape(t)), t - 1, t)
+    t = np.where(np.reshape(over, np.shape(t)) & (t > 0), t - 1, t)
     return t.astype(np.int64) if np.ndim(t) else int(t)
 
 
