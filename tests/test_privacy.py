@@ -42,6 +42,16 @@ def test_rdp_matches_definition(q, z, alpha):
     assert ours == pytest.approx(_rdp_by_quadrature(q, z, alpha), rel=1e-8)
 
 
+def test_tiny_noise_skips_fractional_orders_but_stays_an_upper_bound():
+    r = P.rdp_subsampled_gaussian(0.1, 0.01)
+    frac = np.array([a != int(a) for a in P.DEFAULT_ORDERS])
+    assert np.all(np.isinf(r[frac])) and np.all(np.isfinite(r[~frac]))
+    ints = [a for a in P.DEFAULT_ORDERS if a == int(a)]
+    theirs, _ = get_privacy_spent(orders=ints, rdp=compute_rdp(q=0.1, noise_multiplier=0.01, steps=1,
+                                                                orders=ints), delta=1e-5)
+    assert P.compute_epsilon(0.1, 0.01, 1, 1e-5) == pytest.approx(theirs, rel=1e-9)
+
+
 def test_q_one_is_plain_gaussian():
     a = np.array([1.5, 2.0, 7.0])
     assert np.allclose(P.rdp_subsampled_gaussian(1.0, 1.3, a), a / (2 * 1.3**2))

@@ -1,0 +1,326 @@
+"""The recommendation: privacy budget in, (q, T, σ per client) out (theory §4).
+
+Given N clients, a budget (ε, δ), an efficiency budget T̃ and the constant κ
+of the relation κσ²T = qN, :func:`design` returns the (q, T, σ) with the lowest
+utility bound (1.2) whose *exact* ε (RDP accountant, theory §5) stays within
+the budget.  The closed form (Theorem 3, walked along its pieces until the
+budget is spent) is the map; the accountant is the law: the search runs on
+the accountant directly, and the result reports how far it lies from the
+closed-form point.
+
+No torch here: ``paretofl design`` must start fast.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .theory import pareto
+from .theory.privacy import DEFAULT_ORDERS, compute_epsilon, max_steps, mechanism_params
+
+__all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa"]
+
+#: PLACEHOLDER, not a measurement: the κ used when neither --kappa nor --fit is
+#: given and no shipped pre-trial fit exists.  κ = 0.05 pairs σ = 1 with
+#: T = 20·qN rounds on the relation κσ²T = qN.  Replace it by a fit of your own
+#: model and data (``paretofl pretrial`` + ``paretofl fit``).
+PLACEHOLDER_KAPPA = 0.05
+
+_SHIPPED_FIT = Path(__file__).resolve().parent.parent / "pretrials" / "default_fit.json"
+
+
+class InfeasibleBudget(ValueError):
+    """No allowed (q, T, σ) meets the budget; carries the smallest ε reachable."""
+
+    def __init__(self, epsilon: float, min_epsilon: float, where: dict):
+        self.epsilon, self.min_epsilon, self.where = epsilon, min_epsilon, where
+        super().__init__(
+            f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any allowed (q, T, sigma) "
+            f"reaches is {min_epsilon:.4g} (q={where['q']:g}, T=1, sigma={where['sigma']:g}); "
+            "raise the budget, sigma-max or lower q"
+        )
+
+
+def load_kappa(path) -> float:
+    """κ from a fit file written by ``paretofl fit`` (JSON with key ``kappa``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"fit file {p} does not exist")
+    try:
+        data = json.loads(p.read_text())
+        kappa = float(data["kappa"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"fit file {p} is not a paretofl fit (needs a numeric 'kappa'): {exc}") from None
+    if not (kappa > 0) or math.isinf(kappa):
+        raise ValueError(f"fit file {p} holds an invalid kappa {kappa}")
+    return kappa
+
+
+def default_kappa() -> tuple[float, str]:
+    """The shipped pre-trial fit if present, else the documented placeholder."""
+    if _SHIPPED_FIT.is_file():
+        return load_kappa(_SHIPPED_FIT), f"shipped fit {_SHIPPED_FIT.name}"
+    return PLACEHOLDER_KAPPA, "placeholder (no fit given; see PLACEHOLDER_KAPPA)"
+
+
+@dataclass
+class Design:
+    q: float
+    rounds: int
+    sigma: float
+    sigma_per_client: list
+    epsilon: float
+    delta: float
+    case: str
+    utility_bound: float
+    kappa: float
+    kappa_source: str
+    mechanism: str
+    noise_multiplier: float
+    sigma_relation: float
+    closed_form: dict = field(default_factory=dict)
+    distance: dict = field(default_factory=dict)
+    budget: float = 0.0
+    n_clients: int = 0
+    max_rounds: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------
+# the exact search for one q: branch and bound on σ
+# --------------------------------------------------------------------------
+def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, view, orders, incumbent=math.inf):
+    """Minimise u = 1/T + κσ²/(qN) over σ ∈ [s_lo, s_hi], integer T ∈ [1, t_cap],
+    subject to ε_exact(q, T, σ) <= eps.  Exact up to a relative 1e-7 in u
+    (and 1e-9 in σ).
+
+    For each σ the best T is T(σ) = min(t_cap, T_max(σ)), with T_max from the
+    accountant in closed form (:func:`max_steps`); T(σ) is a non-decreasing
+    step function, and the optimum for each value of T sits at the least σ
+    that reaches it.  An interval (a, b] of σ holds values T(a)..T(b), so
+    1/T(b) + κa²/(qN) bounds u from below on it: intervals whose bound
+    cannot beat the incumbent are dropped, others are split (15 points at a
+    time, vectorised), and an interval holding a single new T is resolved by
+    bisection for its least σ.  Returns (u, T, σ) or None.
+    """
+    c = kappa / (q * n)
+    zf = mechanism_params(view, q, 1.0, n)[1]
+
+    def tmax(s):
+        return np.minimum(t_cap, max_steps(eps, q, np.asarray(s) * zf, delta, orders))
+
+    def u(t, s):
+        return 1.0 / t + c * s * s
+
+    s = np.geomspace(s_lo, s_hi, 17) if s_hi > s_lo else np.array([s_lo])
+    t = tmax(s)
+    if t[-1] < 1:
+        return None
+    best = (math.inf, None, None)
+
+    def offer(tt, ss):
+        nonlocal best
+        for ti, si in zip(np.atleast_1d(tt), np.atleast_1d(ss)):
+            if ti >= 1 and u(ti, si) < best[0]:
+                best = (u(ti, si), int(ti), float(si))
+
+    offer(t, s)
+    heap = []
+
+    def push(a, b, ta, tb):
+        if tb > ta and tb >= 1:
+            heapq.heappush(heap, (u(tb, a), a, b, int(ta), int(tb)))
+
+    for j in range(1, len(s)):
+        push(s[j - 1], s[j], t[j - 1], t[j])
+    tol = 1e-7
+    while heap:
+        lb, a, b, ta, tb = heapq.heappop(heap)
+        if lb >= min(best[0], incumbent) * (1 - tol):
+            break
+        if tb - max(ta, 0) == 1:
+            # one new T value: bisect (16-way) for the least σ that reaches it
+            lo, hi = a, b
+            while hi / lo > 1 + 1e-9:
+                pts = np.geomspace(lo, hi, 17)[1:-1]
+                ok = tmax(pts) >= tb
+                k = int(np.argmax(ok)) if ok.any() else len(pts)
+                lo = pts[k - 1] if k > 0 else lo
+                hi = pts[k] if k < len(pts) else hi
+            offer(tb, hi)
+        else:
+            pts = np.geomspace(a, b, 17)
+            tp = tmax(pts[1:-1])
+            ts = np.concatenate([[ta], tp, [tb]])
+            offer(tp, pts[1:-1])
+            for j in range(1, len(pts)):
+                push(pts[j - 1], pts[j], ts[j - 1], ts[j])
+    return best if best[1] is not None else None
+
+
+def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, view, orders):
+    """The map: walk Theorem 3's Pareto set (continuous T) from the most
+    private end, where the utility bound is worst, and stop where the exact
+    ε reaches the budget.  Along the set ε rises and u falls, so this is a
+    bisection on the position along the concatenated pieces."""
+    ps = pareto.theorem3(q, n, kappa, s_lo, s_hi, t_cap, n_points=400)
+    pts = np.vstack([p.points for p in ps.pieces])
+    zf = mechanism_params(view, q, 1.0, n)[1]
+
+    def epsilon(i):
+        s, tt = pts[i]
+        return compute_epsilon(q, s * zf, max(1, int(math.floor(tt))), delta, orders=orders)
+
+    if epsilon(0) > eps:
+        return None, ps
+    lo, hi = 0, len(pts) - 1
+    if epsilon(hi) <= eps:
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if epsilon(mid) <= eps:
+            lo = mid
+        else:
+            hi = mid
+    s, tt = pts[lo]
+    tt = max(1, int(math.floor(tt)))
+    return {"q": q, "rounds": tt, "sigma": float(s), "utility_bound": 1 / tt + kappa * s * s / (q * n),
+            "epsilon": epsilon(lo)}, ps
+
+
+def _q_candidates(n, q, q_min, q_max, view):
+    if q is not None:
+        return [float(q)]
+    lo = q_min if q_min is not None else (1.0 / n if view == "aggregate" else min(1.0, 1.0 / n))
+    if not (0 < lo <= q_max <= 1):
+        raise ValueError(f"empty or invalid q range [{lo:g}, {q_max:g}]; it must lie in (0, 1]")
+    m = np.arange(math.ceil(lo * n - 1e-9), math.floor(q_max * n + 1e-9) + 1)
+    m = m[m >= 1]
+    if m.size == 0:
+        raise ValueError(f"no cohort size m with q = m/N in [{lo:g}, {q_max:g}] for N = {n}")
+    if m.size > 24:  # keep the search short: 24 cohort sizes, geometric, ends included
+        m = np.unique(np.round(np.geomspace(m[0], m[-1], 24)).astype(int))
+    return [float(k) / n for k in m]
+
+
+def design(
+    n_clients: int,
+    epsilon: float,
+    delta: float = 1e-5,
+    max_rounds: int | None = None,
+    time_budget: float | None = None,
+    round_time: float | None = None,
+    q: float | None = None,
+    q_min: float | None = None,
+    q_max: float = 1.0,
+    sigma_min: float = 0.3,
+    sigma_max: float = 30.0,
+    kappa: float | None = None,
+    fit: str | None = None,
+    mechanism: str = "aggregate",
+    orders=DEFAULT_ORDERS,
+) -> Design:
+    """Recommend (q, T, σ) for a DPFL deployment (theory §4).
+
+    ``q`` fixes the sampling ratio; otherwise q ranges over the cohort sizes
+    m/N in [q_min, q_max] (all of them up to 24, else 24 spread
+    geometrically).  The efficiency budget is ``max_rounds`` or
+    ``time_budget / round_time``.  ``mechanism`` is the view of §5 charged to
+    the accountant: 'aggregate' (noise multiplier σ√(qN)) or 'local' (σ).
+    Raises :class:`InfeasibleBudget` when no allowed point meets ε.
+    """
+    n = _int_at_least(n_clients, 1, "number of clients")
+    _pos(epsilon, "epsilon budget")
+    if not (0 < delta < 1):
+        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    _pos(sigma_min, "sigma-min")
+    _pos(sigma_max, "sigma-max")
+    if sigma_min > sigma_max:
+        raise ValueError(f"empty sigma range: sigma-min {sigma_min:g} > sigma-max {sigma_max:g}")
+    if mechanism not in ("aggregate", "local"):
+        raise ValueError(f"mechanism must be 'aggregate' or 'local', got {mechanism!r}")
+    if q is not None and not (0 < q <= 1):
+        raise ValueError(f"q must lie in (0, 1], got {q}")
+    if max_rounds is not None:
+        t_cap = _int_at_least(max_rounds, 1, "max-rounds")
+    elif time_budget is not None or round_time is not None:
+        if time_budget is None or round_time is None:
+            raise ValueError("--time-budget needs --round-time (and the other way round)")
+        t_cap = pareto.rounds_for_time(time_budget, round_time)
+    else:
+        raise ValueError("give an efficiency budget: --max-rounds, or --time-budget with --round-time")
+    if kappa is not None and fit is not None:
+        raise ValueError("give either --kappa or --fit, not both")
+    if kappa is not None:
+        kappa_source = "given"
+        _pos(kappa, "kappa")
+    elif fit is not None:
+        kappa, kappa_source = load_kappa(fit), f"fit {fit}"
+    else:
+        kappa, kappa_source = default_kappa()
+
+    qs = _q_candidates(n, q, q_min, q_max, mechanism)
+    if mechanism == "aggregate":
+        for qq in qs:
+            mechanism_params("aggregate", qq, 1.0, n)  # validates qN >= 1
+    args = (n, epsilon, delta, t_cap, sigma_min, sigma_max, kappa, mechanism, orders)
+
+    # the closed form first: it is cheap, and it orders the q's so that the
+    # exact search starts from a good incumbent and prunes the rest early
+    closed = {qq: _closed_form_for_q(qq, *args)[0] for qq in qs}
+    order = sorted(qs, key=lambda qq: closed[qq]["utility_bound"] if closed[qq] else math.inf)
+    best = None
+    for qq in order:
+        r = _best_for_q(qq, *args, incumbent=best[0][0] if best else math.inf)
+        if r is not None and (best is None or r[0] < best[0][0]):
+            best = (r, qq)
+    if best is None:
+        zf = [mechanism_params(mechanism, qq, sigma_max, n)[1] for qq in qs]
+        eps1 = [compute_epsilon(qq, z, 1, delta, orders=orders) for qq, z in zip(qs, zf)]
+        k = int(np.argmin(eps1))
+        raise InfeasibleBudget(epsilon, eps1[k], {"q": qs[k], "sigma": sigma_max})
+
+    (u, T, sig), qb = best
+    z = mechanism_params(mechanism, qb, sig, n)[1]
+    eps_exact = compute_epsilon(qb, z, T, delta, orders=orders)
+    assert eps_exact <= epsilon * (1 + 1e-12), "design overspent the budget"  # never report past it
+
+    cf = closed[order[0]]
+    case = pareto.theorem3(qb, n, kappa, sigma_min, sigma_max, t_cap).case
+    distance = {}
+    if cf is not None:
+        distance = {
+            "sigma_rel": sig / cf["sigma"] - 1.0,
+            "rounds_rel": T / cf["rounds"] - 1.0,
+            "q_rel": qb / cf["q"] - 1.0,
+            "utility_rel": u / cf["utility_bound"] - 1.0,
+        }
+    return Design(
+        q=qb, rounds=T, sigma=sig, sigma_per_client=[sig] * n, epsilon=eps_exact, delta=delta,
+        case=case, utility_bound=u, kappa=kappa, kappa_source=kappa_source, mechanism=mechanism,
+        noise_multiplier=z, sigma_relation=float(pareto.relation_sigma(T, qb, n, kappa)),
+        closed_form=cf or {}, distance=distance, budget=epsilon, n_clients=n, max_rounds=t_cap,
+    )
+
+
+def _pos(x, name):
+    if not isinstance(x, (int, float)) or not (x > 0) or math.isinf(x):
+        raise ValueError(f"{name} must be a positive finite number, got {x}")
+
+
+def _int_at_least(x, lo, name):
+    try:
+        v = int(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer, got {x!r}") from None
+    if v != x or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {x}")
+    return v

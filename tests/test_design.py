@@ -1,0 +1,137 @@
+"""`design` against an independent scan: never over budget, never beaten."""
+
+import math
+
+import numpy as np
+import pytest
+from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+from paretofl import design as D
+from paretofl.theory import privacy as P
+
+
+def scan(n, eps, delta, t_cap, qs, smin, smax, kappa, mechanism, n_sigma=600):
+    """Brute force: every integer T × a dense σ grid × each q; ε of every
+    point from the RDP curve composed T times; the least utility bound among
+    the points within budget."""
+    orders = np.array(P.DEFAULT_ORDERS)
+    c = np.log((orders - 1) / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
+    best = (math.inf, None)
+    sig = np.geomspace(smin, smax, n_sigma)
+    T = np.arange(1, t_cap + 1)
+    for q in qs:
+        zf = math.sqrt(q * n) if mechanism == "aggregate" else 1.0
+        R = P.rdp_subsampled_gaussian(q, sig * zf)                   # (n_sigma, n_orders)
+        E = np.min(T[:, None, None] * R[None] + c[None, None], axis=2)  # (n_T, n_sigma)
+        U = 1 / T[:, None] + kappa * sig[None, :] ** 2 / (q * n)
+        U = np.where(E <= eps, U, np.inf)
+        k = np.unravel_index(np.argmin(U), U.shape)
+        if U[k] < best[0]:
+            best = (U[k], (q, int(T[k[0]]), sig[k[1]]))
+    return best
+
+
+def opacus_epsilon(q, z, steps, delta):
+    orders = list(P.DEFAULT_ORDERS)
+    return get_privacy_spent(orders=orders, rdp=compute_rdp(q=q, noise_multiplier=z, steps=steps,
+                                                             orders=orders), delta=delta)[0]
+
+
+def random_budgets(n_cases, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n_cases):
+        n = int(rng.choice([10, 20, 50, 100, 400]))
+        mech = "aggregate" if i % 3 else "local"
+        fixed_q = i % 2 == 0
+        q = float(rng.integers(1, n + 1) / n) if fixed_q else None
+        out.append(dict(
+            n_clients=n, epsilon=float(10 ** rng.uniform(-0.5, 1)), delta=float(10 ** rng.uniform(-7, -4)),
+            max_rounds=int(rng.integers(5, 150)), q=q, q_min=None if fixed_q else 1.0 / n,
+            q_max=1.0 if fixed_q else float(min(1.0, rng.integers(1, 6) / n * 2)),
+            sigma_min=float(10 ** rng.uniform(-0.5, 0.2)), sigma_max=float(10 ** rng.uniform(0.5, 1.5)),
+            kappa=float(10 ** rng.uniform(-2.5, 0)), mechanism=mech))
+    return out
+
+
+@pytest.mark.parametrize("kw", random_budgets(18, seed=5))
+def test_design_within_budget_and_optimal_against_scan(kw):
+    try:
+        d = D.design(**kw)
+    except D.InfeasibleBudget as exc:
+        # then no scanned point may meet the budget either
+        qs = D._q_candidates(kw["n_clients"], kw["q"], kw["q_min"], kw["q_max"], kw["mechanism"])
+        u, _ = scan(kw["n_clients"], kw["epsilon"], kw["delta"], kw["max_rounds"], qs, kw["sigma_min"],
+                    kw["sigma_max"], kw["kappa"], kw["mechanism"], n_sigma=50)
+        assert u == math.inf and exc.min_epsilon > kw["epsilon"]
+        return
+    n = kw["n_clients"]
+    # never over budget, by our accountant and by Opacus's
+    z = d.sigma * (math.sqrt(d.q * n) if kw["mechanism"] == "aggregate" else 1.0)
+    assert d.epsilon <= kw["epsilon"]
+    assert opacus_epsilon(d.q, z, d.rounds, kw["delta"]) <= kw["epsilon"] * (1 + 1e-9)
+    # the reported bound is that of the reported point
+    assert d.utility_bound == pytest.approx(1 / d.rounds + kw["kappa"] * d.sigma**2 / (d.q * n), rel=1e-12)
+    assert kw["sigma_min"] <= d.sigma <= kw["sigma_max"] and 1 <= d.rounds <= kw["max_rounds"]
+    assert len(d.sigma_per_client) == n
+    # no scanned allowed point is better
+    qs = D._q_candidates(n, kw["q"], kw["q_min"], kw["q_max"], kw["mechanism"])
+    assert d.q in qs
+    u, where = scan(n, kw["epsilon"], kw["delta"], kw["max_rounds"], qs, kw["sigma_min"], kw["sigma_max"],
+                    kw["kappa"], kw["mechanism"])
+    assert d.utility_bound <= u * (1 + 1e-7)
+    # and the design's σ is tight: a hair less noise breaks the budget (unless σ_min binds)
+    if d.sigma > kw["sigma_min"] * (1 + 1e-6):
+        assert P.compute_epsilon(d.q, z * (1 - 1e-6), d.rounds, kw["delta"]) > kw["epsilon"] or \
+            d.rounds == kw["max_rounds"]
+
+
+def test_infeasible_budget_reports_smallest_reachable_epsilon():
+    kw = dict(n_clients=50, delta=1e-5, max_rounds=100, q=0.2, sigma_min=0.5, sigma_max=2.0, kappa=0.1)
+    eps_min = P.compute_epsilon(0.2, 2.0 * math.sqrt(0.2 * 50), 1, 1e-5)
+    with pytest.raises(D.InfeasibleBudget) as info:
+        D.design(epsilon=eps_min * 0.99, **kw)
+    assert info.value.min_epsilon == pytest.approx(eps_min)
+    d = D.design(epsilon=eps_min * 1.001, **kw)
+    assert d.rounds == 1 and d.sigma == pytest.approx(2.0, rel=1e-2) and d.epsilon <= eps_min * 1.001
+
+
+def test_relation_and_case_reported():
+    d = D.design(n_clients=100, epsilon=2.0, max_rounds=500, q=0.1, kappa=0.05)
+    assert d.case in ("I", "II", "III")
+    assert d.sigma_relation == pytest.approx(math.sqrt(0.1 * 100 / (0.05 * d.rounds)))
+    assert set(d.distance) >= {"sigma_rel", "rounds_rel", "utility_rel"}
+    # the closed-form point is within budget too, and the exact search is no worse
+    assert d.closed_form["epsilon"] <= 2.0
+    assert d.utility_bound <= d.closed_form["utility_bound"] * (1 + 1e-9)
+
+
+def test_time_budget_equals_max_rounds():
+    a = D.design(n_clients=100, epsilon=2.0, time_budget=600.0, round_time=3.0, q=0.1, kappa=0.05)
+    b = D.design(n_clients=100, epsilon=2.0, max_rounds=200, q=0.1, kappa=0.05)
+    assert (a.rounds, a.sigma) == (b.rounds, b.sigma) and a.max_rounds == 200
+
+
+def test_fit_file_and_placeholder(tmp_path):
+    f = tmp_path / "fit.json"
+    f.write_text('{"kappa": 0.2}')
+    assert D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, fit=str(f)).kappa == 0.2
+    d = D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5)
+    assert d.kappa_source.startswith(("placeholder", "shipped"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match="not a paretofl fit"):
+        D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, fit=str(bad))
+    with pytest.raises(ValueError, match="does not exist"):
+        D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, fit=str(tmp_path / "nope.json"))
+
+
+@pytest.mark.parametrize("bad", [dict(n_clients=0), dict(epsilon=-1.0), dict(epsilon=float("nan")),
+                                 dict(delta=1.0), dict(q=0.0), dict(q=1.1), dict(sigma_min=5.0, sigma_max=1.0),
+                                 dict(max_rounds=0), dict(mechanism="nope"), dict(q=0.01),
+                                 dict(max_rounds=None), dict(q=None, q_min=0.5, q_max=0.2)])
+def test_bad_input_is_a_valueerror(bad):
+    kw = dict(n_clients=20, epsilon=2.0, max_rounds=50, q=0.5, kappa=0.1)
+    kw.update(bad)
+    with pytest.raises(ValueError):
+        D.design(**kw)
