@@ -79,7 +79,7 @@ def test_design_within_budget_and_optimal_against_scan(kw):
     assert d.q in qs
     u, where = scan(n, kw["epsilon"], kw["delta"], kw["max_rounds"], qs, kw["sigma_min"], kw["sigma_max"],
                     kw["kappa"], kw["mechanism"])
-    assert d.utility_bound <= u * (1 + 1e-7)
+    assert d.utility_bound <= u * (1 + 1e-4)  # the search stops at a relative 1e-4
     # and the design's σ is tight: a hair less noise breaks the budget (unless σ_min binds)
     if d.sigma > kw["sigma_min"] * (1 + 1e-6):
         assert P.compute_epsilon(d.q, z * (1 - 1e-6), d.rounds, kw["delta"]) > kw["epsilon"] or \

@@ -1,0 +1,114 @@
+"""The command line: JSON contracts, one-line errors with exit code 2, no torch
+on the analytic commands, plots written."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from paretofl.cli import main
+from paretofl.theory.privacy import compute_epsilon
+
+PY = sys.executable
+
+
+def run(*args):
+    r = subprocess.run([PY, "-m", "paretofl.cli", *args], capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+
+def run_json(capsys, *args):
+    assert main(list(args) + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_account_json_contract(capsys):
+    out = run_json(capsys, "account", "--sigma", "1.1", "--q", "0.015", "--steps", "1000", "--delta", "1e-5")
+    assert {"epsilon", "delta", "accountant"} <= set(out)
+    assert out["accountant"] == "rdp" and out["delta"] == 1e-5
+    assert out["epsilon"] == pytest.approx(compute_epsilon(0.015, 1.1, 1000, 1e-5))
+
+
+def test_account_prv_is_tighter(capsys):
+    rdp = run_json(capsys, "account", "--sigma", "1.1", "--q", "0.015", "--steps", "1000")["epsilon"]
+    prv = run_json(capsys, "account", "--sigma", "1.1", "--q", "0.015", "--steps", "1000",
+                   "--accountant", "prv")
+    assert prv["accountant"] == "prv" and prv["epsilon"] <= rdp
+
+
+def test_pareto_json_contract(capsys):
+    out = run_json(capsys, "pareto", "--clients", "100", "--q", "0.1", "--kappa", "0.05", "--sigma-min", "0.5",
+                   "--sigma-max", "5", "--max-rounds", "300")
+    assert out["case"] == "II"
+    assert out["T_a"] == pytest.approx(0.1 * 100 / 0.05 / 25) and out["T_b"] == pytest.approx(800)
+    kinds = [p["kind"] for p in out["pieces"]]
+    assert kinds == ["sigma_max", "relation", "rounds_max"]
+    for p in out["pieces"]:
+        assert all(len(pt) == 2 for pt in p["points"])
+    rel = next(p for p in out["pieces"] if p["kind"] == "relation")["points"]
+    assert all(math.isclose(0.05 * s * s * t, 10.0, rel_tol=1e-9) for s, t in rel)
+
+
+def test_design_json_contract(capsys):
+    out = run_json(capsys, "design", "--clients", "20", "--budget", "3", "--max-rounds", "100", "--q", "0.5",
+                   "--kappa", "0.1")
+    for key in ("q", "rounds", "sigma", "sigma_per_client", "epsilon", "delta", "case", "utility_bound"):
+        assert key in out
+    assert len(out["sigma_per_client"]) == 20 and out["epsilon"] <= 3.0 and out["case"] in ("I", "II", "III")
+    z = out["sigma"] * math.sqrt(0.5 * 20)  # aggregate view by default
+    assert compute_epsilon(0.5, z, out["rounds"], out["delta"]) <= 3.0
+    local = run_json(capsys, "design", "--clients", "20", "--budget", "3", "--max-rounds", "100", "--q", "0.5",
+                     "--kappa", "0.1", "--mechanism", "local")
+    assert local["mechanism"] == "local" and local["sigma"] > out["sigma"]
+
+
+def test_design_and_account_do_not_import_torch():
+    code = ("import sys; from paretofl.cli import main; "
+            "main(['design','--clients','20','--budget','3','--max-rounds','50','--q','0.5','--kappa','0.1']); "
+            "main(['account','--sigma','1','--q','0.1','--steps','10']); "
+            "sys.exit(3 if 'torch' in sys.modules else 0)")
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["account", "--sigma", "0", "--q", "0.1", "--steps", "10"],
+    ["account", "--sigma", "-1", "--q", "0.1", "--steps", "10"],
+    ["account", "--sigma", "1", "--q", "1.5", "--steps", "10"],
+    ["account", "--sigma", "1", "--q", "0", "--steps", "10"],
+    ["account", "--sigma", "nan", "--q", "0.1", "--steps", "10"],
+    ["account", "--sigma", "1", "--q", "0.1", "--steps", "ten"],
+    ["account", "--sigma", "1", "--q", "0.1", "--steps", "10", "--accountant", "magic"],
+    ["pareto", "--clients", "10", "--q", "0.1", "--kappa", "1", "--sigma-min", "3", "--sigma-max", "1",
+     "--max-rounds", "10"],
+    ["pareto", "--clients", "10", "--q", "0.1", "--kappa", "inf", "--sigma-min", "1", "--sigma-max", "3",
+     "--max-rounds", "10"],
+    ["design", "--clients", "10", "--budget", "2", "--max-rounds", "50", "--fit", "/no/such/fit.json"],
+    ["design", "--clients", "10", "--budget", "2"],
+    ["design", "--clients", "10", "--budget", "2", "--max-rounds", "50", "--q-min", "0.9", "--q-max", "0.2"],
+    ["design", "--clients", "10", "--budget", "2", "--max-rounds", "50", "--plot", "/no/such/dir/x.png"],
+    ["design", "--clients", "10", "--budget", "0.0001", "--max-rounds", "5", "--q", "0.5"],
+    ["nosuchcommand"],
+])
+def test_bad_input_one_line_exit_2(args):
+    code, out, err = run(*args)
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "error" in err
+
+
+def test_plots_written(tmp_path, capsys):
+    p1, p2 = tmp_path / "front.png", tmp_path / "design.pdf"
+    out = run_json(capsys, "pareto", "--clients", "50", "--q", "0.2", "--kappa", "0.1", "--sigma-min", "0.5",
+                   "--sigma-max", "4", "--max-rounds", "200", "--integer", "--plot", str(p1))
+    assert out["plot"] == str(p1) and p1.stat().st_size > 10_000
+    run_json(capsys, "design", "--clients", "50", "--budget", "2", "--max-rounds", "200", "--plot", str(p2))
+    assert p2.read_bytes()[:4] == b"%PDF"
+
+
+def test_text_output_is_readable(capsys):
+    assert main(["design", "--clients", "20", "--budget", "3", "--max-rounds", "100", "--q", "0.5"]) == 0
+    text = capsys.readouterr().out
+    assert "rounds T" in text and "epsilon spent" in text and "Theorem 3 case" in text
