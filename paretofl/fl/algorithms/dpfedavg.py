@@ -1,0 +1,117 @@
+"""DP-FedAvg, two ways.
+
+* ``mechanism="sample"`` — "FedAvg + DP" of paper 002, Algorithm 1: every
+  (selected) client runs τ DP-SGD steps (Poisson batches at rate q_b,
+  per-sample clipping C, noise σC), the server takes the p_i-weighted
+  average.  Charged (σ, q_b) × τ per round (a client is charged every round,
+  selected or not: conservative).
+* ``mechanism="client"`` — client-level DP-FedAvg of paper 001 (after
+  McMahan et al. 2018): clients are selected with probability q, run local
+  epochs of plain SGD, clip their update to C and add N(0, σ²C²); the server
+  sums, tops the noise up to N(0, qN·σ²C²) when fewer than qN clients came
+  (theory §5), and divides by qN.  Charged (q, σ√(qN)) per round (aggregate
+  view) or (q, σ) (``view="local"``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .base import Policy
+
+
+class DPFedAvg(Policy):
+    name = "dpfedavg"
+
+    def __init__(self, engine, mechanism="sample", sigma=1.0, clip=1.0, lr=0.5, batch_rate=0.015,
+                 local_steps=1, client_rate=1.0, local_epochs=1, batch_size=64, view="aggregate"):
+        super().__init__(engine)
+        R = engine.R
+        vec = lambda v: np.broadcast_to(np.asarray(v, dtype=float), (R,)).copy()  # noqa: E731
+        if mechanism not in ("sample", "client"):
+            raise ValueError(f"mechanism must be 'sample' or 'client', got {mechanism!r}")
+        if view not in ("aggregate", "local"):
+            raise ValueError(f"view must be 'aggregate' or 'local', got {view!r}")
+        self.mechanism, self.view = mechanism, view
+        self.sigma, self.clip, self.lr = vec(sigma), vec(clip), vec(lr)
+        self.batch_rate, self.client_rate = vec(batch_rate), vec(client_rate)
+        self.tau = vec(local_steps).astype(int)
+        self.local_epochs, self.batch_size = int(local_epochs), int(batch_size)
+        for name, v, lo, hi in (("sigma", self.sigma, 0, np.inf), ("clip", self.clip, 0, np.inf),
+                                ("lr", self.lr, 0, np.inf), ("batch rate", self.batch_rate, 0, 1),
+                                ("client rate", self.client_rate, 0, 1)):
+            if np.any(~(v > lo)) or np.any(v > hi):
+                raise ValueError(f"{name} must lie in ({lo}, {hi}], got {v}")
+        if mechanism == "client" and view == "aggregate" and np.any(self.client_rate * engine.N < 1):
+            raise ValueError("the aggregate view needs client rate q with q*N >= 1")
+
+    # ------------------------------------------------------------- privacy
+    def steps_this_round(self):
+        return self.tau
+
+    def charges(self, t):
+        if self.mechanism == "sample":
+            return [(self.sigma, self.batch_rate, self.steps_this_round())]
+        z = self.sigma * np.sqrt(self.client_rate * self.engine.N) if self.view == "aggregate" else self.sigma
+        return [(z, self.client_rate, np.ones(self.engine.R, dtype=int))]
+
+    # ------------------------------------------------------------- a round
+    def round(self, t, glob, active):
+        eng = self.engine
+        if self.mechanism == "sample":
+            return self._sample_round(glob, active)
+        return self._client_round(glob, active)
+
+    def _selection(self, active):
+        eng = self.engine
+        if np.all(self.client_rate >= 1):
+            sel = torch.ones(eng.R, eng.N, dtype=torch.bool, device=eng.device)
+        else:
+            sel = eng.sample_clients(torch.as_tensor(self.client_rate))
+        return sel & torch.as_tensor(active, device=eng.device)[:, None]
+
+    def _sample_round(self, glob, active):
+        eng = self.engine
+        sel = self._selection(active)
+        steps = torch.as_tensor(self.steps_this_round(), device=eng.device).repeat_interleave(eng.N)
+        steps = steps * sel.reshape(-1)
+        params = eng.broadcast(glob)
+        new, stats = eng.local_steps(params, steps, eng._vec(self.lr), batch_rate=eng._vec(self.batch_rate),
+                                     sigma=eng._vec(self.sigma), clip=eng._vec(self.clip))
+        self.last_stats = stats
+        w = eng.p.reshape(1, -1) * sel
+        w = w / w.sum(1, keepdim=True).clamp(min=1e-12)
+        agg = eng.aggregate(eng.flat(new), w)
+        out = eng.unflat(agg, glob)
+        # replicas with no selected client keep their model
+        none = sel.sum(1) == 0
+        return [torch.where(none.reshape(-1, *[1] * (o.ndim - 1)), g, o) for o, g in zip(out, glob)]
+
+    def _client_round(self, glob, active):
+        eng = self.engine
+        sel = self._selection(active)
+        n_i = eng.client_n.repeat(eng.R)
+        steps = self.local_epochs * torch.ceil(n_i / self.batch_size).long() * sel.reshape(-1)
+        params = eng.broadcast(glob)
+        new, stats = eng.local_steps(params, steps, eng._vec(self.lr), batch_size=self.batch_size)
+        self.last_stats = stats
+        delta, _ = eng.clip_updates(new, params, eng._vec(self.clip))
+        std = eng._vec(self.sigma * self.clip)
+        noise = eng.noise_like([delta])[0] * std[:, None]
+        contrib = (delta + noise) * sel.reshape(-1, 1)
+        qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
+        total = eng.aggregate(contrib, torch.ones(eng.R, eng.N, device=eng.device))
+        if self.view == "aggregate":
+            # top-up: the released sum carries at least N(0, qN σ²C²)
+            missing = torch.clamp(qn - sel.sum(1).to(eng.dtype), min=0)
+            top = torch.sqrt(missing) * torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
+            total = total + top[:, None] * torch.stack(
+                [torch.randn(total.shape[1], generator=g, device=eng.device, dtype=eng.dtype) for g in eng.gens])
+        avg = total / qn[:, None]
+        return eng.unflat(eng.flat(glob) + avg, glob)
+
+    def info_row(self, r):
+        return {"sigma": float(self.sigma[r]), "clip": float(self.clip[r]), "tau": int(self.tau[r])}

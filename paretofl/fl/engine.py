@@ -1,0 +1,234 @@
+"""The vectorised DP federated round: every client of every replica at once.
+
+M = R × N models live in stacked tensors (replica-major: model m = r·N + i is
+client i of replica r).  One call of :meth:`Engine.local_steps` runs a local
+step for all M models with one batched forward/backward
+(:meth:`paretofl.fl.models.Net.clipped_grads`).  Each replica has its own
+random generator, so a replica's run does not depend on which others ran
+beside it (tested), and its own settings: σ, C, learning rate, batch rate,
+client rate, number of local steps.
+
+Where the noise goes is the caller's choice (the algorithms' policies):
+inside DP-SGD on each clipped per-sample-gradient sum (:meth:`local_steps`
+with ``sigma``), on each client's clipped update (:meth:`clip_updates` +
+:meth:`noise_like`), or on the aggregate (:meth:`aggregate`'s ``noise_std``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .data import Dataset
+from .models import Net
+
+
+@dataclass
+class StepStats:
+    loss: torch.Tensor          # (M,) mean training loss of the last local step
+    clip_fraction: torch.Tensor  # (M,) share of samples whose gradient was clipped (last step)
+    mean_norm: torch.Tensor      # (M,) mean per-sample gradient norm (last step)
+    clipped_norm_sum: torch.Tensor  # (M,) Σ_b min(‖g_b‖, C) over the last batch (sensitivity C)
+
+
+class Engine:
+    def __init__(self, net: Net, data: Dataset, parts: list, n_replicas: int, device="cpu",
+                 seeds=None, dtype=torch.float32):
+        self.net, self.data, self.device, self.dtype = net, data, torch.device(device), dtype
+        self.N, self.R = len(parts), int(n_replicas)
+        self.M = self.N * self.R
+        self.x = data.x_train.to(self.device, dtype)
+        self.y = data.y_train.to(self.device)
+        self.x_test = data.x_test.to(self.device, dtype)
+        self.y_test = data.y_test.to(self.device)
+        sizes = np.array([len(p) for p in parts])
+        if np.any(sizes == 0):
+            raise ValueError("every client needs at least one sample")
+        self.n_max = int(sizes.max())
+        table = np.zeros((self.N, self.n_max), dtype=np.int64)
+        for i, p in enumerate(parts):
+            table[i, : len(p)] = p
+        self.client_idx = torch.from_numpy(table).to(self.device)
+        self.client_n = torch.from_numpy(sizes).to(self.device)
+        self.valid = torch.arange(self.n_max, device=self.device)[None, :] < self.client_n[:, None]
+        self.p = (self.client_n / self.client_n.sum()).to(dtype)        # aggregation weights p_i
+        seeds = list(range(self.R)) if seeds is None else list(seeds)
+        if len(seeds) != self.R:
+            raise ValueError("one seed per replica")
+        self.gens = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
+        self._cpu_gens = [torch.Generator().manual_seed(int(s) + 7919) for s in seeds]
+
+    # ------------------------------------------------------------ parameters
+    def init_global(self) -> list[torch.Tensor]:
+        """Each replica's initial global model (its own seed): (R, ...) tensors."""
+        per = [self.net.init(1, g) for g in self._cpu_gens]
+        return [torch.cat([p[j] for p in per]).to(self.device, self.dtype) for j in range(len(per[0]))]
+
+    def broadcast(self, glob):
+        """(R, ...) -> (M, ...): every client starts from its replica's model."""
+        return [g.repeat_interleave(self.N, dim=0) for g in glob]
+
+    def per_model(self, v) -> torch.Tensor:
+        """A per-replica setting (scalar or (R,)) as an (M,) tensor."""
+        t = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+        if t.ndim == 0:
+            t = t.expand(self.R)
+        return t.repeat_interleave(self.N)
+
+    # ------------------------------------------------------------ sampling
+    def _uniform(self, shape_per_replica):
+        """Uniform draws (R, *shape) from each replica's own generator."""
+        return torch.stack([torch.rand(shape_per_replica, generator=g, device=self.device) for g in self.gens])
+
+    def _normal(self, shape_per_replica):
+        return torch.stack([torch.randn(shape_per_replica, generator=g, device=self.device, dtype=self.dtype)
+                            for g in self.gens])
+
+    def poisson_batches(self, rate: torch.Tensor):
+        """Poisson sampling: each sample of client i is in the batch with
+        probability ``rate`` (M,).  Returns (idx (M, B), weight (M, B))."""
+        keys = self._uniform((self.N, self.n_max)).reshape(self.M, self.n_max)
+        valid = self.valid.repeat(self.R, 1)
+        sel = (keys < rate[:, None]) & valid
+        counts = sel.sum(1)
+        B = max(1, int(counts.max()))
+        pos = sel.cumsum(1) - 1
+        rows = torch.arange(self.M, device=self.device)[:, None].expand_as(sel)
+        idx = torch.zeros(self.M, B, dtype=torch.long, device=self.device)
+        weight = torch.zeros(self.M, B, dtype=self.dtype, device=self.device)
+        src = self.client_idx.repeat(self.R, 1)
+        idx[rows[sel], pos[sel]] = src[sel]
+        weight[rows[sel], pos[sel]] = 1.0
+        return idx, weight
+
+    def fixed_batches(self, batch: int):
+        """Uniform batches of a fixed size (with replacement across steps,
+        without within a batch) — for non-private local SGD."""
+        keys = self._uniform((self.N, self.n_max)).reshape(self.M, self.n_max)
+        keys = keys.masked_fill(~self.valid.repeat(self.R, 1), 2.0)
+        b = min(batch, self.n_max)
+        order = keys.topk(b, dim=1, largest=False).indices
+        src = self.client_idx.repeat(self.R, 1)
+        idx = torch.gather(src, 1, order)
+        weight = (torch.arange(b, device=self.device)[None, :] < self.client_n.repeat(self.R)[:, None]).to(self.dtype)
+        return idx, weight
+
+    # ------------------------------------------------------------ local work
+    def local_steps(self, params, steps, lr, batch_rate=None, sigma=None, clip=None, batch_size=None,
+                    prox_mu=None, anchor=None):
+        """Run up to max(steps) local steps on all M models.
+
+        * DP-SGD (``clip`` given): Poisson batches at ``batch_rate``, each
+          per-sample gradient clipped to ``clip``, N(0, σ²C²) added to the
+          sum, divided by the expected batch size ``batch_rate·|D_i|``.
+        * plain SGD (``clip`` None): batches of ``batch_size``, mean gradient.
+        ``steps`` (M,) lets models stop early (e.g. an adaptive τ per replica);
+        ``prox_mu`` adds the proximal term μ/2‖w - anchor‖² (NbAFL).
+        Returns (params, StepStats of the last step).
+        """
+        steps = torch.as_tensor(steps, device=self.device).reshape(-1)
+        if steps.numel() == 1:
+            steps = steps.expand(self.M)
+        lr = self._vec(lr)
+        params = [p.clone() for p in params]
+        stats = None
+        n_i = self.client_n.repeat(self.R).to(self.dtype)
+        for s in range(int(steps.max()) if steps.numel() else 0):
+            active = (steps > s).to(self.dtype)
+            if clip is not None:
+                idx, w = self.poisson_batches(self._vec(batch_rate))
+            else:
+                idx, w = self.fixed_batches(int(batch_size))
+            xb, yb = self.x[idx], self.y[idx]
+            cl = self._vec(clip) if clip is not None else None
+            grads, norms, loss = self.net.clipped_grads(params, xb, yb, w, clip=cl)
+            if clip is not None:
+                denom = self._vec(batch_rate) * n_i
+                if sigma is not None:
+                    std = self._vec(sigma) * cl
+                    noise = self.noise_like(grads)
+                    grads = [g + n * std.reshape(-1, *[1] * (g.ndim - 1)) for g, n in zip(grads, noise)]
+            else:
+                denom = w.sum(1).clamp(min=1)
+            scale = (lr * active / denom)
+            for j, g in enumerate(grads):
+                upd = g
+                if prox_mu is not None:
+                    upd = upd + self._vec(prox_mu).reshape(-1, *[1] * (g.ndim - 1)) * denom.reshape(
+                        -1, *[1] * (g.ndim - 1)) * (params[j] - anchor[j])
+                params[j] -= scale.reshape(-1, *[1] * (g.ndim - 1)) * upd
+            cnt = w.sum(1).clamp(min=1)
+            clipped = ((norms > cl[:, None]) & (w > 0)).sum(1) / cnt if cl is not None else torch.zeros(self.M)
+            cns = (torch.minimum(norms, cl[:, None]) * w).sum(1) if cl is not None else torch.zeros(self.M)
+            stats = StepStats(loss / cnt, clipped, (norms * w).sum(1) / cnt, cns)
+        return params, stats
+
+    def _vec(self, v):
+        t = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+        if t.ndim == 0:
+            return t.expand(self.M)
+        if t.shape[0] == self.R and self.R != self.M:
+            return t.repeat_interleave(self.N)
+        return t
+
+    def noise_like(self, tensors):
+        """Standard normal noise shaped like (M, ...) tensors, drawn per replica."""
+        out = []
+        for t in tensors:
+            out.append(self._normal((self.N, *t.shape[1:])).reshape(t.shape))
+        return out
+
+    # ------------------------------------------------------------ server side
+    @staticmethod
+    def flat(params):
+        return torch.cat([p.reshape(p.shape[0], -1) for p in params], dim=1)
+
+    def unflat(self, v, like):
+        out, k = [], 0
+        for p in like:
+            n = p[0].numel()
+            out.append(v[:, k:k + n].reshape(v.shape[0], *p.shape[1:]))
+            k += n
+        return out
+
+    def clip_updates(self, new, old, clip):
+        """Client updates Δ = new - old, each clipped to L2 norm ``clip``
+        (M,); returns (clipped Δ as a flat (M, d) tensor, norms before)."""
+        d = self.flat(new) - self.flat(old)
+        norms = d.norm(dim=1)
+        f = torch.clamp(self._vec(clip) / (norms + 1e-12), max=1.0)
+        return d * f[:, None], norms
+
+    def aggregate(self, values, weights, noise_std=None):
+        """Σ_i weights[r, i] · values[r, i] per replica, + N(0, noise_std²) per
+        coordinate (noise drawn from each replica's generator)."""
+        v = values.reshape(self.R, self.N, -1)
+        out = torch.einsum("rn,rnd->rd", weights.to(self.dtype), v)
+        if noise_std is not None:
+            std = torch.as_tensor(noise_std, dtype=self.dtype, device=self.device).reshape(-1, 1)
+            out = out + std * torch.stack([torch.randn(v.shape[-1], generator=g, device=self.device,
+                                                       dtype=self.dtype) for g in self.gens])
+        return out
+
+    def sample_clients(self, rate):
+        """Poisson client selection per replica: (R, N) bool."""
+        u = self._uniform((self.N,))
+        return u < torch.as_tensor(rate, dtype=u.dtype, device=self.device).reshape(-1, 1)
+
+    # ------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, glob, split="test", chunk=2500):
+        """(loss, accuracy), each (R,), of every replica's global model."""
+        x, y = (self.x_test, self.y_test) if split == "test" else (self.x, self.y)
+        tot_loss = torch.zeros(self.R, device=self.device, dtype=torch.float64)
+        correct = torch.zeros(self.R, device=self.device, dtype=torch.float64)
+        for s in range(0, len(y), chunk):
+            xb = x[s:s + chunk].unsqueeze(0).expand(self.R, *x[s:s + chunk].shape)
+            yb = y[s:s + chunk]
+            logits = self.net.forward(glob, xb)
+            lp = torch.log_softmax(logits, -1)
+            tot_loss += -lp.gather(-1, yb.expand(self.R, -1).unsqueeze(-1)).squeeze(-1).sum(1).double()
+            correct += (logits.argmax(-1) == yb).sum(1).double()
+        return (tot_loss / len(y)).float(), (correct / len(y)).float()
