@@ -88,20 +88,27 @@ class Engine:
 
     def poisson_batches(self, rate: torch.Tensor):
         """Poisson sampling: each sample of client i is in the batch with
-        probability ``rate`` (M,).  Returns (idx (M, B), weight (M, B))."""
-        keys = self._uniform((self.N, self.n_max)).reshape(self.M, self.n_max)
-        valid = self.valid.repeat(self.R, 1)
-        sel = (keys < rate[:, None]) & valid
-        counts = sel.sum(1)
-        B = max(1, int(counts.max()))
-        pos = sel.cumsum(1) - 1
-        rows = torch.arange(self.M, device=self.device)[:, None].expand_as(sel)
-        idx = torch.zeros(self.M, B, dtype=torch.long, device=self.device)
-        weight = torch.zeros(self.M, B, dtype=self.dtype, device=self.device)
+        probability ``rate`` (M,), independently.  Drawn exactly, in
+        O(batch) per model, as geometric gaps between selected positions.
+        Returns (idx (M, B), weight (M, B)); padding has weight 0."""
+        n = self.client_n.repeat(self.R)
+        rate = torch.clamp(rate, max=1.0)
+        mean = float((rate * n).max())
+        k = int(mean + 6 * mean**0.5 + 16)
+        while True:
+            u = self._uniform((self.N, k)).reshape(self.M, k).clamp_(min=1e-12)
+            lq = torch.log1p(-rate.clamp(max=1 - 1e-9))[:, None]
+            gaps = torch.where(rate[:, None] >= 1, torch.ones_like(u), torch.floor(torch.log(u) / lq) + 1)
+            pos = torch.cumsum(gaps, 1) - 1
+            if bool((pos[:, -1] >= n).all()):
+                break
+            k *= 2  # rare: some model may select more than k samples; draw again, longer
+        keep = pos < n[:, None]
+        B = max(1, int(keep.sum(1).max()))
+        pos, keep = pos[:, :B].long(), keep[:, :B]
         src = self.client_idx.repeat(self.R, 1)
-        idx[rows[sel], pos[sel]] = src[sel]
-        weight[rows[sel], pos[sel]] = 1.0
-        return idx, weight
+        idx = torch.gather(src, 1, torch.where(keep, pos, torch.zeros_like(pos)))
+        return idx, keep.to(self.dtype)
 
     def fixed_batches(self, batch: int):
         """Uniform batches of a fixed size (with replacement across steps,
@@ -141,9 +148,8 @@ class Engine:
                 idx, w = self.poisson_batches(self._vec(batch_rate))
             else:
                 idx, w = self.fixed_batches(int(batch_size))
-            xb, yb = self.x[idx], self.y[idx]
             cl = self._vec(clip) if clip is not None else None
-            grads, norms, loss = self.net.clipped_grads(params, xb, yb, w, clip=cl)
+            grads, norms, loss = self._grads_chunked(params, idx, w, cl)
             if clip is not None:
                 denom = self._vec(batch_rate) * n_i
                 if sigma is not None:
@@ -164,6 +170,22 @@ class Engine:
             cns = (torch.minimum(norms, cl[:, None]) * w).sum(1) if cl is not None else torch.zeros(self.M)
             stats = StepStats(loss / cnt, clipped, (norms * w).sum(1) / cnt, cns)
         return params, stats
+
+    def _grads_chunked(self, params, idx, w, clip):
+        """clipped_grads over the models in chunks of about 256 samples: the
+        working set stays in cache (measured 3x faster on a 2-core CPU than
+        one batch of all models); on CUDA one chunk holds every model."""
+        B = idx.shape[1]
+        size = self.M if self.device.type == "cuda" else max(1, 256 // max(B, 1))
+        outs = []
+        for s in range(0, self.M, size):
+            sl = slice(s, s + size)
+            outs.append(self.net.clipped_grads([p[sl] for p in params], self.x[idx[sl]], self.y[idx[sl]], w[sl],
+                                               clip=None if clip is None else clip[sl]))
+        if len(outs) == 1:
+            return outs[0]
+        grads = [torch.cat([o[0][j] for o in outs]) for j in range(len(params))]
+        return grads, torch.cat([o[1] for o in outs]), torch.cat([o[2] for o in outs])
 
     def _vec(self, v):
         t = torch.as_tensor(v, dtype=self.dtype, device=self.device)

@@ -109,15 +109,16 @@ class Net:
                 C, H, Wd = h.shape[2:]
                 cols = F.unfold(h.reshape(M * B, C, H, Wd), layer.k, padding=layer.pad, stride=layer.stride)
                 L = cols.shape[-1]
-                a = cols.transpose(1, 2).reshape(M, B * L, -1)
-                z = torch.baddbmm(b.unsqueeze(1), a, W)           # (M, B*L, out)
+                a = cols.view(M, B, -1, L)                                    # (M, B, Ck², L)
+                # (M, 1, out, Ck²) @ (M, B, Ck², L): NCHW output, no transposed copy
+                z = torch.matmul(W.transpose(1, 2).unsqueeze(1), a) + b.view(M, 1, -1, 1)
                 if record:
                     if not z.requires_grad:
                         z.requires_grad_()
                     tape.append(("conv", a, z, L))
                 ho = (H + 2 * layer.pad - layer.k) // layer.stride + 1
                 wo = (Wd + 2 * layer.pad - layer.k) // layer.stride + 1
-                h = z.reshape(M, B, ho, wo, layer.out).permute(0, 1, 4, 2, 3)
+                h = z.view(M, B, layer.out, ho, wo)
             elif layer.kind == "relu":
                 h = torch.relu(h)
             elif layer.kind == "maxpool":
@@ -153,11 +154,10 @@ class Net:
                 per_sample.append(None)
             else:
                 if clip is not None:
-                    k, c = a.shape[-1], g.shape[-1]
-                    P = torch.bmm(a.reshape(M * B, L, k).transpose(1, 2), g.reshape(M * B, L, c))
-                    gb = g.reshape(M, B, L, c).sum(2)
-                    sq += P.reshape(M, B, -1).pow(2).sum(-1) + gb.pow(2).sum(-1)
-                    per_sample.append((P.reshape(M, B, k, c), gb))
+                    P = torch.matmul(g, a.transpose(-1, -2))                  # (M, B, out, Ck²)
+                    gb = g.sum(-1)                                            # (M, B, out)
+                    sq += P.pow(2).sum((-1, -2)) + gb.pow(2).sum(-1)
+                    per_sample.append((P, gb))
                 else:
                     per_sample.append(None)
         if clip is not None:
@@ -175,11 +175,11 @@ class Net:
                 grads.append(torch.bmm(af.transpose(1, 2), g))
                 grads.append((g if f is None else g * f.unsqueeze(-1)).sum(1))
             elif f is None:
-                grads.append(torch.bmm(a.transpose(1, 2), g))
-                grads.append(g.sum(1))
+                grads.append(torch.einsum("mbcl,mbkl->mkc", g, a))
+                grads.append(g.sum((1, 3)))
             else:
                 P, gb = ps
-                grads.append(torch.einsum("mb,mbkc->mkc", f, P))
+                grads.append(torch.einsum("mb,mbck->mkc", f, P))
                 grads.append(torch.einsum("mb,mbc->mc", f, gb))
         return grads, norms, losses.detach().sum(1)
 

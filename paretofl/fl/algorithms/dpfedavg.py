@@ -93,6 +93,7 @@ class DPFedAvg(Policy):
     def _client_round(self, glob, active):
         eng = self.engine
         sel = self._selection(active)
+        self.last_cohort = sel.sum(1).cpu().numpy()
         n_i = eng.client_n.repeat(eng.R)
         steps = self.local_epochs * torch.ceil(n_i / self.batch_size).long() * sel.reshape(-1)
         params = eng.broadcast(glob)

@@ -1,0 +1,152 @@
+"""The engine against the way published DPFL code runs: a loop over clients,
+each with its own Opacus PrivacyEngine (DP-SGD, Poisson batches).
+
+Same work both ways: N = 10 clients × R replicas, FashionMNIST-shaped data
+(6000 samples per client), sampling rate 90/6000 (batch ≈ 90), one DP-SGD
+step per client per round.  Prints client-steps per second for each, their
+ratio, and for LeNet the engine's FLOP rate as a fraction of this machine's
+measured fp32 matmul rate.
+
+    make bench      # or: .venv/bin/python benchmarks/engine_vs_opacus.py [--json] [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from paretofl.fl.data import Dataset
+from paretofl.fl.engine import Engine
+from paretofl.fl.models import build_model
+
+N, PER_CLIENT, RATE = 10, 6000, 90 / 6000
+
+
+def fake_fmnist(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(N * PER_CLIENT, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (N * PER_CLIENT,), generator=g)
+    return Dataset("bench", x, y, x[:100], y[:100])
+
+
+def torch_model(name):
+    """nn.Module twins of paretofl's models, for Opacus."""
+    if name == "lr":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
+    return nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, 2), nn.Conv2d(6, 16, 5),
+                         nn.ReLU(), nn.MaxPool2d(2, 2), nn.Flatten(), nn.Linear(400, 120), nn.ReLU(),
+                         nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
+
+
+def bench_engine(name, ds, replicas, rounds, device):
+    parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
+    eng = Engine(build_model(name, (1, 28, 28)), ds, parts, replicas, device=device)
+    params = eng.broadcast(eng.init_global())
+    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0)
+    eng.local_steps(params, **kw)  # warm-up
+    if device != "cpu":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(rounds):
+        params, _ = eng.local_steps(params, **kw)
+    if device != "cpu":
+        torch.cuda.synchronize()
+    return eng.M * rounds / (time.perf_counter() - t)
+
+
+def bench_opacus(name, ds, replicas, rounds, device):
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    clients = []
+    for r in range(replicas):
+        for i in range(N):
+            sl = slice(i * PER_CLIENT, (i + 1) * PER_CLIENT)
+            model = torch_model(name).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(ds.x_train[sl], ds.y_train[sl]), batch_size=90)
+            pe = PrivacyEngine(accountant="rdp")
+            model, opt, loader = pe.make_private(module=model, optimizer=opt, data_loader=loader,
+                                                 noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=True)
+            clients.append((model, opt, iter(loader), loader))
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step(c):
+        model, opt, it, loader = c
+        try:
+            xb, yb = next(it)
+        except StopIteration:
+            it = iter(loader)
+            xb, yb = next(it)
+        xb, yb = xb.to(device), yb.to(device)
+        opt.zero_grad()
+        loss_fn(model(xb), yb).backward()
+        opt.step()
+
+    for c in clients:
+        step(c)  # warm-up
+    t = time.perf_counter()
+    for _ in range(rounds):
+        for c in clients:
+            step(c)
+    if device != "cpu":
+        torch.cuda.synchronize()
+    return len(clients) * rounds / (time.perf_counter() - t)
+
+
+def matmul_rate(device, n=2048, reps=10):
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a @ b
+    if device != "cpu":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    if device != "cpu":
+        torch.cuda.synchronize()
+    return 2 * n**3 * reps / (time.perf_counter() - t)
+
+
+def lenet_flops_per_client_step(batch=90):
+    """6 × forward MACs per sample: forward, input-gradient backward and the
+    per-sample weight gradients each cost one forward's multiply-adds."""
+    macs = 28 * 28 * 25 * 6 + 10 * 10 * 150 * 16 + 400 * 120 + 120 * 84 + 84 * 10
+    return 6 * macs * batch
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--replicas", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=10)
+    a = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    ds = fake_fmnist()
+    out = {}
+    for name in ("lr", "lenet"):
+        e = bench_engine(name, ds, a.replicas, a.rounds, a.device)
+        o = bench_opacus(name, ds, a.replicas, max(2, a.rounds // 2), a.device)
+        out[name] = {"engine": e, "opacus": o, "ratio": e / o}
+    peak = matmul_rate(a.device)
+    out["lenet"]["roofline_fraction"] = out["lenet"]["engine"] * lenet_flops_per_client_step() / peak
+    if a.json:
+        print(json.dumps(out))
+        return
+    print(f"client-steps per second, N = {N}, {a.replicas} replicas, batch ≈ 90, device {a.device}:")
+    for name in ("lr", "lenet"):
+        r = out[name]
+        print(f"  {name:<6} engine {r['engine']:9.1f}   opacus loop {r['opacus']:8.1f}   ratio {r['ratio']:6.1f}x")
+    print(f"LeNet engine: {out['lenet']['engine'] * lenet_flops_per_client_step() / 1e9:.2f} GFLOP/s = "
+          f"{100 * out['lenet']['roofline_fraction']:.1f} % of the measured fp32 matmul rate "
+          f"({peak / 1e9:.1f} GFLOP/s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""The trainer: gradients, the mechanisms' noise, reproducibility, policies."""
+
+import gzip
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from paretofl.fl import data as D
+from paretofl.fl.algorithms import ALGORITHMS, train
+from paretofl.fl.engine import Engine
+from paretofl.fl.models import build_model
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return D.load_dataset("digits")
+
+
+@pytest.mark.parametrize("name,shape", [("lr", (1, 28, 28)), ("lenet", (1, 28, 28)), ("cnn", (1, 28, 28)),
+                                        ("cifar-cnn", (3, 32, 32))])
+def test_clipped_grads_equal_autograd_per_sample(name, shape):
+    """One-pass clipped gradient sums equal clipping autograd's per-sample
+    gradients one sample at a time."""
+    net = build_model(name, shape)
+    params = net.init(2, torch.Generator().manual_seed(1))
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, *shape, generator=g)
+    y = torch.randint(0, 10, (2, 3), generator=g)
+    w = torch.ones(2, 3)
+    w[1, 2] = 0  # padding contributes nothing
+    grads, norms, _ = net.clipped_grads(params, x, y, w, clip=0.5)
+    ref = [torch.zeros_like(p) for p in params]
+    for m in range(2):
+        for b in range(3):
+            ps = [p[m:m + 1].clone().requires_grad_() for p in params]
+            loss = F.cross_entropy(net.forward(ps, x[m:m + 1, b:b + 1]).reshape(1, -1), y[m:m + 1, b]) * w[m, b]
+            gs = torch.autograd.grad(loss, ps)
+            n = math.sqrt(sum(float((t**2).sum()) for t in gs))
+            assert norms[m, b].item() == pytest.approx(n, rel=1e-4, abs=1e-6)
+            for r, t in zip(ref, gs):
+                r[m] += min(1.0, 0.5 / (n + 1e-12)) * t[0]
+    for a, b in zip(grads, ref):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_dpsgd_noise_has_the_claimed_mean_and_variance(digits):
+    """Many replicas of one DP-SGD step from the same model on one client with
+    full batches: the update is -lr·(clipped sum + N(0, σ²C²))/(q·n)."""
+    parts = [np.arange(200)]
+    R, sigma, C, lr = 400, 1.5, 0.1, 1.0
+    eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R))
+    g0 = eng.init_global()
+    g0 = [p[:1].expand_as(p).clone() for p in g0]  # same model everywhere
+    new, _ = eng.local_steps(eng.broadcast(g0), 1, lr, batch_rate=1.0, sigma=sigma, clip=C)
+    upd = (eng.flat(g0) - eng.flat(new)) * 200 / lr                   # clipped sum + noise
+    exact, _ = eng.local_steps(eng.broadcast(g0), 1, lr, batch_rate=1.0, sigma=None, clip=C)
+    clean = (eng.flat(g0) - eng.flat(exact)) * 200 / lr
+    noise = (upd - clean).numpy()
+    d = noise.shape[1]
+    # mean zero per coordinate (z-test over replicas), variance σ²C² (chi-square, pooled)
+    z = noise.mean(0) / (sigma * C / math.sqrt(R))
+    assert abs(z.mean()) < 4 / math.sqrt(d) * 3
+    var = noise.var(0, ddof=1).mean()
+    assert var == pytest.approx((sigma * C) ** 2, rel=0.02)
+
+
+def test_client_level_aggregate_noise_is_topped_up(digits):
+    """Client-level DP-FedAvg, aggregate view: the released sum carries noise
+    of variance max(|S|, qN)·σ²C² per coordinate — the server tops a small
+    cohort up to qN — and is divided by qN."""
+    parts = D.partition_iid(digits.y_train.numpy(), 10)
+    R, sigma, C, q = 300, 2.0, 0.05, 0.3
+    eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R))
+    pol = ALGORITHMS["dpfedavg"](eng, mechanism="client", sigma=sigma, clip=C, lr=1e-9, client_rate=q,
+                                 local_epochs=1, batch_size=32)
+    g0 = eng.init_global()
+    g0 = [p[:1].expand_as(p).clone() for p in g0]
+    out = pol.round(0, g0, np.ones(R, bool))
+    step = (eng.flat(out) - eng.flat(g0)).numpy().astype(np.float64)  # lr≈0: the update is noise only
+    qn = q * 10
+    expected = np.maximum(pol.last_cohort, qn) * (sigma * C) ** 2 / qn**2      # per replica
+    ratio = (step**2).mean(1) / expected
+    small = pol.last_cohort < qn
+    assert small.sum() > 20 and (~small).sum() > 20
+    assert ratio[small].mean() == pytest.approx(1.0, rel=0.03)   # topped up: never below qN σ²C²
+    assert ratio[~small].mean() == pytest.approx(1.0, rel=0.03)
+
+
+def test_batched_run_equals_replica_by_replica(digits):
+    parts = D.partition_dirichlet(digits.y_train.numpy(), 5, 0.5, seed=1)
+    kw = dict(sigma=1.0, clip=1.0, lr=0.3, batch_rate=0.1, local_steps=2)
+    eng = Engine(build_model("cnn", digits.shape) if False else build_model("lr", digits.shape), digits, parts,
+                 3, seeds=[5, 6, 7])
+    g_all, _, f_all = train(ALGORITHMS["dpfedavg"](eng, **kw), rounds=3, epsilon=50.0)
+    for r, s in enumerate([5, 6, 7]):
+        e1 = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[s])
+        g1, _, f1 = train(ALGORITHMS["dpfedavg"](e1, **kw), rounds=3, epsilon=50.0)
+        for a, b in zip(g_all, g1):
+            assert torch.allclose(a[r], b[0], atol=1e-5)
+        assert f_all["epsilon"][r] == pytest.approx(f1["epsilon"][0])
+
+
+def test_run_stops_when_budget_is_spent(digits):
+    parts = D.partition_iid(digits.y_train.numpy(), 4)
+    eng = Engine(build_model("lr", digits.shape), digits, parts, 2, seeds=[0, 1])
+    pol = ALGORITHMS["dpfedavg"](eng, sigma=[0.8, 3.0], clip=1.0, lr=0.1, batch_rate=0.2, local_steps=1)
+    _, hist, fin = train(pol, rounds=200, epsilon=1.0, delta=1e-5)
+    assert np.all(fin["epsilon"] <= 1.0)
+    assert fin["rounds"][0] < fin["rounds"][1]        # less noise, fewer rounds
+    from paretofl.theory.privacy import compute_epsilon, max_steps
+    assert fin["rounds"][0] == max_steps(1.0, 0.2, 0.8, 1e-5)
+    assert fin["epsilon"][0] == pytest.approx(compute_epsilon(0.2, 0.8, int(fin["rounds"][0]), 1e-5))
+
+
+def test_ali_dpfl_adapts_tau(digits):
+    parts = D.partition_iid(digits.y_train.numpy(), 4)
+    eng = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[0])
+    pol = ALGORITHMS["ali-dpfl"](eng, epsilon=3.0, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.05, rounds_server=8)
+    assert pol.R_c[0] > 8
+    _, hist, fin = train(pol, rounds=8, epsilon=3.0)
+    taus = [row["tau"] for row in hist.rows]
+    assert max(taus) > 1 and len(set(taus)) > 1        # τ* recomputed, not fixed
+    assert fin["epsilon"][0] <= 3.0 and fin["rounds"][0] <= 8
+    # R_s >= R_c: τ* = 1 (Lemma 1)
+    pol2 = ALGORITHMS["ali-dpfl"](eng, epsilon=3.0, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.05,
+                                  rounds_server=10**6)
+    _, hist2, _ = train(pol2, rounds=4, epsilon=3.0)
+    assert all(row["tau"] == 1 for row in hist2.rows)
+
+
+def test_adap_dpfl_decays_noise_after_three_drops(digits):
+    parts = D.partition_iid(digits.y_train.numpy(), 4)
+    eng = Engine(build_model("lr", digits.shape), digits, parts, 2, seeds=[0, 1])
+    pol = ALGORITHMS["adap-dpfl"](eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.1, beta=0.5, alpha=1.0)
+    glob = eng.init_global()
+    pol.round(0, glob, np.ones(2, bool))
+    for t, losses in enumerate([[3.0, 3.0], [2.0, 3.5], [1.0, 3.0], [0.5, 2.0]]):
+        pol.after_round(t, glob, np.array(losses))
+    # replica 0: drops at rounds 2, 3, 4 -> one decay; replica 1 never three in a row
+    assert pol.sigma[0] == pytest.approx(1.0) and pol.sigma[1] == pytest.approx(2.0)
+    assert np.all(pol.clip > 0) and np.all(pol.clip != 1.0)  # adaptive clipping moved C
+
+
+def test_nbafl_downlink_noise_only_past_threshold(digits):
+    parts = D.partition_iid(digits.y_train.numpy(), 4)
+    eng = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[0])
+    below = ALGORITHMS["nbafl"](eng, epsilon=50.0, rounds=4, exposures=2)      # T = 4 <= L√N = 4
+    above = ALGORITHMS["nbafl"](eng, epsilon=50.0, rounds=10, exposures=2)     # T = 10 > 4
+    assert below.sigma_d == 0.0 and above.sigma_d > 0.0
+    assert below.sigma_u > 0
+    k = ALGORITHMS["nbafl"](eng, epsilon=50.0, rounds=10, exposures=2, clients_per_round=2)
+    assert k.K == 2
+    _, _, fin = train(k, rounds=10)
+    assert fin["epsilon"][0] == 50.0 and fin["rounds"][0] == 10
+
+
+def test_poisson_batches_have_the_right_rate(digits):
+    parts = [np.arange(1000)]
+    eng = Engine(build_model("lr", digits.shape), digits, [np.arange(len(digits.y_train))], 50, seeds=range(50))
+    idx, w = eng.poisson_batches(eng._vec(0.05))
+    sizes = w.sum(1).numpy()
+    n = len(digits.y_train)
+    assert abs(sizes.mean() - 0.05 * n) < 4 * math.sqrt(0.05 * 0.95 * n / 50)
+    for m in range(50):  # no repeats within a batch, all indices in range
+        chosen = idx[m][w[m] > 0]
+        assert len(set(chosen.tolist())) == len(chosen) and int(chosen.max()) < n
+    del parts
+
+
+def test_partitions():
+    y = np.repeat(np.arange(10), 100)
+    for parts in (D.partition_iid(y, 7), D.partition_dirichlet(y, 7, 0.1, min_size=5), D.partition_shards(y, 10, 40)):
+        allidx = np.concatenate(parts)
+        assert len(allidx) == len(y) and len(np.unique(allidx)) == len(y)
+    sh = D.partition_shards(y, 10, 40)
+    assert all(len(p) == 100 for p in sh)
+    skew = D.partition_dirichlet(y, 5, 0.01, min_size=1)
+    assert max(len(np.unique(y[p])) for p in skew) < 10  # strong label skew
+    with pytest.raises(ValueError):
+        D.partition_shards(y, 7, 40)
+
+
+def test_idx_reader_and_clean_errors(tmp_path):
+    imgs = np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28)
+    labels = np.array([3, 7], dtype=np.uint8)
+
+    def write(name, arr, code):
+        header = bytes([0, 0, 8, arr.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in arr.shape)
+        with gzip.open(tmp_path / f"{name}.gz", "wb") as f:
+            f.write(header + arr.tobytes())
+
+    write("train-images-idx3-ubyte", imgs, 3)
+    write("train-labels-idx1-ubyte", labels, 1)
+    write("t10k-images-idx3-ubyte", imgs, 3)
+    write("t10k-labels-idx1-ubyte", labels, 1)
+    ds = D.load_dataset("fashion-mnist", data_dir=str(tmp_path), download=False)
+    assert ds.x_train.shape == (2, 1, 28, 28) and ds.y_train.tolist() == [3, 7]
+    with gzip.open(tmp_path / "t10k-labels-idx1-ubyte.gz", "wb") as f:
+        f.write(bytes([0, 0, 8, 1]) + (5).to_bytes(4, "big") + b"\x01")
+    with pytest.raises(ValueError, match="truncated"):
+        D.load_dataset("fashion-mnist", data_dir=str(tmp_path), download=False)
+    with pytest.raises(ValueError, match="not found"):
+        D.load_dataset("cifar10", data_dir=str(tmp_path / "empty"), download=False)
+    with pytest.raises(ValueError, match="unknown data set"):
+        D.load_dataset("imagenet")
