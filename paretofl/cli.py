@@ -144,6 +144,74 @@ def cmd_design(a):
     _emit(out, a.json, "\n".join(lines))
 
 
+# --------------------------------------------------------------------------
+# train
+# --------------------------------------------------------------------------
+def cmd_train(a):
+    import numpy as np
+    import torch
+
+    from .fl.algorithms import ALGORITHMS, train
+    from .fl.data import load_dataset, make_partition
+    from .fl.engine import Engine
+    from .fl.models import build_model
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but no CUDA device is available")
+    if a.replicas < 1 or a.clients < 1 or a.rounds < 1:
+        raise ValueError("--replicas, --clients and --rounds must be positive")
+    if a.history:
+        _check_out_path(a.history, (".csv",))
+    ds = load_dataset(a.dataset, a.data_dir)
+    parts = make_partition(a.partition, ds.y_train.numpy(), a.clients, seed=a.seed, beta=a.beta)
+    net = build_model(a.model, ds.shape, ds.n_classes)
+    eng = Engine(net, ds, parts, a.replicas, device=a.device, seeds=[a.seed + r for r in range(a.replicas)])
+    common = dict(sigma=a.sigma, clip=a.clip, lr=a.lr)
+    if a.algorithm == "dpfedavg":
+        pol = ALGORITHMS["dpfedavg"](eng, mechanism=a.mechanism, batch_rate=a.batch_rate, local_steps=a.local_steps,
+                                     client_rate=a.client_rate, local_epochs=a.local_epochs,
+                                     batch_size=a.batch_size, view=a.view, **common)
+    elif a.algorithm == "ali-dpfl":
+        pol = ALGORITHMS["ali-dpfl"](eng, epsilon=a.epsilon, delta=a.delta, batch_rate=a.batch_rate,
+                                     rounds_server=a.rounds_server or a.rounds, gamma=a.gamma,
+                                     client_rate=a.client_rate, **common)
+    elif a.algorithm == "adap-dpfl":
+        pol = ALGORITHMS["adap-dpfl"](eng, alpha=a.alpha, beta=a.noise_decay, batch_rate=a.batch_rate,
+                                      local_steps=a.local_steps, client_rate=a.client_rate, **common)
+    else:
+        pol = ALGORITHMS["nbafl"](eng, epsilon=a.epsilon, rounds=a.rounds, delta=a.delta, clip=a.clip,
+                                  exposures=a.exposures, clients_per_round=a.clients_per_round,
+                                  prox_mu=a.prox_mu, lr=a.lr, local_steps=a.local_steps, batch_size=a.batch_size)
+    torch.manual_seed(a.seed)
+    _, hist, fin = train(pol, rounds=a.rounds, epsilon=a.epsilon, delta=a.delta, eval_every=a.eval_every,
+                         progress=not a.json and sys.stderr.isatty())
+    if a.history:
+        hist.to_csv(a.history)
+    mean = lambda v: float(np.mean(v))  # noqa: E731
+    out = {"accuracy": mean(fin["accuracy"]), "test_loss": mean(fin["test_loss"]),
+           "epsilon": float(np.max(fin["epsilon"])), "delta": a.delta, "rounds": int(np.max(fin["rounds"])),
+           "per_replica": {k: np.asarray(fin[k]).tolist() for k in ("accuracy", "test_loss", "epsilon", "rounds")},
+           "seconds": fin["seconds"], "algorithm": a.algorithm, "dataset": a.dataset, "model": a.model}
+    if a.history:
+        out["history"] = a.history
+    text = (f"{a.algorithm} on {a.dataset} ({a.model}, {a.clients} clients, {a.partition}), "
+            f"{a.replicas} replica(s), {fin['seconds']:.1f} s:\n"
+            f"  test accuracy {out['accuracy']:.4f}   test loss {out['test_loss']:.4f}\n"
+            f"  privacy spent epsilon = {out['epsilon']:.4g}, delta = {a.delta:g} after {out['rounds']} rounds"
+            + (f"\n  history written to {a.history}" if a.history else ""))
+    _emit(out, a.json, text)
+
+
+def _check_out_path(path, suffixes):
+    from pathlib import Path
+
+    p = Path(path)
+    if p.suffix.lower() not in suffixes:
+        raise ValueError(f"{path!r} must end in {' or '.join(suffixes)}")
+    if not p.parent.exists():
+        raise ValueError(f"cannot write {path}: folder {p.parent} does not exist")
+
+
 def _check_plot_path(path):
     """Fail before the work, not after it, when a plot cannot be written."""
     if not path:
@@ -206,6 +274,43 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plot", help="write the design figure (.png/.pdf)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_design)
+
+    s = sub.add_parser("train", help="run DP federated learning (vectorised over clients and replicas)")
+    s.add_argument("--algorithm", choices=("dpfedavg", "ali-dpfl", "adap-dpfl", "nbafl"), default="dpfedavg")
+    s.add_argument("--dataset", choices=("fashion-mnist", "mnist", "cifar10", "digits"), default="fashion-mnist")
+    s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
+    s.add_argument("--model", choices=("lr", "lenet", "cnn", "cifar-cnn"), default="cnn")
+    s.add_argument("--clients", type=INT, default=10)
+    s.add_argument("--partition", choices=("iid", "dirichlet", "shards"), default="iid")
+    s.add_argument("--beta", type=FLOAT, default=0.05, help="Dirichlet concentration (dirichlet partition)")
+    s.add_argument("--epsilon", type=FLOAT, default=2.0, help="privacy budget; a run stops when it is spent")
+    s.add_argument("--delta", type=FLOAT, default=1e-5)
+    s.add_argument("--rounds", type=INT, default=100, help="most communication rounds")
+    s.add_argument("--sigma", type=FLOAT, default=1.0, help="noise multiplier")
+    s.add_argument("--clip", type=FLOAT, default=1.0, help="clipping bound C")
+    s.add_argument("--lr", type=FLOAT, default=0.5)
+    s.add_argument("--batch-rate", type=FLOAT, default=0.015, help="DP-SGD Poisson batch rate q_b")
+    s.add_argument("--local-steps", type=INT, default=1, help="local iterations tau per round")
+    s.add_argument("--client-rate", type=FLOAT, default=1.0, help="client sampling ratio q")
+    s.add_argument("--mechanism", choices=("sample", "client"), default="sample",
+                   help="dpfedavg: DP-SGD in clients (sample) or client-level update clipping (client)")
+    s.add_argument("--view", choices=("aggregate", "local"), default="aggregate", help="client-level accounting")
+    s.add_argument("--local-epochs", type=INT, default=1, help="client-level dpfedavg / nbafl")
+    s.add_argument("--batch-size", type=INT, default=64, help="non-private local SGD batch size")
+    s.add_argument("--rounds-server", type=INT, help="ali-dpfl: R_s (default --rounds)")
+    s.add_argument("--gamma", type=FLOAT, default=10.0, help="ali-dpfl: heterogeneity Gamma")
+    s.add_argument("--alpha", type=FLOAT, default=1.0, help="adap-dpfl: clipping multiplier")
+    s.add_argument("--noise-decay", type=FLOAT, default=0.9, help="adap-dpfl: sigma decay beta")
+    s.add_argument("--exposures", type=INT, help="nbafl: L (default: rounds)")
+    s.add_argument("--clients-per-round", type=INT, help="nbafl: K scheduled clients (default N)")
+    s.add_argument("--prox-mu", type=FLOAT, default=0.01, help="nbafl: proximal term")
+    s.add_argument("--replicas", type=INT, default=1, help="independent seeds run side by side")
+    s.add_argument("--seed", type=INT, default=0)
+    s.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    s.add_argument("--eval-every", type=INT, default=1)
+    s.add_argument("--history", help="write the per-round history here (.csv)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_train)
     return p
 
 

@@ -112,3 +112,26 @@ def test_text_output_is_readable(capsys):
     assert main(["design", "--clients", "20", "--budget", "3", "--max-rounds", "100", "--q", "0.5"]) == 0
     text = capsys.readouterr().out
     assert "rounds T" in text and "epsilon spent" in text and "Theorem 3 case" in text
+
+
+def test_train_json_contract_and_history(tmp_path, capsys):
+    h = tmp_path / "hist.csv"
+    out = run_json(capsys, "train", "--dataset", "digits", "--model", "lr", "--clients", "4", "--epsilon", "3",
+                   "--rounds", "5", "--batch-rate", "0.05", "--history", str(h))
+    for key in ("accuracy", "test_loss", "epsilon", "delta", "rounds"):
+        assert key in out
+    assert 0 <= out["accuracy"] <= 1 and out["epsilon"] <= 3 and out["rounds"] == 5
+    assert h.read_text().splitlines()[0].startswith("round,replica")
+    assert len(h.read_text().splitlines()) == 6
+
+
+@pytest.mark.parametrize("args", [
+    ["train", "--dataset", "digits", "--model", "lr", "--sigma", "-1", "--rounds", "2"],
+    ["train", "--dataset", "digits", "--model", "lr", "--batch-rate", "2", "--rounds", "2"],
+    ["train", "--dataset", "digits", "--model", "resnet"],
+    ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--history", "/no/such/h.csv"],
+    ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--partition", "shards", "--clients", "7"],
+])
+def test_train_bad_input_one_line_exit_2(args):
+    code, out, err = run(*args)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
