@@ -41,6 +41,7 @@ class Engine:
         self.M = self.N * self.R
         self.x = data.x_train.to(self.device, dtype)
         self.y = data.y_train.to(self.device)
+        self.x_sq = self.x.reshape(len(self.x), -1).pow(2).sum(1)   # cached input norms (LR's first layer)
         self.x_test = data.x_test.to(self.device, dtype)
         self.y_test = data.y_test.to(self.device)
         sizes = np.array([len(p) for p in parts])
@@ -172,16 +173,18 @@ class Engine:
         return params, stats
 
     def _grads_chunked(self, params, idx, w, clip):
-        """clipped_grads over the models in chunks of about 256 samples: the
-        working set stays in cache (measured 3x faster on a 2-core CPU than
-        one batch of all models); on CUDA one chunk holds every model."""
+        """clipped_grads over the models in chunks of about 256 samples for
+        convolutional nets on CPU: the working set stays in cache (measured 3x
+        faster on a 2-core CPU than one batch of all models); otherwise (and
+        on CUDA) one chunk holds every model."""
         B = idx.shape[1]
-        size = self.M if self.device.type == "cuda" else max(1, 256 // max(B, 1))
+        conv = any(layer.kind == "conv" for layer in self.net.layers)
+        size = self.M if (self.device.type == "cuda" or not conv) else max(1, 256 // max(B, 1))
         outs = []
         for s in range(0, self.M, size):
             sl = slice(s, s + size)
             outs.append(self.net.clipped_grads([p[sl] for p in params], self.x[idx[sl]], self.y[idx[sl]], w[sl],
-                                               clip=None if clip is None else clip[sl]))
+                                               clip=None if clip is None else clip[sl], x_sqnorm=self.x_sq[idx[sl]]))
         if len(outs) == 1:
             return outs[0]
         grads = [torch.cat([o[0][j] for o in outs]) for j in range(len(params))]
