@@ -208,3 +208,17 @@ def test_idx_reader_and_clean_errors(tmp_path):
         D.load_dataset("cifar10", data_dir=str(tmp_path / "empty"), download=False)
     with pytest.raises(ValueError, match="unknown data set"):
         D.load_dataset("imagenet")
+
+
+def test_policies_adapt_every_round_whatever_the_eval_interval(digits):
+    parts = D.partition_iid(digits.y_train.numpy(), 4)
+    eng = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[0])
+    calls = []
+
+    class Spy(ALGORITHMS["adap-dpfl"]):
+        def after_round(self, t, glob, val_loss):
+            calls.append((t, val_loss is not None))
+            super().after_round(t, glob, val_loss)
+
+    train(Spy(eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.05), rounds=6, epsilon=20.0, eval_every=100)
+    assert calls == [(t, True) for t in range(6)]

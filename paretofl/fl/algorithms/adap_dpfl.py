@@ -22,6 +22,7 @@ from .dpfedavg import DPFedAvg
 
 class AdapDPFL(DPFedAvg):
     name = "adap-dpfl"
+    needs_validation = True
 
     def __init__(self, engine, alpha=1.0, beta=0.9, patience=3, sigma_min=0.0, **kw):
         kw.setdefault("mechanism", "sample")

@@ -78,6 +78,7 @@ class Policy:
     """
 
     name = "policy"
+    needs_validation = False  # does after_round use the server's validation loss?
 
     def __init__(self, engine: Engine, **settings):
         self.engine = engine
@@ -124,7 +125,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     done_rounds = np.zeros(R, dtype=int)
     hist = History()
     cap = policy.max_rounds()
-    bar = None
+    bar, last_acc = None, float("nan")
     if progress:
         from tqdm import tqdm
 
@@ -147,19 +148,22 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
             ledger.rdp[active] += inc[active]
         done_rounds[active] += 1
         last = t == rounds - 1
+        # the policy adapts every round (ALI-DPFL's τ*, Adap DP-FL's C and σ);
+        # the server's validation loss is computed only for those that use it
+        val_loss = _val(eng, glob, val_size)[0].cpu().numpy() if policy.needs_validation else None
+        policy.after_round(t, glob, val_loss)
         if (t + 1) % eval_every == 0 or last:
             with torch.no_grad():
-                val_loss, _ = _val(eng, glob, val_size)
                 test_loss, acc = eng.evaluate(glob)
+                last_acc = float(acc.max())
             eps = ledger.epsilon() if policy.fixed_epsilon() is None else np.full(R, policy.fixed_epsilon())
             for r in range(R):
                 hist.add(round=t + 1, replica=r, active=bool(active[r]), test_loss=float(test_loss[r]),
                          accuracy=float(acc[r]), epsilon=float(eps[r]), **policy.info_row(r)
                          if hasattr(policy, "info_row") else {})
-            policy.after_round(t, glob, val_loss.cpu().numpy())
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(acc=f"{float(acc.max()):.3f}" if "acc" in dir() else "", active=int(active.sum()))
+            bar.set_postfix(best_acc=f"{last_acc:.3f}", active=int(active.sum()))
     if bar is not None:
         bar.close()
     test_loss, acc = eng.evaluate(glob)
@@ -169,7 +173,9 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     return glob, hist, final
 
 
+@torch.no_grad()
 def _val(eng, glob, n):
+    """Server-side validation loss on the first n test samples."""
     x, y = eng.x_test[:n], eng.y_test[:n]
     logits = eng.net.forward(glob, x.unsqueeze(0).expand(eng.R, *x.shape))
     lp = torch.log_softmax(logits, -1)
