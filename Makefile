@@ -35,6 +35,7 @@ test-slow: setup
 
 bench: setup
 	$(BIN)/python benchmarks/design_startup.py
+	$(BIN)/python benchmarks/engine_vs_opacus.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis

@@ -168,9 +168,7 @@ class Net:
                     G = g.reshape(M, B, layer.out, -1)
                     tape.append(("conv", a, G))
                     if need_input:
-                        dcols = torch.matmul(W.unsqueeze(1), G)              # (M, B, Ck², L)
-                        g = _fold(dcols.view(M * B, C, layer.k, layer.k, *_out_hw(layer, H, Wd)), layer, H, Wd)
-                        g = g.view(M, B, C, H, Wd)
+                        g = _conv_input_grad(G, W, layer, C, H, Wd)
                 elif layer.kind == "relu":
                     g = g * c
                 elif layer.kind == "maxpool":
@@ -222,6 +220,19 @@ class Net:
 
 def _out_hw(layer, H, W):
     return ((H + 2 * layer.pad - layer.k) // layer.stride + 1, (W + 2 * layer.pad - layer.k) // layer.stride + 1)
+
+
+def _conv_input_grad(G, W, layer, C, H, Wd):
+    """Gradient w.r.t. a convolution's input, for M models at once: one
+    grouped transposed convolution (groups = models), which is several
+    times faster on CPU than matmul + col2im.  G (M, B, out, L), W (M, Ck², out)."""
+    M, B, c = G.shape[:3]
+    ho, wo = _out_hw(layer, H, Wd)
+    g = G.reshape(M, B, c, ho, wo).transpose(0, 1).reshape(B, M * c, ho, wo)
+    w = W.reshape(M, C, layer.k, layer.k, c).permute(0, 4, 1, 2, 3).reshape(M * c, C, layer.k, layer.k)
+    out_pad = (H + 2 * layer.pad - layer.k - (ho - 1) * layer.stride, Wd + 2 * layer.pad - layer.k - (wo - 1) * layer.stride)
+    x = F.conv_transpose2d(g, w, stride=layer.stride, padding=layer.pad, groups=M, output_padding=out_pad)
+    return x.reshape(B, M, C, H, Wd).transpose(0, 1)
 
 
 def _fold(dcols, layer, H, W):
