@@ -3,10 +3,11 @@ per-sample gradient norms ("book-keeping", after Bu et al. 2023).
 
 A :class:`Net` is a list of layers.  Its parameters carry a leading model
 axis M (clients × replicas), so one batched forward/backward trains every
-client of every replica at once.  Convolutions run as unfold + batched
-matmul; the backward pass asks autograd only for the gradients at each
-layer's output (no weight gradients), from which the per-sample gradient
-norms and the clipped, summed weight gradients are formed directly:
+client of every replica at once.  Convolutions run as a strided im2col +
+batched matmul; the backward pass is written out by hand (no autograd) and
+yields, per trainable layer, its input A and output gradient G, from which
+the per-sample gradient norms and the clipped, summed weight gradients are
+formed directly:
 
 * linear layer: per-sample grad a_i g_iᵀ, norm² = ‖a_i‖²‖g_i‖², clipped sum
   Aᵀ diag(f) G (one matmul);
@@ -233,17 +234,6 @@ def _conv_input_grad(G, W, layer, C, H, Wd):
     out_pad = (H + 2 * layer.pad - layer.k - (ho - 1) * layer.stride, Wd + 2 * layer.pad - layer.k - (wo - 1) * layer.stride)
     x = F.conv_transpose2d(g, w, stride=layer.stride, padding=layer.pad, groups=M, output_padding=out_pad)
     return x.reshape(B, M, C, H, Wd).transpose(0, 1)
-
-
-def _fold(dcols, layer, H, W):
-    """col2im by k² strided adds: (n, C, k, k, Ho, Wo) -> (n, C, H, W)."""
-    n, C, k, _, ho, wo = dcols.shape
-    s, pad = layer.stride, layer.pad
-    out = torch.zeros(n, C, H + 2 * pad, W + 2 * pad, dtype=dcols.dtype, device=dcols.device)
-    for i in range(k):
-        for j in range(k):
-            out[:, :, i:i + s * (ho - 1) + 1:s, j:j + s * (wo - 1) + 1:s] += dcols[:, :, i, j]
-    return out[:, :, pad:pad + H, pad:pad + W] if pad else out
 
 
 def _maxpool_arg(h, k, stride):
