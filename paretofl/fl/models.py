@@ -206,9 +206,9 @@ class Net:
             grads = []
             for (kind, a, G), ps in zip(tape, per_sample):
                 if kind == "linear":
-                    af = a if f is None else a * f.unsqueeze(-1)
-                    grads.append(torch.bmm(af.transpose(1, 2), G))
-                    grads.append((G if f is None else G * f.unsqueeze(-1)).sum(1))
+                    Gf = G if f is None else G * f.unsqueeze(-1)         # scale the small factor
+                    grads.append(torch.bmm(a.transpose(1, 2), Gf))
+                    grads.append(Gf.sum(1))
                 elif f is None:
                     grads.append(torch.einsum("mbcl,mbkl->mkc", G, a))
                     grads.append(G.sum((1, 3)))
