@@ -304,7 +304,8 @@ def design(
     (u, T, sig), qb = best
     z = mechanism_params(mechanism, qb, sig, n)[1]
     eps_exact = compute_epsilon(qb, z, T, delta, orders=orders)
-    assert eps_exact <= epsilon * (1 + 1e-12), "design overspent the budget"  # never report past it
+    if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
+        raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
 
     cf = _closed_form_for_q(qb, *args)[0]  # the map, at the chosen q
     case = pareto.theorem3(qb, n, kappa, sigma_min, sigma_max, t_cap).case
@@ -313,7 +314,6 @@ def design(
         distance = {
             "sigma_rel": sig / cf["sigma"] - 1.0,
             "rounds_rel": T / cf["rounds"] - 1.0,
-            "q_rel": qb / cf["q"] - 1.0,
             "utility_rel": u / cf["utility_bound"] - 1.0,
         }
     return Design(
