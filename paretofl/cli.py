@@ -319,8 +319,10 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ArithmeticError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        if isinstance(exc, ArithmeticError):
+            msg = f"a number is out of range ({msg})"
         print(f"paretofl {args.command}: error: {msg}", file=sys.stderr)
         return EXIT_USAGE
     return 0

@@ -32,6 +32,8 @@ __all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_ka
 #: model and data (``paretofl pretrial`` + ``paretofl fit``).
 PLACEHOLDER_KAPPA = 0.05
 
+MAX_CLIENTS = 1_000_000
+
 _SHIPPED_FIT = Path(__file__).resolve().parent.parent / "pretrials" / "default_fit.json"
 
 
@@ -244,6 +246,8 @@ def design(
     Raises :class:`InfeasibleBudget` when no allowed point meets ε.
     """
     n = _int_at_least(n_clients, 1, "number of clients")
+    if n > MAX_CLIENTS:
+        raise ValueError(f"at most {MAX_CLIENTS:,} clients (the answer lists sigma for each), got {n:,}")
     _pos(epsilon, "epsilon budget")
     if not (0 < delta < 1):
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
@@ -251,6 +255,8 @@ def design(
     _pos(sigma_max, "sigma-max")
     if sigma_min > sigma_max:
         raise ValueError(f"empty sigma range: sigma-min {sigma_min:g} > sigma-max {sigma_max:g}")
+    if sigma_min < 1e-4 or sigma_max > 1e6:
+        raise ValueError(f"sigma range [{sigma_min:g}, {sigma_max:g}] must lie within [1e-4, 1e6]")
     if mechanism not in ("aggregate", "local"):
         raise ValueError(f"mechanism must be 'aggregate' or 'local', got {mechanism!r}")
     if q is not None and not (0 < q <= 1):

@@ -135,3 +135,51 @@ def test_train_json_contract_and_history(tmp_path, capsys):
 def test_train_bad_input_one_line_exit_2(args):
     code, out, err = run(*args)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+EDGE = ["0", "-1", "1e-300", "1e300", "nan", "inf", "0.5", "1", "2", "abc", "", "3", "1e-9", "100000000"]
+BASE = {"account": ["--sigma", "1", "--q", "0.1", "--steps", "10"],
+        "pareto": ["--clients", "10", "--q", "0.5", "--kappa", "0.1", "--sigma-min", "0.5", "--sigma-max", "3",
+                   "--max-rounds", "20"],
+        "design": ["--clients", "10", "--budget", "2", "--max-rounds", "20", "--q", "0.5", "--kappa", "0.1"]}
+FLAGS = {"account": ["--sigma", "--q", "--steps", "--delta"],
+         "pareto": ["--clients", "--q", "--kappa", "--sigma-min", "--sigma-max", "--max-rounds", "--points",
+                    "--delta"],
+         "design": ["--clients", "--budget", "--delta", "--max-rounds", "--q", "--q-min", "--q-max",
+                    "--sigma-min", "--sigma-max", "--kappa"]}
+
+
+def _edge_cases(n_per_command=40, seed=0):
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for cmd in BASE:
+        for _ in range(n_per_command):
+            args = list(BASE[cmd])
+            for f in rng.sample(FLAGS[cmd], 2):
+                v = rng.choice(EDGE)
+                if f in args:
+                    args[args.index(f) + 1] = v
+                else:
+                    args += [f, v]
+            out.append([cmd] + args)
+    return out
+
+
+@pytest.mark.parametrize("args", _edge_cases())
+def test_edge_values_answer_or_fail_in_one_line(args, capsys):
+    """Out-of-range numbers, NaN, inf, words, huge sizes: either an answer
+    (exit 0) or one line on stderr with exit 2 — never a traceback, never a
+    warning spilled on stderr."""
+    try:
+        rc = main(args + ["--json"])
+    except SystemExit as exc:  # argparse's own usage errors
+        rc = exc.code
+    captured = capsys.readouterr()
+    assert rc in (0, 2)
+    if rc == 0:
+        json.loads(captured.out)
+        assert captured.err == ""
+    else:
+        assert len(captured.err.strip().splitlines()) == 1

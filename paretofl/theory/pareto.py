@@ -149,6 +149,8 @@ def _validate_box(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rou
                     ("max-rounds", max_rounds), ("min-rounds", min_rounds)):
         if not (v > 0) or math.isinf(v):
             raise ValueError(f"{name} must be a positive finite number, got {v}")
+        if not (1e-100 < v < 1e100):
+            raise ValueError(f"{name} = {v:g} is out of the supported range (1e-100, 1e100)")
     if sigma_min > sigma_max:
         raise ValueError(f"empty sigma range: sigma-min {sigma_min:g} > sigma-max {sigma_max:g}")
     if min_rounds > max_rounds:
@@ -183,6 +185,8 @@ def theorem3(
     have no point.
     """
     _validate_box(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rounds)
+    if int(n_points) != n_points or not (2 <= n_points <= 100_000):
+        raise ValueError(f"points per piece must be an integer in 2..100000, got {n_points}")
     kp = q * n_clients / kappa
     T_a, T_b = kp / sigma_max**2, kp / sigma_min**2
     Tt, Tm = float(max_rounds), float(min_rounds)
@@ -240,6 +244,8 @@ def integer_pareto_intervals(q, n_clients, kappa, sigma_min, sigma_max, max_roun
     t0, t1 = int(math.ceil(min_rounds)), int(math.floor(max_rounds))
     if t1 < t0:
         raise ValueError("no integer number of rounds lies in [min-rounds, max-rounds]")
+    if t1 - t0 > 1_000_000:
+        raise ValueError(f"integer rounds list one interval per T: at most 1,000,000 values, got {t1 - t0 + 1}")
     T = np.arange(t0, t1 + 1, dtype=float)
     Tn = T + 1
     lo = np.maximum(sigma_min, np.minimum(np.sqrt(kp / Tn), sigma_max * np.sqrt(T / Tn)))

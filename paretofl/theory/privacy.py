@@ -198,6 +198,14 @@ def rdp_subsampled_gaussian(q: float, noise_multiplier, orders: Sequence[float] 
     z = np.atleast_1d(np.asarray(noise_multiplier, dtype=float))
     if np.any(~(z > 0)) or np.any(~np.isfinite(z)):
         raise ValueError("noise multiplier must be a positive finite number")
+    if np.any(z < 1e-6):
+        raise ValueError("noise multiplier below 1e-6: no meaningful privacy (epsilon is astronomical)")
+    with np.errstate(over="ignore", under="ignore"):  # σ² may overflow to inf: RDP -> 0, correctly
+        out = _rdp_matrix(q, z, a)
+    return out[0] if scalar else out
+
+
+def _rdp_matrix(q: float, z: np.ndarray, a: np.ndarray) -> np.ndarray:
     out = np.empty((z.size, a.size))
     if q == 1.0:
         out[:] = a[None, :] / (2.0 * z[:, None] ** 2)
@@ -215,8 +223,7 @@ def rdp_subsampled_gaussian(q: float, noise_multiplier, orders: Sequence[float] 
             ok = z >= _QUAD_MIN_SIGMA
             if ok.any():
                 out[np.ix_(ok, frac)] = _log_a_frac(q, z[ok], a[frac]) / (a[frac] - 1.0)
-    out = np.maximum(out, 0.0)  # RDP is non-negative; clears -1e-17 round-off
-    return out[0] if scalar else out
+    return np.maximum(out, 0.0)  # RDP is non-negative; clears -1e-17 round-off
 
 
 def _conversion_offset(orders: np.ndarray, delta: float, conversion: str) -> np.ndarray:
@@ -364,13 +371,14 @@ def max_steps(
     a = _check_orders(orders)
     rdp = rdp_subsampled_gaussian(q, noise_multiplier, a)
     c = _conversion_offset(a, delta, conversion)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         room = (target_epsilon - c) / rdp
     room = np.where(np.isnan(room), -1.0, room)
     t = np.floor(np.max(room, axis=-1) * (1 + 1e-12))
     t = np.clip(t, 0, 1e15)
     # guard the floor against round-off: the answer must satisfy ε(T) <= target
-    over = np.min(np.atleast_2d(rdp) * np.atleast_1d(t)[:, None] + c, axis=-1) > target_epsilon
+    with np.errstate(invalid="ignore", over="ignore"):
+        over = np.min(np.atleast_2d(rdp) * np.atleast_1d(t)[:, None] + c, axis=-1) > target_epsilon
     t = np.where(np.reshape(over, np.shape(t)) & (t > 0), t - 1, t)
     return t.astype(np.int64) if np.ndim(t) else int(t)
 
