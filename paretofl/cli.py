@@ -60,10 +60,14 @@ def _emit(obj, as_json, text):
 # account
 # --------------------------------------------------------------------------
 def cmd_account(a):
-    from .theory.privacy import compute_epsilon
+    if a.accountant == "prv":
+        from .fl.prv import PRVAccountant  # Opacus, hence torch: only when asked for
 
-    kw = {"conversion": a.conversion} if a.accountant == "rdp" else {}
-    eps = compute_epsilon(a.q, a.sigma, a.steps, a.delta, accountant=a.accountant, **kw)
+        eps = PRVAccountant().step(a.sigma, a.q, a.steps).get_epsilon(a.delta)
+    else:
+        from .theory.privacy import compute_epsilon
+
+        eps = compute_epsilon(a.q, a.sigma, a.steps, a.delta, conversion=a.conversion)
     out = {"epsilon": eps, "delta": a.delta, "accountant": a.accountant,
            "sigma": a.sigma, "q": a.q, "steps": a.steps}
     _emit(out, a.json, f"epsilon = {eps:.6g}  (delta = {a.delta:g}, accountant = {a.accountant}; "

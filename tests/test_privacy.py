@@ -10,6 +10,7 @@ from hypothesis import assume, given, settings, strategies as st
 from opacus.accountants import PRVAccountant as OpacusPRV
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
+from paretofl.fl.prv import PRVAccountant
 from paretofl.theory import privacy as P
 
 ORDERS = list(P.DEFAULT_ORDERS)
@@ -68,7 +69,7 @@ def test_vectorised_over_noise_equals_scalar():
 def test_prv_not_above_rdp(q, z, steps):
     """The PRV accountant is tighter: its ε (upper bound) is ≤ the RDP ε."""
     rdp = P.compute_epsilon(q, z, steps, 1e-5)
-    prv = P.compute_epsilon(q, z, steps, 1e-5, accountant="prv")
+    prv = PRVAccountant().step(z, q, steps).get_epsilon(1e-5)
     opacus = OpacusPRV()
     opacus.history = [(z, q, steps)]
     assert prv == pytest.approx(opacus.get_epsilon(delta=1e-5, eps_error=0.01))

@@ -1,7 +1,6 @@
 """Privacy accounting for DP federated learning (theory §1 and §5).
 
-Everything here is numpy/scipy only; Opacus (and with it torch) is imported
-lazily, and only when the PRV accountant is asked for.
+Everything here is numpy only; nothing here imports torch or Opacus.
 
 Contents
 --------
@@ -12,8 +11,10 @@ Contents
   noise multipliers.
 * :func:`rdp_to_epsilon` -- the classic (Mironov 2017, Prop. 3) and the
   improved (Balle et al. 2020, Thm. 21) RDP -> (ε, δ) conversions.
-* :class:`RDPAccountant`, :class:`PRVAccountant` -- one accountant interface
-  (``step`` / ``get_epsilon``), steps with different σ compose (Adap DP-FL).
+* :class:`RDPAccountant` -- the accountant interface (``step`` /
+  ``get_epsilon``); steps with different σ compose (Adap DP-FL).  Opacus's
+  PRV accountant has the same interface in :mod:`paretofl.fl.prv` (it needs
+  torch, which this package never imports).
 * :func:`calibrate_noise` (σ for a target ε) and :func:`max_steps` (the
   largest number of steps for a target ε; paper 002, Algorithm 3).
 * :func:`mechanism_params` -- the mechanism views of the table in §5.
@@ -34,8 +35,6 @@ __all__ = [
     "rdp_to_epsilon",
     "compute_epsilon",
     "RDPAccountant",
-    "PRVAccountant",
-    "make_accountant",
     "calibrate_noise",
     "max_steps",
     "mechanism_params",
@@ -76,6 +75,14 @@ def _check_delta(delta: float) -> float:
     if not (0.0 < delta < 1.0):
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
     return delta
+
+
+def check_step(noise_multiplier: float, sample_rate: float, steps: int) -> None:
+    """Validate one accountant charge (shared by every accountant)."""
+    _check_positive(noise_multiplier, "noise multiplier")
+    _check_rate(sample_rate)
+    if int(steps) != steps or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps}")
 
 
 def _check_orders(orders: Iterable[float]) -> np.ndarray:
@@ -272,10 +279,7 @@ class RDPAccountant:
         _conversion_offset(np.asarray(self.orders), 0.5, self.conversion)  # validates
 
     def step(self, noise_multiplier: float, sample_rate: float, steps: int = 1) -> "RDPAccountant":
-        _check_positive(noise_multiplier, "noise multiplier")
-        _check_rate(sample_rate)
-        if int(steps) != steps or steps < 0:
-            raise ValueError(f"steps must be a non-negative integer, got {steps}")
+        check_step(noise_multiplier, sample_rate, steps)
         if self.history and self.history[-1][:2] == (float(noise_multiplier), float(sample_rate)):
             z, q, n = self.history[-1]
             self.history[-1] = (z, q, n + int(steps))
@@ -295,57 +299,10 @@ class RDPAccountant:
         return rdp_to_epsilon(self.orders, self.rdp(), delta, self.conversion)[0]
 
 
-@dataclass
-class PRVAccountant:
-    """Opacus's PRV accountant (Gopi, Lee, Wutschitz 2021) behind the same
-    interface.  Returns Opacus's *upper* bound on ε (estimate + error).
-
-    Importing Opacus pulls in torch, so this is only loaded when asked for.
-    """
-
-    eps_error: float = 0.01
-    history: list = field(default_factory=list)
-
-    name = "prv"
-
-    def step(self, noise_multiplier: float, sample_rate: float, steps: int = 1) -> "PRVAccountant":
-        _check_positive(noise_multiplier, "noise multiplier")
-        _check_rate(sample_rate)
-        if int(steps) != steps or steps < 0:
-            raise ValueError(f"steps must be a non-negative integer, got {steps}")
-        if steps:
-            self.history.append((float(noise_multiplier), float(sample_rate), int(steps)))
-        return self
-
-    def get_epsilon(self, delta: float) -> float:
-        if not self.history:
-            return 0.0
-        from opacus.accountants import PRVAccountant as _OpacusPRV  # lazy: imports torch
-
-        acc = _OpacusPRV()
-        acc.history = list(self.history)
-        return float(acc.get_epsilon(delta=_check_delta(delta), eps_error=self.eps_error))
-
-
-def make_accountant(name: str = "rdp", **kwargs):
-    """The accountant called ``name`` ('rdp' or 'prv')."""
-    if name == "rdp":
-        return RDPAccountant(**kwargs)
-    if name == "prv":
-        return PRVAccountant(**kwargs)
-    raise ValueError(f"unknown accountant {name!r}; use 'rdp' or 'prv'")
-
-
-def compute_epsilon(
-    q: float,
-    noise_multiplier: float,
-    steps: int,
-    delta: float,
-    accountant: str = "rdp",
-    **kwargs,
-) -> float:
-    """ε after ``steps`` compositions of the subsampled Gaussian (q, σ)."""
-    return make_accountant(accountant, **kwargs).step(noise_multiplier, q, steps).get_epsilon(delta)
+def compute_epsilon(q: float, noise_multiplier: float, steps: int, delta: float, **kwargs) -> float:
+    """ε (RDP accountant) after ``steps`` compositions of the subsampled
+    Gaussian (q, σ); ``kwargs`` go to :class:`RDPAccountant` (orders, conversion)."""
+    return RDPAccountant(**kwargs).step(noise_multiplier, q, steps).get_epsilon(delta)
 
 
 # --------------------------------------------------------------------------

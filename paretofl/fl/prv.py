@@ -1,0 +1,37 @@
+"""Opacus's PRV accountant (Gopi, Lee, Wutschitz 2021) behind paretofl's
+accountant interface (``step`` / ``get_epsilon``).
+
+It lives here, on the torch side, because importing Opacus loads torch;
+``paretofl account --accountant prv`` loads it on demand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..theory.privacy import _check_delta, check_step
+
+
+@dataclass
+class PRVAccountant:
+    """Returns Opacus's *upper* bound on ε (its estimate plus its error)."""
+
+    eps_error: float = 0.01
+    history: list = field(default_factory=list)
+
+    name = "prv"
+
+    def step(self, noise_multiplier: float, sample_rate: float, steps: int = 1) -> "PRVAccountant":
+        check_step(noise_multiplier, sample_rate, steps)
+        if steps:
+            self.history.append((float(noise_multiplier), float(sample_rate), int(steps)))
+        return self
+
+    def get_epsilon(self, delta: float) -> float:
+        if not self.history:
+            return 0.0
+        from opacus.accountants import PRVAccountant as _OpacusPRV
+
+        acc = _OpacusPRV()
+        acc.history = list(self.history)
+        return float(acc.get_epsilon(delta=_check_delta(delta), eps_error=self.eps_error))
