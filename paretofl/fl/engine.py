@@ -41,7 +41,8 @@ class Engine:
         self.M = self.N * self.R
         self.x = data.x_train.to(self.device, dtype)
         self.y = data.y_train.to(self.device)
-        self.x_sq = self.x.reshape(len(self.x), -1).pow(2).sum(1)   # cached input norms (LR's first layer)
+        self.x_flat = self.x.reshape(len(self.x), -1)                # index_select is 2x faster than x[idx]
+        self.x_sq = self.x_flat.pow(2).sum(1)                        # cached input norms (LR's first layer)
         self.x_test = data.x_test.to(self.device, dtype)
         self.y_test = data.y_test.to(self.device)
         sizes = np.array([len(p) for p in parts])
@@ -183,8 +184,10 @@ class Engine:
         outs = []
         for s in range(0, self.M, size):
             sl = slice(s, s + size)
-            outs.append(self.net.clipped_grads([p[sl] for p in params], self.x[idx[sl]], self.y[idx[sl]], w[sl],
-                                               clip=None if clip is None else clip[sl], x_sqnorm=self.x_sq[idx[sl]]))
+            ix = idx[sl]
+            xb = torch.index_select(self.x_flat, 0, ix.reshape(-1)).view(*ix.shape, *self.x.shape[1:])
+            outs.append(self.net.clipped_grads([p[sl] for p in params], xb, self.y[ix], w[sl],
+                                               clip=None if clip is None else clip[sl], x_sqnorm=self.x_sq[ix]))
         if len(outs) == 1:
             return outs[0]
         grads = [torch.cat([o[0][j] for o in outs]) for j in range(len(params))]
