@@ -135,16 +135,14 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
         if cap is not None:
             active &= t < np.asarray(cap)
         ch = policy.charges(t)
-        if ch is not None and epsilon is not None:
-            inc = ledger.increment(ch)
-            eps_next = ledger.epsilon(ledger.rdp + inc)
-            active &= eps_next <= epsilon
+        inc = ledger.increment(ch) if ch is not None else None
+        if inc is not None and epsilon is not None:
+            active &= ledger.epsilon(ledger.rdp + inc) <= epsilon
         if not active.any():
             break
         new = policy.round(t, glob, active)
         glob = _freeze(new, glob, active)
-        if ch is not None:
-            inc = ledger.increment(ch)
+        if inc is not None:
             ledger.rdp[active] += inc[active]
         done_rounds[active] += 1
         last = t == rounds - 1
