@@ -168,8 +168,9 @@ class Engine:
                         -1, *[1] * (g.ndim - 1)) * (params[j] - anchor[j])
                 params[j] -= scale.reshape(-1, *[1] * (g.ndim - 1)) * upd
             cnt = w.sum(1).clamp(min=1)
-            clipped = ((norms > cl[:, None]) & (w > 0)).sum(1) / cnt if cl is not None else torch.zeros(self.M)
-            cns = (torch.minimum(norms, cl[:, None]) * w).sum(1) if cl is not None else torch.zeros(self.M)
+            zero = torch.zeros(self.M, device=self.device, dtype=self.dtype)
+            clipped = ((norms > cl[:, None]) & (w > 0)).sum(1) / cnt if cl is not None else zero
+            cns = (torch.minimum(norms, cl[:, None]) * w).sum(1) if cl is not None else zero
             stats = StepStats(loss / cnt, clipped, (norms * w).sum(1) / cnt, cns)
         return params, stats
 

@@ -70,7 +70,7 @@ class DPFedAvg(Policy):
         if np.all(self.client_rate >= 1):
             sel = torch.ones(eng.R, eng.N, dtype=torch.bool, device=eng.device)
         else:
-            sel = eng.sample_clients(torch.as_tensor(self.client_rate))
+            sel = eng.sample_clients(torch.as_tensor(self.client_rate, device=eng.device))
         return sel & torch.as_tensor(active, device=eng.device)[:, None]
 
     def _sample_round(self, glob, active):
