@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@# FashionMNIST from Debian's package when we can (root + apt); otherwise torchvision later
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	  (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \
+	  (timeout 300 apt-get update -qq && timeout 300 apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \
 	  && echo "installed FashionMNIST into /usr/share/datasets/fashion-mnist" \
 	  || echo "note: dataset-fashion-mnist not installed; FashionMNIST will come from torchvision"; fi
 	touch $(STAMP)
