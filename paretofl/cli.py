@@ -207,6 +207,7 @@ def cmd_train(a):
 
 
 def _check_out_path(path, suffixes):
+    """An output file must have one of ``suffixes`` and an existing folder."""
     from pathlib import Path
 
     p = Path(path)
@@ -218,15 +219,8 @@ def _check_out_path(path, suffixes):
 
 def _check_plot_path(path):
     """Fail before the work, not after it, when a plot cannot be written."""
-    if not path:
-        return
-    from pathlib import Path
-
-    p = Path(path)
-    if p.suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise ValueError(f"plot file must end in .png, .pdf or .svg, got {path!r}")
-    if not p.parent.exists():
-        raise ValueError(f"cannot write plot {path}: folder {p.parent} does not exist")
+    if path:
+        _check_out_path(path, (".png", ".pdf", ".svg"))
 
 
 # --------------------------------------------------------------------------

@@ -188,7 +188,7 @@ def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, view, orders)
         return compute_epsilon(q, s * zf, max(1, int(math.floor(tt))), delta, orders=orders)
 
     if epsilon(0) > eps:
-        return None, ps
+        return None
     lo, hi = 0, len(pts) - 1
     if epsilon(hi) <= eps:
         lo = hi
@@ -201,7 +201,7 @@ def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, view, orders)
     s, tt = pts[lo]
     tt = max(1, int(math.floor(tt)))
     return {"q": q, "rounds": tt, "sigma": float(s), "utility_bound": 1 / tt + kappa * s * s / (q * n),
-            "epsilon": epsilon(lo)}, ps
+            "epsilon": epsilon(lo)}
 
 
 def _q_candidates(n, q, q_min, q_max, view):
@@ -313,7 +313,7 @@ def design(
     if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
         raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
 
-    cf = _closed_form_for_q(qb, *args)[0]  # the map, at the chosen q
+    cf = _closed_form_for_q(qb, *args)  # the map, at the chosen q
     case = pareto.theorem3(qb, n, kappa, sigma_min, sigma_max, t_cap).case
     distance = {}
     if cf is not None:

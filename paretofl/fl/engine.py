@@ -27,9 +27,7 @@ from .models import Net
 
 @dataclass
 class StepStats:
-    loss: torch.Tensor          # (M,) mean training loss of the last local step
-    clip_fraction: torch.Tensor  # (M,) share of samples whose gradient was clipped (last step)
-    mean_norm: torch.Tensor      # (M,) mean per-sample gradient norm (last step)
+    loss: torch.Tensor              # (M,) mean training loss of the last local step
     clipped_norm_sum: torch.Tensor  # (M,) Σ_b min(‖g_b‖, C) over the last batch (sensitivity C)
 
 
@@ -71,13 +69,6 @@ class Engine:
     def broadcast(self, glob):
         """(R, ...) -> (M, ...): every client starts from its replica's model."""
         return [g.repeat_interleave(self.N, dim=0) for g in glob]
-
-    def per_model(self, v) -> torch.Tensor:
-        """A per-replica setting (scalar or (R,)) as an (M,) tensor."""
-        t = torch.as_tensor(v, dtype=self.dtype, device=self.device)
-        if t.ndim == 0:
-            t = t.expand(self.R)
-        return t.repeat_interleave(self.N)
 
     # ------------------------------------------------------------ sampling
     def _uniform(self, shape_per_replica):
@@ -140,22 +131,22 @@ class Engine:
         steps = torch.as_tensor(steps, device=self.device).reshape(-1)
         if steps.numel() == 1:
             steps = steps.expand(self.M)
-        lr = self._vec(lr)
+        lr = self.vec(lr)
         params = [p.clone() for p in params]
         stats = None
         n_i = self.client_n.repeat(self.R).to(self.dtype)
         for s in range(int(steps.max()) if steps.numel() else 0):
             active = (steps > s).to(self.dtype)
             if clip is not None:
-                idx, w = self.poisson_batches(self._vec(batch_rate))
+                idx, w = self.poisson_batches(self.vec(batch_rate))
             else:
                 idx, w = self.fixed_batches(int(batch_size))
-            cl = self._vec(clip) if clip is not None else None
+            cl = self.vec(clip) if clip is not None else None
             grads, norms, loss = self._grads_chunked(params, idx, w, cl)
             if clip is not None:
-                denom = self._vec(batch_rate) * n_i
+                denom = self.vec(batch_rate) * n_i
                 if sigma is not None:
-                    std = self._vec(sigma) * cl
+                    std = self.vec(sigma) * cl
                     noise = self.noise_like(grads)
                     grads = [g + n * std.reshape(-1, *[1] * (g.ndim - 1)) for g, n in zip(grads, noise)]
             else:
@@ -164,14 +155,12 @@ class Engine:
             for j, g in enumerate(grads):
                 upd = g
                 if prox_mu is not None:
-                    upd = upd + self._vec(prox_mu).reshape(-1, *[1] * (g.ndim - 1)) * denom.reshape(
+                    upd = upd + self.vec(prox_mu).reshape(-1, *[1] * (g.ndim - 1)) * denom.reshape(
                         -1, *[1] * (g.ndim - 1)) * (params[j] - anchor[j])
                 params[j] -= scale.reshape(-1, *[1] * (g.ndim - 1)) * upd
-            cnt = w.sum(1).clamp(min=1)
-            zero = torch.zeros(self.M, device=self.device, dtype=self.dtype)
-            clipped = ((norms > cl[:, None]) & (w > 0)).sum(1) / cnt if cl is not None else zero
-            cns = (torch.minimum(norms, cl[:, None]) * w).sum(1) if cl is not None else zero
-            stats = StepStats(loss / cnt, clipped, (norms * w).sum(1) / cnt, cns)
+            cns = (torch.minimum(norms, cl[:, None]) * w).sum(1) if cl is not None else \
+                torch.zeros(self.M, device=self.device, dtype=self.dtype)
+            stats = StepStats(loss / w.sum(1).clamp(min=1), cns)
         return params, stats
 
     def _grads_chunked(self, params, idx, w, clip):
@@ -194,7 +183,8 @@ class Engine:
         grads = [torch.cat([o[0][j] for o in outs]) for j in range(len(params))]
         return grads, torch.cat([o[1] for o in outs]), torch.cat([o[2] for o in outs])
 
-    def _vec(self, v):
+    def vec(self, v):
+        """A setting (scalar, per replica (R,) or per model (M,)) as an (M,) tensor."""
         t = torch.as_tensor(v, dtype=self.dtype, device=self.device)
         if t.ndim == 0:
             return t.expand(self.M)
@@ -227,7 +217,7 @@ class Engine:
         (M,); returns (clipped Δ as a flat (M, d) tensor, norms before)."""
         d = self.flat(new) - self.flat(old)
         norms = d.norm(dim=1)
-        f = torch.clamp(self._vec(clip) / (norms + 1e-12), max=1.0)
+        f = torch.clamp(self.vec(clip) / (norms + 1e-12), max=1.0)
         return d * f[:, None], norms
 
     def aggregate(self, values, weights, noise_std=None):
@@ -248,9 +238,9 @@ class Engine:
 
     # ------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self, glob, split="test", chunk=2500):
-        """(loss, accuracy), each (R,), of every replica's global model."""
-        x, y = (self.x_test, self.y_test) if split == "test" else (self.x, self.y)
+    def evaluate(self, glob, chunk=2500):
+        """Test (loss, accuracy), each (R,), of every replica's global model."""
+        x, y = self.x_test, self.y_test
         tot_loss = torch.zeros(self.R, device=self.device, dtype=torch.float64)
         correct = torch.zeros(self.R, device=self.device, dtype=torch.float64)
         for s in range(0, len(y), chunk):

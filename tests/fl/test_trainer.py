@@ -162,7 +162,7 @@ def test_nbafl_downlink_noise_only_past_threshold(digits):
 def test_poisson_batches_have_the_right_rate(digits):
     parts = [np.arange(1000)]
     eng = Engine(build_model("lr", digits.shape), digits, [np.arange(len(digits.y_train))], 50, seeds=range(50))
-    idx, w = eng.poisson_batches(eng._vec(0.05))
+    idx, w = eng.poisson_batches(eng.vec(0.05))
     sizes = w.sum(1).numpy()
     n = len(digits.y_train)
     assert abs(sizes.mean() - 0.05 * n) < 4 * math.sqrt(0.05 * 0.95 * n / 50)

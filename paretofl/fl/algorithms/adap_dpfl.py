@@ -45,7 +45,7 @@ class AdapDPFL(DPFedAvg):
         # DP mean of clipped norms: per client noisy sum / expected batch, then p_i-average
         std = torch.as_tensor(np.repeat(self.sigma * self.clip, eng.N), dtype=eng.dtype, device=eng.device)
         noisy = st.clipped_norm_sum + std * eng._normal((eng.N,)).reshape(-1)
-        denom = eng._vec(self.batch_rate) * eng.client_n.repeat(eng.R)
+        denom = eng.vec(self.batch_rate) * eng.client_n.repeat(eng.R)
         mean = (noisy / denom).reshape(eng.R, eng.N)
         dp_mean = (mean * eng.p[None, :]).sum(1).cpu().numpy()
         self.clip = np.where(dp_mean > 0, self.alpha * dp_mean, self.clip)

@@ -51,10 +51,6 @@ class History:
     def add(self, **kw):
         self.rows.append(kw)
 
-    def last(self, replica: int) -> dict:
-        rows = [r for r in self.rows if r["replica"] == replica]
-        return rows[-1] if rows else {}
-
     def to_csv(self, path):
         import csv
 
@@ -80,9 +76,8 @@ class Policy:
     name = "policy"
     needs_validation = False  # does after_round use the server's validation loss?
 
-    def __init__(self, engine: Engine, **settings):
+    def __init__(self, engine: Engine):
         self.engine = engine
-        self.settings = settings
 
     def charges(self, t):
         return None
@@ -96,7 +91,8 @@ class Policy:
     def max_rounds(self):
         return None
 
-    def info(self) -> dict:
+    def info_row(self, r) -> dict:
+        """Extra per-replica columns for the history (σ, C, τ …)."""
         return {}
 
     def fixed_epsilon(self):
@@ -157,8 +153,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
             eps = ledger.epsilon() if policy.fixed_epsilon() is None else np.full(R, policy.fixed_epsilon())
             for r in range(R):
                 hist.add(round=t + 1, replica=r, active=bool(active[r]), test_loss=float(test_loss[r]),
-                         accuracy=float(acc[r]), epsilon=float(eps[r]), **policy.info_row(r)
-                         if hasattr(policy, "info_row") else {})
+                         accuracy=float(acc[r]), epsilon=float(eps[r]), **policy.info_row(r))
         if bar is not None:
             bar.update(1)
             bar.set_postfix(best_acc=f"{last_acc:.3f}", active=int(active.sum()))

@@ -79,8 +79,8 @@ class DPFedAvg(Policy):
         steps = torch.as_tensor(self.steps_this_round(), device=eng.device).repeat_interleave(eng.N)
         steps = steps * sel.reshape(-1)
         params = eng.broadcast(glob)
-        new, stats = eng.local_steps(params, steps, eng._vec(self.lr), batch_rate=eng._vec(self.batch_rate),
-                                     sigma=eng._vec(self.sigma), clip=eng._vec(self.clip))
+        new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_rate=eng.vec(self.batch_rate),
+                                     sigma=eng.vec(self.sigma), clip=eng.vec(self.clip))
         self.last_stats = stats
         w = eng.p.reshape(1, -1) * sel
         w = w / w.sum(1, keepdim=True).clamp(min=1e-12)
@@ -97,10 +97,10 @@ class DPFedAvg(Policy):
         n_i = eng.client_n.repeat(eng.R)
         steps = self.local_epochs * torch.ceil(n_i / self.batch_size).long() * sel.reshape(-1)
         params = eng.broadcast(glob)
-        new, stats = eng.local_steps(params, steps, eng._vec(self.lr), batch_size=self.batch_size)
+        new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_size=self.batch_size)
         self.last_stats = stats
-        delta, _ = eng.clip_updates(new, params, eng._vec(self.clip))
-        std = eng._vec(self.sigma * self.clip)
+        delta, _ = eng.clip_updates(new, params, eng.vec(self.clip))
+        std = eng.vec(self.sigma * self.clip)
         noise = eng.noise_like([delta])[0] * std[:, None]
         contrib = (delta + noise) * sel.reshape(-1, 1)
         qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
