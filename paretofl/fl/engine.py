@@ -25,6 +25,39 @@ from .data import Dataset
 from .models import Net
 
 
+_ALLOCATOR_TUNED = False
+
+
+def _keep_freed_memory():
+    """Make glibc keep freed memory in the heap instead of unmapping it.
+
+    The engine allocates the same large temporaries every step (gathered
+    batches, per-sample activations).  glibc serves blocks over 32 MB by
+    fresh mmap and returns them on free, so each step page-faults them in
+    anew: measured here, a 46 MB gather takes 22 ms into fresh memory and
+    3 ms into reused memory, and a LR pre-trial job runs 1.7x faster with
+    this setting.  The cost: the process keeps its peak heap.  Set
+    PARETOFL_KEEP_MALLOC=1 to leave the allocator alone.
+    """
+    global _ALLOCATOR_TUNED
+    if _ALLOCATOR_TUNED:
+        return
+    _ALLOCATOR_TUNED = True
+    import os
+    import sys
+
+    if os.environ.get("PARETOFL_KEEP_MALLOC") or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-4, 0)          # M_MMAP_MAX: no mmap for large blocks
+        libc.mallopt(-1, 1 << 30)    # M_TRIM_THRESHOLD: keep up to 1 GiB of free heap
+    except (OSError, AttributeError):  # not glibc: nothing to tune
+        pass
+
+
 @dataclass
 class StepStats:
     loss: torch.Tensor              # (M,) mean training loss of the last local step
@@ -35,6 +68,7 @@ class Engine:
     def __init__(self, net: Net, data: Dataset, parts: list, n_replicas: int, device="cpu",
                  seeds=None, dtype=torch.float32):
         self.net, self.data, self.device, self.dtype = net, data, torch.device(device), dtype
+        _keep_freed_memory()
         self.N, self.R = len(parts), int(n_replicas)
         self.M = self.N * self.R
         self.x = data.x_train.to(self.device, dtype)
@@ -126,41 +160,55 @@ class Engine:
         * plain SGD (``clip`` None): batches of ``batch_size``, mean gradient.
         ``steps`` (M,) lets models stop early (e.g. an adaptive τ per replica);
         ``prox_mu`` adds the proximal term μ/2‖w - anchor‖² (NbAFL).
-        Returns (params, StepStats of the last step).
+        Returns (params, StepStats of each model's last step; zeros for a
+        model that took no step).
         """
         steps = torch.as_tensor(steps, device=self.device).reshape(-1)
         if steps.numel() == 1:
             steps = steps.expand(self.M)
         lr = self.vec(lr)
         params = [p.clone() for p in params]
-        stats = None
         n_i = self.client_n.repeat(self.R).to(self.dtype)
+        last_loss = torch.zeros(self.M, device=self.device, dtype=self.dtype)
+        last_cns = torch.zeros(self.M, device=self.device, dtype=self.dtype)
+        cl_all = self.vec(clip) if clip is not None else None
+        col = lambda v, g: v.reshape(-1, *[1] * (g.ndim - 1))  # noqa: E731
         for s in range(int(steps.max()) if steps.numel() else 0):
-            active = (steps > s).to(self.dtype)
+            # every replica draws its batches (and noise) for all its clients,
+            # so its random stream does not depend on who is active; only the
+            # active models are computed (unselected clients cost nothing)
             if clip is not None:
                 idx, w = self.poisson_batches(self.vec(batch_rate))
             else:
                 idx, w = self.fixed_batches(int(batch_size))
-            cl = self.vec(clip) if clip is not None else None
-            grads, norms, loss = self._grads_chunked(params, idx, w, cl)
+            a = torch.nonzero(steps > s).reshape(-1)
+            full = len(a) == self.M
+            sub = (lambda t: t) if full else (lambda t: t[a])  # noqa: E731
+            p_a = params if full else [p[a] for p in params]
+            cl = sub(cl_all) if cl_all is not None else None
+            grads, norms, loss = self._grads_chunked(p_a, sub(idx), sub(w), cl)
             if clip is not None:
-                denom = self.vec(batch_rate) * n_i
+                denom = sub(self.vec(batch_rate) * n_i)
                 if sigma is not None:
-                    std = self.vec(sigma) * cl
-                    noise = self.noise_like(grads)
-                    grads = [g + n * std.reshape(-1, *[1] * (g.ndim - 1)) for g, n in zip(grads, noise)]
+                    std = sub(self.vec(sigma)) * cl
+                    noise = [sub(n) for n in self.noise_like(params)]
+                    grads = [g + n * col(std, g) for g, n in zip(grads, noise)]
             else:
-                denom = w.sum(1).clamp(min=1)
-            scale = (lr * active / denom)
+                denom = sub(w).sum(1).clamp(min=1)
+            scale = sub(lr) / denom
             for j, g in enumerate(grads):
                 upd = g
                 if prox_mu is not None:
-                    upd = upd + self.vec(prox_mu).reshape(-1, *[1] * (g.ndim - 1)) * denom.reshape(
-                        -1, *[1] * (g.ndim - 1)) * (params[j] - anchor[j])
-                params[j] -= scale.reshape(-1, *[1] * (g.ndim - 1)) * upd
-            cns = (torch.minimum(norms, cl[:, None]) * w).sum(1) if cl is not None else \
-                torch.zeros(self.M, device=self.device, dtype=self.dtype)
-            stats = StepStats(loss / w.sum(1).clamp(min=1), cns)
+                    upd = upd + col(sub(self.vec(prox_mu)) * denom, g) * (p_a[j] - sub(anchor[j]))
+                if full:
+                    params[j] -= col(scale, g) * upd
+                else:
+                    params[j].index_add_(0, a, col(scale, g) * upd, alpha=-1.0)
+            wa = sub(w)
+            last_loss[a] = loss / wa.sum(1).clamp(min=1)
+            if cl is not None:
+                last_cns[a] = (torch.minimum(norms, cl[:, None]) * wa).sum(1)
+        stats = StepStats(last_loss, last_cns)
         return params, stats
 
     def _grads_chunked(self, params, idx, w, clip):
