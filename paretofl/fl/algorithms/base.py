@@ -25,7 +25,10 @@ class Ledger:
     def _curve(self, z, q):
         key = (round(float(z), 12), round(float(q), 12))
         if key not in self._cache:
-            self._cache[key] = rdp_subsampled_gaussian(float(q), float(z), self.orders)
+            # z = 0 is a run without noise (the non-private reference of a
+            # pre-trial): no privacy at all, infinite ε
+            self._cache[key] = (np.full(len(self.orders), np.inf) if z == 0
+                                else rdp_subsampled_gaussian(float(q), float(z), self.orders))
         return self._cache[key]
 
     def increment(self, charges) -> np.ndarray:
@@ -106,10 +109,15 @@ def _freeze(new, old, active):
 
 
 def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_every: int = 1,
-          progress: bool = False, val_size: int = 2000):
+          progress: bool = False, val_size: int = 2000, eval_at=None, on_round=None):
     """Run up to ``rounds`` rounds for every replica; a replica stops early
     when its next round would spend more than ``epsilon`` (RDP accountant,
     charged every round before the round runs) or when its policy says so.
+
+    The test set is evaluated every ``eval_every`` rounds, or exactly after
+    the rounds listed in ``eval_at`` (a pre-trial's T grid: a run of T rounds
+    is the first T rounds of a longer run with the same seed).  ``on_round(t)``
+    is called after each round (progress of an outer sweep).
 
     Returns (global models (R, ...), History, final dict of numpy arrays).
     """
@@ -121,6 +129,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     done_rounds = np.zeros(R, dtype=int)
     hist = History()
     cap = policy.max_rounds()
+    eval_at = None if eval_at is None else {int(x) for x in eval_at}
     bar, last_acc = None, float("nan")
     if progress:
         from tqdm import tqdm
@@ -146,7 +155,8 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
         # the server's validation loss is computed only for those that use it
         val_loss = _val(eng, glob, val_size)[0].cpu().numpy() if policy.needs_validation else None
         policy.after_round(t, glob, val_loss)
-        if (t + 1) % eval_every == 0 or last:
+        due = (t + 1) in eval_at if eval_at is not None else (t + 1) % eval_every == 0
+        if due or last:
             with torch.no_grad():
                 test_loss, acc = eng.evaluate(glob)
                 last_acc = float(acc.max())
@@ -154,6 +164,8 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
             for r in range(R):
                 hist.add(round=t + 1, replica=r, active=bool(active[r]), test_loss=float(test_loss[r]),
                          accuracy=float(acc[r]), epsilon=float(eps[r]), **policy.info_row(r))
+        if on_round is not None:
+            on_round(t)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(best_acc=f"{last_acc:.3f}", active=int(active.sum()))

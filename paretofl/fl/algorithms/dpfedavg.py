@@ -40,7 +40,9 @@ class DPFedAvg(Policy):
         self.batch_rate, self.client_rate = vec(batch_rate), vec(client_rate)
         self.tau = vec(local_steps).astype(int)
         self.local_epochs, self.batch_size = int(local_epochs), int(batch_size)
-        for name, v, lo, hi in (("sigma", self.sigma, 0, np.inf), ("clip", self.clip, 0, np.inf),
+        if np.any(~(self.sigma >= 0)) or np.any(np.isinf(self.sigma)):
+            raise ValueError(f"sigma must be finite and >= 0 (0: no noise, no privacy), got {self.sigma}")
+        for name, v, lo, hi in (("clip", self.clip, 0, np.inf),
                                 ("lr", self.lr, 0, np.inf), ("batch rate", self.batch_rate, 0, 1),
                                 ("client rate", self.client_rate, 0, 1)):
             if np.any(~(v > lo)) or np.any(v > hi):
