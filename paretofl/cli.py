@@ -206,6 +206,99 @@ def cmd_train(a):
     _emit(out, a.json, text)
 
 
+# --------------------------------------------------------------------------
+# pretrial / fit / plot / validate
+# --------------------------------------------------------------------------
+_SPEC_FLAGS = ("dataset", "data_dir", "public_fraction", "partition", "beta", "clients", "model", "q", "sigmas",
+               "rounds", "seeds", "clip", "lr", "local_epochs", "batch_size", "delta", "device", "chunk")
+
+
+def _spec_from_args(a):
+    """The spec file (if any), with every flag given overriding its field."""
+    from .pretrial.spec import Spec, read_toml
+
+    data = read_toml(a.spec) if a.spec else {}
+    for k in _SPEC_FLAGS:
+        v = getattr(a, k, None)
+        if v is not None:
+            data[k] = v
+    return Spec.from_dict(data, where=a.spec or "pretrial flags")
+
+
+def _default_results(a, suffix=".sqlite"):
+    from pathlib import Path
+
+    return str(Path(a.spec).with_suffix(suffix)) if a.spec else "pretrial" + suffix
+
+
+def cmd_pretrial(a):
+    from .pretrial.sweep import run_sweep
+
+    spec = _spec_from_args(a)
+    out = a.out or _default_results(a)
+    _check_out_path(out, (".sqlite", ".db"))
+    summary = run_sweep(spec, out, executor=a.executor, ray_address=a.ray_address,
+                        progress=not a.json and sys.stderr.isatty())
+    text = (f"pre-trial: {summary['runs_added']} runs added in {summary['jobs']} job(s), "
+            f"{summary['seconds']:.1f} s; {summary['runs_total']} runs in {out} "
+            f"({summary['runs_in_spec']} in this spec)\n"
+            f"next: paretofl fit {out}")
+    _emit(summary, a.json, text)
+
+
+def cmd_fit(a):
+    from .pretrial.fit import fit, write_fit
+
+    from pathlib import Path
+
+    out = a.out or str(Path(a.results).with_name(Path(a.results).stem + "_fit.json"))
+    if not out.lower().endswith(".json"):
+        raise ValueError(f"fit file {out!r} must end in .json")
+    r = fit(a.results, epsilon=a.epsilon, reference=a.reference, bootstrap=a.bootstrap)
+    write_fit(r, out)
+    r["fit_file"] = out
+    ci = lambda v: f"[{v[0]:.4g}, {v[1]:.4g}]"  # noqa: E731
+    text = "\n".join([
+        f"fit of {a.results}: {r['n_runs']} runs, {r['n_seeds']} seeds, front of {r['n_front']} configurations "
+        f"({r['n_fit']} inside the grid used for kappa)",
+        f"  kappa               {r['kappa']:.4g}   95 % bootstrap interval {ci(r['kappa_ci'])}",
+        f"  slope log T/log sigma {r['slope']:.3g}  interval {ci(r['slope_ci'])}  (theory: -2)",
+        f"  front on relation   {100 * r['within_fraction']:.0f} % of front points within the interval "
+        f"(mean |ln T - ln T_relation| = {r['distance']:.3g})",
+        f"  epsilon             {r['epsilon_model']};  reference: non-private run, {r['reference']}",
+        f"fit written to {out}  (use: paretofl design --fit {out} ...)"])
+    _emit(r, a.json, text)
+
+
+def cmd_plot(a):
+    from pathlib import Path
+
+    from . import plots
+
+    fmt = a.format.lower()
+    outdir = Path(a.out_dir) if a.out_dir else Path(a.results).parent
+    if not outdir.is_dir():
+        raise ValueError(f"output folder {outdir} does not exist")
+    paths = plots.pretrial_figures(a.results, a.fit, outdir, fmt=fmt, max_rounds=a.max_rounds,
+                                   epsilon=a.epsilon)
+    _emit({"plots": paths}, a.json, "\n".join(f"plot written to {p}" for p in paths))
+
+
+def cmd_validate(a):
+    from .pretrial.validate import validate
+
+    from pathlib import Path
+
+    spec = _spec_from_args(a)
+    outdir = Path(a.out_dir) if a.out_dir else Path(".")
+    if not outdir.is_dir():
+        raise ValueError(f"output folder {outdir} does not exist")
+    r = validate(spec, outdir, full_fraction=a.full_fraction, executor=a.executor, ray_address=a.ray_address,
+                 progress=not a.json and sys.stderr.isatty())
+    text = "\n".join(r["report"])
+    _emit({k: v for k, v in r.items() if k != "report"}, a.json, text)
+
+
 def _check_out_path(path, suffixes):
     """An output file must have one of ``suffixes`` and an existing folder."""
     from pathlib import Path
@@ -309,6 +402,62 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--history", help="write the per-round history here (.csv)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_train)
+
+    def spec_flags(s):
+        s.add_argument("spec", nargs="?", help="pre-trial spec (TOML); flags below override its fields")
+        s.add_argument("--dataset", choices=("fashion-mnist", "mnist", "cifar10", "digits"))
+        s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
+        s.add_argument("--public-fraction", type=FLOAT, help="share of the training set the pre-trial uses")
+        s.add_argument("--partition", choices=("iid", "dirichlet", "shards"))
+        s.add_argument("--beta", type=FLOAT, help="Dirichlet concentration")
+        s.add_argument("--clients", type=INT)
+        s.add_argument("--model", choices=("lr", "lenet", "cnn", "cifar-cnn"))
+        s.add_argument("--q", type=FLOAT, nargs="+", help="client sample ratio(s)")
+        s.add_argument("--sigmas", type=FLOAT, nargs="+", help="noise multipliers of the grid")
+        s.add_argument("--rounds", type=INT, nargs="+", help="rounds T of the grid")
+        s.add_argument("--seeds", type=INT, help="seeds per configuration")
+        s.add_argument("--clip", type=FLOAT)
+        s.add_argument("--lr", type=FLOAT)
+        s.add_argument("--local-epochs", type=INT)
+        s.add_argument("--batch-size", type=INT)
+        s.add_argument("--delta", type=FLOAT)
+        s.add_argument("--device", choices=("cpu", "cuda"))
+        s.add_argument("--chunk", type=INT, help="most replicas trained together in one job")
+        s.add_argument("--executor", choices=("local", "ray"), default="local")
+        s.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
+        s.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("pretrial", help="run a sigma x T grid of DP-FedAvg trainings into a results store")
+    spec_flags(s)
+    s.add_argument("--out", help="results store (.sqlite; default: the spec's name)")
+    s.set_defaults(func=cmd_pretrial)
+
+    s = sub.add_parser("fit", help="experimental Pareto front and kappa from a results store")
+    s.add_argument("results", help="results store written by `paretofl pretrial`")
+    s.add_argument("--out", help="fit file (.json; default RESULTS_fit.json)")
+    s.add_argument("--epsilon", choices=("exact", "asymptotic"), default="exact",
+                   help="privacy objective: RDP accountant (default) or model (1.1)")
+    s.add_argument("--reference", choices=("best", "final", "same-rounds"), default="best",
+                   help="non-private reference: its best T (default), its largest T, or the same T")
+    s.add_argument("--bootstrap", type=INT, default=1000, help="bootstrap resamples of the seeds")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_fit)
+
+    s = sub.add_parser("plot", help="figures of a pre-trial: sigma-T plane, objective space, Theorem 3")
+    s.add_argument("results", help="results store written by `paretofl pretrial`")
+    s.add_argument("--fit", help="fit file (default: fitted now, not saved)")
+    s.add_argument("--out-dir", help="folder for the figures (default: beside RESULTS)")
+    s.add_argument("--format", choices=("png", "pdf", "svg"), default="png")
+    s.add_argument("--max-rounds", type=FLOAT, help="T-tilde of the Theorem 3 panel (default: largest T run)")
+    s.add_argument("--epsilon", choices=("exact", "asymptotic"), default="exact")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_plot)
+
+    s = sub.add_parser("validate", help="kappa from the public fraction, checked against a full-data sweep")
+    spec_flags(s)
+    s.add_argument("--full-fraction", type=FLOAT, default=1.0, help="share of the training set of step 2")
+    s.add_argument("--out-dir", help="folder for both stores and fits (default: here)")
+    s.set_defaults(func=cmd_validate)
     return p
 
 

@@ -114,3 +114,101 @@ def design_figure(d, smin, smax, path):
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------
+# pre-trial figures (paper 001 Fig. 2–3 and 6): read the store, never a model
+# --------------------------------------------------------------------------
+def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsilon="exact"):
+    """Write three figures for a results store and return their paths:
+
+    * ``*_sigma_t``: the σ–T grid coloured by seed-averaged utility loss,
+      the experimental front, the relation κσ²T = qN with its interval;
+    * ``*_objectives``: every configuration in the (ε_p, ε_u) plane, the
+      front, and the configurations the fitted relation picks (theory);
+    * ``*_theorem3``: Theorem 3's pieces for T̃ (default: the largest T run).
+    """
+    import json
+    from pathlib import Path
+
+    from matplotlib.colors import LogNorm
+
+    from .pretrial.fit import Results, fit, front_indices
+
+    fr = json.loads(Path(fit_file).read_text()) if fit_file else fit(results, epsilon=epsilon, bootstrap=200)
+    if "kappa" not in fr or "reference" not in fr:
+        raise ValueError(f"{fit_file} is not a paretofl fit file")
+    res = Results(results, fr["reference"])
+    u = res.mean_utility()
+    eps = res.leakage(epsilon)
+    front = set(front_indices(res, u, epsilon).tolist())
+    kappa, (k_lo, k_hi) = fr["kappa"], fr["kappa_ci"]
+    n = res.clients
+    stem = Path(results).stem
+    outdir = Path(outdir)
+    qs = np.unique(res.q)
+    paths = []
+
+    # ---- σ–T plane
+    fig, axes = plt.subplots(1, len(qs), figsize=(5.6 * len(qs), 4.6), squeeze=False)
+    pos = u[np.isfinite(u) & (u > 0)]
+    norm = LogNorm(vmin=max(pos.min(), 1e-4) if len(pos) else 1e-3, vmax=pos.max() if len(pos) else 1.0)
+    for ax, q in zip(axes[0], qs):
+        m = res.q == q
+        sc = ax.scatter(res.sigma[m], res.rounds[m], c=np.clip(u[m], norm.vmin, None), norm=norm, cmap="viridis",
+                        marker="s", s=140)
+        f = [i for i in np.flatnonzero(m) if i in front]
+        ax.scatter(res.sigma[f], res.rounds[f], facecolors="none", edgecolors="red", s=260, lw=1.8,
+                   label="experimental front")
+        s = np.geomspace(res.sigma[m].min() / 1.3, res.sigma[m].max() * 1.3, 200)
+        ax.plot(s, q * n / (kappa * s**2), color="red", lw=1.5, label=f"κσ²T = qN, κ = {kappa:.3g}")
+        if np.isfinite(k_lo) and np.isfinite(k_hi):
+            ax.fill_between(s, q * n / (k_hi * s**2), q * n / (k_lo * s**2), color="red", alpha=0.15,
+                            label="κ 95 % interval")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_ylim(res.rounds[m].min() / 1.5, res.rounds[m].max() * 1.5)
+        ax.set_xlabel("noise σ (per client)")
+        ax.set_ylabel("rounds T")
+        ax.set_title(f"q = {q:g}, N = {n}: slope {fr['slope']:.2f} (theory −2)")
+        ax.legend(fontsize=8, loc="upper right")
+        fig.colorbar(sc, ax=ax, label="utility loss ε_u (test-loss gap)")
+    fig.tight_layout()
+    paths.append(str(outdir / f"{stem}_sigma_t.{fmt}"))
+    fig.savefig(paths[-1], dpi=130)
+    plt.close(fig)
+
+    # ---- objective space
+    fig, axes = plt.subplots(1, len(qs), figsize=(5.6 * len(qs), 4.6), squeeze=False)
+    for ax, q in zip(axes[0], qs):
+        m = np.flatnonzero(res.q == q)
+        ax.scatter(eps[m], u[m], s=12, color="lightgrey", label="grid")
+        theory = []
+        for s in np.unique(res.sigma[m]):
+            ms = m[res.sigma[m] == s]
+            t_rel = q * n / (kappa * s**2)
+            theory.append(ms[np.argmin(np.abs(np.log(res.rounds[ms]) - math.log(t_rel)))])
+        f = sorted((i for i in m if i in front), key=lambda i: eps[i])
+        ax.plot(eps[f], u[f], "o-", color="black", ms=5, label="experimental front")
+        ax.scatter(eps[theory], u[theory], marker="D", s=40, facecolors="none", edgecolors="green", lw=1.5,
+                   label="theory: T nearest qN/(κσ²)")
+        ax.set_xscale("log")
+        ax.set_yscale("symlog", linthresh=max(1e-3, float(np.nanmin(np.abs(u[m])) or 1e-3)))
+        ax.set_xlabel("privacy leakage ε_p (exact RDP)" if epsilon == "exact" else "privacy leakage ε_p, (1.1)")
+        ax.set_ylabel("utility loss ε_u")
+        ax.set_title(f"objective space, q = {q:g}")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(str(outdir / f"{stem}_objectives.{fmt}"))
+    fig.savefig(paths[-1], dpi=130)
+    plt.close(fig)
+
+    # ---- Theorem 3 for the fitted κ
+    q = float(qs[0])
+    t_max = float(max_rounds) if max_rounds else float(res.rounds.max())
+    ps = pareto.theorem3(q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max, n_points=200)
+    paths.append(str(outdir / f"{stem}_theorem3.{fmt}"))
+    pareto_figure(ps, q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max,
+                  float(res.base["delta"]), paths[-1])
+    return paths

@@ -1,0 +1,236 @@
+"""From a results store to the experimental Pareto front and the constant κ
+(theory §2 and §4; paper 001 Algorithm 2 and §V-D).
+
+* utility loss of a run: its test loss minus that of the non-private run
+  (σ = 0) with the same seed and q at its best T of the grid — the best
+  non-private model the sweep trained, standing in for U(w_non-private) of
+  theory §1.  ``reference="final"`` takes the non-private run at the largest
+  T, ``"same-rounds"`` the one with the same T (which removes the 1/T term
+  of (1.2) from the loss, so its front is not the theory's);
+* privacy leakage: the exact ε (RDP accountant, aggregate view) by default,
+  or model (1.1) with ``epsilon="asymptotic"``;
+* the front: pymoo's non-dominated sorting of the seed-averaged (ε_u, ε_p);
+* κ: least squares on log κ = log(qN) − log(σ²T) over the front points that
+  lie inside the grid (Theorem 3 puts the front on the box edges — σ_min,
+  σ_max, T_max — wherever the relation leaves the box, so edge points do
+  not measure κ; all points are used if fewer than two are inside);
+* the slope of log T against log σ along the front (theory: −2);
+* intervals by bootstrap over seeds (a resample draws whole seeds, so the
+  shared randomness of one seed across σ is kept).
+
+No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .store import Store
+
+FIT_FORMAT = "paretofl-fit-1"
+REFERENCES = ("best", "final", "same-rounds")
+
+
+def _nds(F: np.ndarray) -> np.ndarray:
+    """Indices of the first non-dominated front of the rows of F (minimised)."""
+    from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+
+    if len(F) == 0:
+        return np.array([], dtype=int)
+    return np.sort(np.asarray(NonDominatedSorting().do(F, only_non_dominated_front=True), dtype=int))
+
+
+class Results:
+    """A store read into arrays: per (q, σ > 0, T) configuration, one column
+    per seed of utility loss; plus ε per configuration."""
+
+    def __init__(self, path, reference: str = "best"):
+        if reference not in REFERENCES:
+            raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
+        store = Store(path)
+        try:
+            tab, self.base = store.table(), store.base
+        finally:
+            store.close()
+        self.path, self.reference = str(path), reference
+        self.clients = int(self.base["clients"])
+        if len(tab["sigma"]) == 0:
+            raise ValueError(f"{path} holds no runs yet; run `paretofl pretrial` first")
+        self.n_runs = len(tab["sigma"])
+        self.seeds = np.unique(tab["seed"]).astype(int)
+        ref = {}
+        private = tab["sigma"] > 0
+        same = reference == "same-rounds"
+        for q in np.unique(tab["q"]):
+            m0 = (~private) & (tab["q"] == q)
+            if not m0.any():
+                raise ValueError(f"{path} has no non-private reference runs (sigma = 0) at q={q:g}")
+            t_ref = tab["rounds"][m0].max()
+            for s, t, l in zip(tab["seed"][m0], tab["rounds"][m0], tab["test_loss"][m0]):
+                key = (q, int(s), t if same else None)
+                if same or (reference == "final" and t == t_ref):
+                    ref[key] = l
+                elif reference == "best":
+                    ref[key] = min(l, ref.get(key, math.inf))
+        configs = sorted({(q, s, t) for q, s, t in zip(tab["q"][private], tab["sigma"][private],
+                                                       tab["rounds"][private])})
+        if not configs:
+            raise ValueError(f"{path} holds no private runs (sigma > 0)")
+        col = {int(s): j for j, s in enumerate(self.seeds)}
+        row = {c: i for i, c in enumerate(configs)}
+        self.U = np.full((len(configs), len(self.seeds)), np.nan)
+        self.loss = np.full_like(self.U, np.nan)
+        self.acc = np.full_like(self.U, np.nan)
+        self.eps = np.zeros(len(configs))
+        self.eps_asym = np.zeros(len(configs))
+        for j in np.flatnonzero(private):
+            c = (tab["q"][j], tab["sigma"][j], tab["rounds"][j])
+            i, k = row[c], col[int(tab["seed"][j])]
+            key = (c[0], int(tab["seed"][j]), c[2] if same else None)
+            if key not in ref:
+                continue  # its reference run is not finished yet
+            self.loss[i, k] = tab["test_loss"][j]
+            self.acc[i, k] = tab["accuracy"][j]
+            self.U[i, k] = tab["test_loss"][j] - ref[key]
+            self.eps[i], self.eps_asym[i] = tab["epsilon"][j], tab["epsilon_asymptotic"][j]
+        self.q = np.array([c[0] for c in configs])
+        self.sigma = np.array([c[1] for c in configs])
+        self.rounds = np.array([c[2] for c in configs])
+        keep = ~np.all(np.isnan(self.U), axis=1)
+        for name in ("q", "sigma", "rounds", "eps", "eps_asym", "U", "loss", "acc"):
+            setattr(self, name, getattr(self, name)[keep])
+        if not keep.any():
+            raise ValueError(f"{path}: no private run has its non-private reference yet")
+
+    def mean_utility(self, seed_cols=None) -> np.ndarray:
+        U = self.U if seed_cols is None else self.U[:, seed_cols]
+        with np.errstate(all="ignore"):
+            return np.nanmean(U, axis=1)
+
+    def leakage(self, epsilon: str = "exact") -> np.ndarray:
+        if epsilon not in ("exact", "asymptotic"):
+            raise ValueError(f"epsilon must be 'exact' or 'asymptotic', got {epsilon!r}")
+        return self.eps if epsilon == "exact" else self.eps_asym
+
+
+def front_indices(res: Results, utility: np.ndarray, epsilon: str = "exact") -> np.ndarray:
+    """Algorithm 2: the non-dominated configurations, front taken per q."""
+    eps = res.leakage(epsilon)
+    out = []
+    for q in np.unique(res.q):
+        idx = np.flatnonzero((res.q == q) & np.isfinite(utility))
+        out.extend(idx[_nds(np.column_stack([utility[idx], eps[idx]]))])
+    return np.array(sorted(out), dtype=int)
+
+
+def _interior(res: Results, idx: np.ndarray) -> np.ndarray:
+    """Front points off the grid's box edges (σ_min, σ_max, T_max)."""
+    keep = []
+    for i in idx:
+        m = res.q == res.q[i]
+        s, t = res.sigma[m], res.rounds[m]
+        if s.min() < res.sigma[i] < s.max() and res.rounds[i] < t.max():
+            keep.append(i)
+    return np.array(keep, dtype=int) if len(keep) >= 2 else idx
+
+
+def kappa_of(res: Results, idx) -> float:
+    """Least squares on log κ = log(qN) − log(σ²T): the geometric mean."""
+    idx = np.asarray(idx, dtype=int)
+    if len(idx) == 0:
+        return math.nan
+    lk = np.log(res.q[idx] * res.clients) - np.log(res.sigma[idx] ** 2 * res.rounds[idx])
+    return float(np.exp(lk.mean()))
+
+
+def slope_of(res: Results, idx) -> float:
+    """Least-squares slope of log T on log σ over the points (theory: −2)."""
+    idx = np.asarray(idx, dtype=int)
+    x, y = np.log(res.sigma[idx]), np.log(res.rounds[idx])
+    if len(idx) < 2 or np.ptp(x) == 0:
+        return math.nan
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def relation_distance(res: Results, idx, kappa: float) -> float:
+    """Mean |ln T − ln(qN/(κσ²))| over the points: 0 on the curve, ln 2 a
+    factor of two off in rounds."""
+    idx = np.asarray(idx, dtype=int)
+    if len(idx) == 0:
+        return math.nan
+    t_rel = res.q[idx] * res.clients / (kappa * res.sigma[idx] ** 2)
+    return float(np.mean(np.abs(np.log(res.rounds[idx]) - np.log(t_rel))))
+
+
+def within_fraction(res: Results, idx, kappa_ci) -> float:
+    """Share of front points whose grid cell the relation crosses for some κ
+    in its interval (the cell of T spans half-way, in log, to the
+    neighbouring T of the grid)."""
+    idx = np.asarray(idx, dtype=int)
+    if len(idx) == 0 or not np.all(np.isfinite(kappa_ci)):
+        return math.nan
+    ts = np.unique(res.rounds)
+    lt = np.log(ts)
+    hits = 0
+    for i in idx:
+        j = int(np.searchsorted(ts, res.rounds[i]))
+        lo = lt[j] - (lt[j] - lt[j - 1]) / 2 if j > 0 else lt[j] - (lt[1] - lt[0]) / 2 if len(lt) > 1 else -np.inf
+        hi = lt[j] + (lt[j + 1] - lt[j]) / 2 if j + 1 < len(lt) else lt[j] + (lt[j] - lt[j - 1]) / 2 if j else np.inf
+        qn = res.q[i] * res.clients
+        band = np.log(qn / (np.array(kappa_ci)[::-1] * res.sigma[i] ** 2))  # [low T, high T]
+        hits += band[0] <= hi and band[1] >= lo
+    return hits / len(idx)
+
+
+def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 1000, seed: int = 0) -> dict:
+    """The experimental front and κ of a results store, with intervals."""
+    if not (isinstance(bootstrap, int) and 0 <= bootstrap <= 100_000):
+        raise ValueError(f"bootstrap must be an integer in [0, 100000], got {bootstrap!r}")
+    res = Results(path, reference)
+    u = res.mean_utility()
+    idx = front_indices(res, u, epsilon)
+    fit_idx = _interior(res, idx)
+    kappa, slope = kappa_of(res, fit_idx), slope_of(res, idx)
+    rng = np.random.default_rng(seed)
+    ks, ss = [], []
+    n_seeds = res.U.shape[1]
+    for _ in range(bootstrap if n_seeds > 1 else 0):
+        cols = rng.integers(0, n_seeds, n_seeds)
+        ub = res.mean_utility(cols)
+        ib = front_indices(res, ub, epsilon)
+        ks.append(kappa_of(res, _interior(res, ib)))
+        ss.append(slope_of(res, ib))
+
+    def ci(v):
+        v = np.asarray(v, dtype=float)
+        v = v[np.isfinite(v)]
+        return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) >= 10 else [math.nan] * 2
+
+    kappa_ci, slope_ci = ci(ks), ci(ss)
+    eps = res.leakage(epsilon)
+    front = [[float(res.sigma[i]), int(res.rounds[i]), float(res.q[i]), float(u[i]), float(eps[i])] for i in idx]
+    return {
+        "format": FIT_FORMAT,
+        "kappa": kappa, "kappa_ci": kappa_ci, "slope": slope, "slope_ci": slope_ci,
+        "n_runs": res.n_runs, "n_seeds": int(n_seeds), "n_front": len(idx), "n_fit": len(fit_idx),
+        "within_fraction": float(within_fraction(res, idx, kappa_ci)),
+        "distance": relation_distance(res, idx, kappa),
+        "clients": res.clients, "q": sorted({float(x) for x in res.q}),
+        "epsilon_model": epsilon, "reference": reference, "bootstrap": bootstrap,
+        "front": front, "results": res.path, "spec": res.base,
+    }
+
+
+def write_fit(result: dict, path) -> None:
+    p = Path(path)
+    if p.suffix.lower() != ".json":
+        raise ValueError(f"fit file {path!r} must end in .json")
+    if not p.parent.exists():
+        raise ValueError(f"cannot write {path}: folder {p.parent} does not exist")
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1, allow_nan=True) + "\n")
+    tmp.replace(p)

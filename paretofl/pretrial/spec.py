@@ -1,0 +1,156 @@
+"""A pre-trial spec: the data, the model, the fixed training settings and the
+σ × T (× q) grid with its seeds (theory §4, paper 001 Algorithm 2).
+
+Written as a flat TOML file (see ``pretrials/*.toml``) or given by flags;
+every field is checked here, with a sentence that says what to change.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+
+DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
+MODELS = ("lr", "lenet", "cnn", "cifar-cnn")
+PARTITIONS = ("iid", "dirichlet", "shards")
+
+#: fields that do not change what a run computes (grid, seeds, where it runs)
+_NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk")
+
+
+def read_toml(path) -> dict:
+    """A TOML file as a dict; a missing or malformed file is a ValueError."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"spec file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ValueError(f"spec file {path} is a folder") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"spec file {path} is not valid TOML ({exc})") from None
+
+
+@dataclass
+class Spec:
+    """One pre-trial.  Client-level DP-FedAvg (paper 001's mechanism): each
+    round every client joins with probability ``q``, runs ``local_epochs`` of
+    SGD, clips its update to ``clip`` and adds N(0, σ²·clip²); privacy is
+    accounted in the aggregate view (theory §5)."""
+
+    dataset: str = "fashion-mnist"
+    data_dir: str | None = None
+    public_fraction: float = 0.1      # share of the training set the pre-trial trains on
+    data_seed: int = 0                # which subset, which partition
+    partition: str = "iid"
+    beta: float = 0.5                 # Dirichlet concentration (partition = dirichlet)
+    clients: int = 10
+    model: str = "lr"
+    q: list = field(default_factory=lambda: [0.5])
+    sigmas: list = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
+    rounds: list = field(default_factory=lambda: [5, 10, 20, 40])
+    seeds: int = 3
+    clip: float = 0.1
+    lr: float = 0.1
+    local_epochs: int = 1
+    batch_size: int = 64
+    delta: float = 1e-5
+    device: str = "cpu"
+    chunk: int = 48                   # most replicas (σ, seed) trained together in one job
+
+    # ------------------------------------------------------------------ load
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "spec") -> "Spec":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        d = dict(d)
+        for k in ("q", "sigmas", "rounds"):
+            if k in d and not isinstance(d[k], (list, tuple)):
+                d[k] = [d[k]]
+        spec = cls(**d)
+        spec.validate(where)
+        return spec
+
+    @classmethod
+    def from_toml(cls, path) -> "Spec":
+        return cls.from_dict(read_toml(path), where=str(path))
+
+    # ------------------------------------------------------------------ check
+    def validate(self, where="spec"):
+        def bad(msg):
+            raise ValueError(f"{where}: {msg}")
+
+        def num(name, lo, hi, integer=False, lo_open=True):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+                bad(f"{name} must be {'an integer' if integer else 'a number'}, got {v!r}")
+            if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
+                bad(f"{name} must lie in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
+            setattr(self, name, int(v) if integer else float(v))
+
+        def choice(name, options):
+            if getattr(self, name) not in options:
+                bad(f"{name} must be one of {', '.join(options)}, got {getattr(self, name)!r}")
+
+        def grid(name, lo, hi, integer=False, lo_open=True):
+            vals = getattr(self, name)
+            if not vals:
+                bad(f"{name} must list at least one value")
+            if len(vals) > 1000:
+                bad(f"{name} lists {len(vals)} values; at most 1000")
+            out = []
+            for v in vals:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+                    bad(f"{name} must hold {'integers' if integer else 'numbers'}, got {v!r}")
+                if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
+                    bad(f"{name} values must lie in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
+                out.append(int(v) if integer else float(v))
+            if len(set(out)) != len(out):
+                bad(f"{name} lists a value twice")
+            setattr(self, name, sorted(out))
+
+        choice("dataset", DATASETS)
+        choice("model", MODELS)
+        choice("partition", PARTITIONS)
+        choice("device", ("cpu", "cuda"))
+        if self.data_dir is not None and not isinstance(self.data_dir, str):
+            bad(f"data_dir must be a path, got {self.data_dir!r}")
+        num("public_fraction", 0, 1)
+        num("data_seed", 0, 2**31, integer=True, lo_open=False)
+        num("beta", 0, 1e6)
+        num("clients", 1, 100_000, integer=True)
+        grid("q", 0, 1)
+        grid("sigmas", 0, 1e4)
+        grid("rounds", 0, 100_000, integer=True)
+        num("seeds", 0, 10_000, integer=True)
+        num("clip", 0, 1e6)
+        num("lr", 0, 1e3)
+        num("local_epochs", 0, 1000, integer=True)
+        num("batch_size", 0, 1_000_000, integer=True)
+        num("delta", 0, 0.5)
+        num("chunk", 0, 100_000, integer=True)
+        for q in self.q:
+            if q * self.clients < 1:
+                bad(f"q={q:g} with {self.clients} clients selects fewer than one client per round on average; "
+                    "the aggregate view needs q*clients >= 1")
+
+    # ------------------------------------------------------------------ views
+    def base(self) -> dict:
+        """What fixes a run apart from its grid point and seed (the store's identity)."""
+        return {k: v for k, v in asdict(self).items() if k not in _NOT_BASE}
+
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds))
+
+    def configurations(self) -> list[tuple]:
+        """Every run (σ, T, q, seed) the spec asks for, the non-private
+        reference σ = 0 included."""
+        return [(s, t, q, seed) for q in self.q for s in [0.0, *self.sigmas] for t in self.rounds
+                for seed in self.seed_list()]
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,115 @@
+"""The results store: one SQLite file, one row per finished run.
+
+A run is a (σ, T, q, seed) of one pre-trial spec; its row holds the
+configuration, the metrics and both privacy figures.  Rows of one training
+job are written in one transaction, so a sweep killed at any instant leaves
+either all of a job's rows or none of them (SQLite's journal rolls back a
+half-written transaction when the file is next opened), and re-running the
+spec skips what is already there.  Primary key (σ, T, q, seed): a run can
+never appear twice.
+
+No torch here: ``paretofl fit`` and ``paretofl plot`` read the store fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+
+FORMAT = "paretofl-results-1"
+
+COLUMNS = ("sigma", "rounds", "q", "seed", "test_loss", "accuracy", "epsilon", "epsilon_asymptotic", "seconds")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    sigma REAL NOT NULL, rounds INTEGER NOT NULL, q REAL NOT NULL, seed INTEGER NOT NULL,
+    test_loss REAL NOT NULL, accuracy REAL NOT NULL,
+    epsilon REAL NOT NULL, epsilon_asymptotic REAL NOT NULL, seconds REAL NOT NULL,
+    PRIMARY KEY (sigma, rounds, q, seed)
+);
+"""
+
+
+def _key(sigma, rounds, q, seed):
+    """Grid values as stored (floats rounded so that 0.1 from TOML and from
+    Python name the same configuration)."""
+    return (round(float(sigma), 12), int(rounds), round(float(q), 12), int(seed))
+
+
+class Store:
+    """Open (or create) a results file for a spec's base settings.
+
+    ``base`` (a dict: data, model, training settings — everything but the
+    grid) is recorded on creation; opening the file with a different base is
+    refused, so runs of different experiments never mix.  ``base=None`` opens
+    an existing file to read, whatever its base (fit, plot).
+    """
+
+    def __init__(self, path, base: dict | None = None):
+        self.path = Path(path)
+        if base is None and not self.path.is_file():
+            raise ValueError(f"results file {self.path} does not exist")
+        if base is not None and not self.path.parent.exists():
+            raise ValueError(f"cannot create {self.path}: folder {self.path.parent} does not exist")
+        try:
+            # opened read-write even to read: a journal left by a killed
+            # writer is rolled back here, never misread
+            self.db = sqlite3.connect(self.path, timeout=30)
+            if base is not None:
+                self.db.execute("PRAGMA synchronous=FULL")
+                self.db.executescript(_SCHEMA)
+            self._check(base)
+        except sqlite3.DatabaseError as exc:
+            raise ValueError(f"{self.path} is not a paretofl results file ({exc})") from None
+
+    def _check(self, base):
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"meta", "runs"} <= tables:
+            raise ValueError(f"{self.path} is not a paretofl results file (no runs table)")
+        meta = dict(self.db.execute("SELECT key, value FROM meta"))
+        if not meta and base is not None:
+            with self.db:
+                self.db.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
+                self.db.execute("INSERT INTO meta VALUES ('base', ?)", (json.dumps(base, sort_keys=True),))
+            meta = dict(self.db.execute("SELECT key, value FROM meta"))
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{self.path} is not a paretofl results file (format {meta.get('format')!r})")
+        try:
+            self.base = json.loads(meta["base"])
+        except (KeyError, ValueError):
+            raise ValueError(f"{self.path} is a damaged paretofl results file (no readable base)") from None
+        if base is not None and self.base != json.loads(json.dumps(base, sort_keys=True)):
+            diff = sorted(k for k in set(base) | set(self.base) if base.get(k) != self.base.get(k))
+            raise ValueError(f"{self.path} holds runs of a different spec (differs in {', '.join(diff)}); "
+                             "write to another results file")
+
+    # ------------------------------------------------------------------ writing
+    def add_rows(self, rows: list[dict]):
+        """Write one job's rows atomically; a row already present is kept
+        (runs are deterministic per seed, so it would be the same)."""
+        vals = [(*_key(r["sigma"], r["rounds"], r["q"], r["seed"]), float(r["test_loss"]), float(r["accuracy"]),
+                 float(r["epsilon"]), float(r["epsilon_asymptotic"]), float(r["seconds"])) for r in rows]
+        with self.db:
+            self.db.executemany(f"INSERT OR IGNORE INTO runs ({', '.join(COLUMNS)}) VALUES "
+                                f"({', '.join('?' * len(COLUMNS))})", vals)
+
+    # ------------------------------------------------------------------ reading
+    def done(self) -> set:
+        """Keys (σ, T, q, seed) of the finished runs."""
+        return {_key(*r) for r in self.db.execute("SELECT sigma, rounds, q, seed FROM runs")}
+
+    def table(self) -> dict:
+        """All rows as numpy columns (sorted by q, σ, T, seed)."""
+        rows = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM runs ORDER BY q, sigma, rounds, seed").fetchall()
+        arr = np.array(rows, dtype=float).reshape(len(rows), len(COLUMNS))
+        return {c: arr[:, j] for j, c in enumerate(COLUMNS)}
+
+    def __len__(self):
+        return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+    def close(self):
+        self.db.close()

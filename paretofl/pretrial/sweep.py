@@ -1,0 +1,186 @@
+"""Run a pre-trial: every (σ, T, q, seed) of a spec, batched through the
+engine, each finished run a row in the store (theory §4, paper 001 Alg. 2).
+
+Work is cut into *jobs*: a job trains up to ``spec.chunk`` replicas — each a
+(σ, seed) at one q — side by side in one engine, for the largest T any of
+them still needs, and evaluates the test loss after every T of the grid.  A
+run of T rounds is the first T rounds of the longer run with the same seed
+(nothing in the round depends on the total), so one training covers a whole
+column of the grid; a test checks this against separate runs.  Replicas with
+the same seed share their random streams (client selection, initial model,
+batches): σ = 0, the non-private reference, sees the same draws as every σ.
+
+Executors: in-process (default) or Ray (``executor="ray"``): jobs are pure
+functions of (spec, job); only the driver writes to the store.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+from .spec import Spec
+from .store import Store, _key
+
+
+@dataclass
+class Job:
+    q: float
+    replicas: list       # [(σ, seed)]
+    rounds: list         # the T grid points still needed by some replica
+
+    @property
+    def work(self) -> int:
+        """replica-rounds: the unit of the progress bar."""
+        return len(self.replicas) * max(self.rounds)
+
+
+def plan(spec: Spec, done: set) -> list[Job]:
+    """The jobs still to run: replicas with a missing (σ, T, q, seed),
+    grouped by q and by how far they must train, ``spec.chunk`` at most."""
+    jobs = []
+    for q in spec.q:
+        need = {}
+        for s in [0.0, *spec.sigmas]:
+            for seed in spec.seed_list():
+                missing = [t for t in spec.rounds if _key(s, t, q, seed) not in done]
+                if missing:
+                    need[(s, seed)] = missing
+        # replicas needing the same rounds train together; longest first
+        by_rounds = {}
+        for rep, missing in need.items():
+            by_rounds.setdefault(tuple(missing), []).append(rep)
+        for missing, reps in sorted(by_rounds.items(), key=lambda kv: -max(kv[0])):
+            for i in range(0, len(reps), spec.chunk):
+                jobs.append(Job(q, reps[i:i + spec.chunk], list(missing)))
+    return jobs
+
+
+_DATA_CACHE: dict = {}
+
+
+def _data(spec: Spec):
+    """The pre-trial's training subset and partition (cached per process)."""
+    from ..fl.data import load_dataset, make_partition, public_subset
+
+    key = (spec.dataset, spec.data_dir, spec.public_fraction, spec.data_seed, spec.partition, spec.beta,
+           spec.clients)
+    if key not in _DATA_CACHE:
+        ds = load_dataset(spec.dataset, spec.data_dir)
+        if spec.public_fraction < 1:
+            ds = public_subset(ds, spec.public_fraction, seed=spec.data_seed)
+        if len(ds.y_train) < spec.clients:
+            raise ValueError(f"{len(ds.y_train)} training samples cannot be split over {spec.clients} clients; "
+                             "raise public_fraction or lower clients")
+        parts = make_partition(spec.partition, ds.y_train.numpy(), spec.clients, seed=spec.data_seed,
+                               beta=spec.beta)
+        _DATA_CACHE.clear()
+        _DATA_CACHE[key] = (ds, parts)
+    return _DATA_CACHE[key]
+
+
+def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
+    """Train one job and return its rows (one per replica × T of the job)."""
+    import numpy as np
+    import torch
+
+    from ..fl.algorithms import train
+    from ..fl.algorithms.dpfedavg import DPFedAvg
+    from ..fl.engine import Engine
+    from ..fl.models import build_model
+    from ..theory.privacy import asymptotic_epsilon, compute_epsilon
+
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda asked for, but no CUDA device is available")
+    ds, parts = _data(spec)
+    net = build_model(spec.model, ds.shape, ds.n_classes)
+    sig = np.array([s for s, _ in job.replicas])
+    eng = Engine(net, ds, parts, len(job.replicas), device=spec.device, seeds=[seed for _, seed in job.replicas])
+    pol = DPFedAvg(eng, mechanism="client", sigma=sig, clip=spec.clip, lr=spec.lr, client_rate=job.q,
+                   local_epochs=spec.local_epochs, batch_size=spec.batch_size, view="aggregate")
+    t0 = time.perf_counter()
+    _, hist, _ = train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, eval_at=job.rounds,
+                       on_round=on_round)
+    seconds = (time.perf_counter() - t0) / len(job.replicas)
+    wanted = set(job.rounds)
+    n = spec.clients
+    rows = []
+    for h in hist.rows:
+        t = h["round"]
+        if t not in wanted:
+            continue
+        s, seed = job.replicas[h["replica"]]
+        if s > 0:
+            eps = compute_epsilon(job.q, s * math.sqrt(job.q * n), t, spec.delta)
+            eps_a = float(asymptotic_epsilon(s, t, job.q, n, spec.delta))
+        else:
+            eps = eps_a = math.inf
+        rows.append(dict(sigma=s, rounds=t, q=job.q, seed=seed, test_loss=h["test_loss"], accuracy=h["accuracy"],
+                         epsilon=eps, epsilon_asymptotic=eps_a, seconds=seconds * t / max(job.rounds)))
+    return rows
+
+
+def _ray_job(spec_dict, q, replicas, rounds):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    return run_job(Spec.from_dict(spec_dict), Job(q, [tuple(r) for r in replicas], rounds))
+
+
+def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | None = None,
+              progress: bool = True, max_jobs: int | None = None) -> dict:
+    """Run what the store ``results`` lacks of ``spec``; return a summary.
+
+    ``max_jobs`` stops after that many jobs (tests of resumption use it)."""
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    store = Store(results, spec.base())
+    try:
+        jobs = plan(spec, store.done())
+        if max_jobs is not None:
+            jobs = jobs[:max_jobs]
+        total = sum(j.work for j in jobs)
+        before = len(store)
+        t0 = time.perf_counter()
+        bar = None
+        if progress and total:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit="replica-round", desc="pretrial", smoothing=0.1)
+        if executor == "local":
+            for job in jobs:
+                rows = run_job(spec, job, on_round=(lambda t, n=len(job.replicas): bar.update(n)) if bar else None)
+                store.add_rows(rows)
+        else:
+            _run_ray(spec, jobs, store, bar, ray_address)
+        if bar is not None:
+            bar.close()
+        return {"results": str(results), "jobs": len(jobs), "runs_added": len(store) - before,
+                "runs_total": len(store), "runs_in_spec": len(spec.configurations()),
+                "seconds": time.perf_counter() - t0}
+    finally:
+        store.close()
+
+
+def _run_ray(spec, jobs, store, bar, address):
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--executor ray needs Ray: pip install 'paretofl[ray]'") from None
+    address = address or os.environ.get("RAY_ADDRESS")
+    started = False
+    if not ray.is_initialized():
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1)(_ray_job)
+        pending = {remote.remote(spec.to_dict(), j.q, j.replicas, j.rounds): j for j in jobs}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            job = pending.pop(ready[0])
+            store.add_rows(ray.get(ready[0]))
+            if bar is not None:
+                bar.update(job.work)
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,156 @@
+"""§V-D of paper 001 end to end (theory §4): κ from a pre-trial on the public
+fraction, then a sweep of the same grid on the full data, and the checks:
+
+* transfer: κ of the public fraction against κ of the full data;
+* the full-data front against the relation drawn with the public κ;
+* the design: the (σ, T) that κ_public recommends for a budget, trained on
+  the full data (one training per seed), against the best grid point
+  within the same budget (what a search by training would find);
+* cost (paper 001 Tables II–III): trainings and wall time of this method
+  (the pre-trial + one training) against "training with budget" (one
+  full-data training per candidate σ, T set by the budget) and "training
+  until convergence" (one per candidate σ, to the grid's largest T).  Wall
+  times of the baselines are the measured full-data cost per replica-round
+  times their rounds (batched, as the engine runs them).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from ..theory.privacy import compute_epsilon, max_steps
+from .fit import Results, fit, front_indices, relation_distance, within_fraction
+from .spec import Spec
+from .sweep import Job, run_job, run_sweep
+
+
+def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | None = None,
+             executor: str = "local", ray_address=None, progress: bool = True, bootstrap: int = 300,
+             name: str = "validate") -> dict:
+    if not (0 < full_fraction <= 1) or full_fraction <= spec.public_fraction:
+        raise ValueError(f"full fraction must lie in ({spec.public_fraction:g}, 1] (above the public "
+                         f"fraction), got {full_fraction:g}")
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        raise ValueError(f"budget must be a positive number, got {budget}")
+    outdir = Path(outdir)
+    full = replace(spec, public_fraction=full_fraction)
+    stores = {k: str(outdir / f"{name}_{k}.sqlite") for k in ("public", "full")}
+    t0 = time.perf_counter()
+    run_sweep(spec, stores["public"], executor=executor, ray_address=ray_address, progress=progress)
+    t_public = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    run_sweep(full, stores["full"], executor=executor, ray_address=ray_address, progress=progress)
+    t_full = time.perf_counter() - t0
+    f_pub = fit(stores["public"], bootstrap=bootstrap)
+    f_full = fit(stores["full"], bootstrap=bootstrap)
+    k_pub, k_full = f_pub["kappa"], f_full["kappa"]
+
+    res = Results(stores["full"])
+    u = res.mean_utility()
+    front = front_indices(res, u)
+    n, q = res.clients, float(spec.q[0])
+    on_q = np.flatnonzero(res.q == q)
+    if budget is None:  # the middle of the full-data front's privacy range
+        fe = res.eps[front][res.q[front] == q]
+        budget = float(np.exp(np.median(np.log(fe[np.isfinite(fe)]))))
+
+    # ---- the design of κ_public at the budget, trained on the full data
+    from ..design import design
+
+    s_lo, s_hi, t_hi = float(res.sigma.min()), float(res.sigma.max()), int(res.rounds.max())
+    d = design(n, budget, delta=spec.delta, max_rounds=t_hi, q=q, sigma_min=s_lo, sigma_max=s_hi, kappa=k_pub)
+    rows = run_job(full, Job(q, [(d.sigma, seed) for seed in spec.seed_list()], [d.rounds]))
+    ref = _reference_losses(stores["full"], q)
+    u_design = float(np.mean([r["test_loss"] - ref[r["seed"]] for r in rows]))
+    ok = on_q[res.eps[on_q] <= budget * (1 + 1e-9)]
+    best = ok[np.argmin(u[ok])] if len(ok) else None
+
+    # ---- cost
+    per_round = float(np.median(_seconds_per_round(stores["full"])))
+    n_sigma = len(spec.sigmas)
+    t_budget = [min(t_hi, int(max_steps(budget, q, s * math.sqrt(q * n), spec.delta))) for s in spec.sigmas]
+    cost = {
+        # the pre-trial trains every (σ, seed) once on the public data (its T
+        # grid comes from prefixes), plus the non-private reference per seed
+        "method": {"public_trainings": (n_sigma + 1) * spec.seeds * len(spec.q), "full_trainings": 1,
+                   "seconds": t_public + per_round * d.rounds},
+        "training_with_budget": {"public_trainings": 0, "full_trainings": n_sigma,
+                                 "seconds": per_round * sum(t_budget)},
+        "training_until_convergence": {"public_trainings": 0, "full_trainings": n_sigma,
+                                       "seconds": per_round * t_hi * n_sigma},
+    }
+    out = {
+        "kappa_public": k_pub, "kappa_public_ci": f_pub["kappa_ci"], "kappa_full": k_full,
+        "kappa_full_ci": f_full["kappa_ci"], "kappa_transfer_error": abs(math.log(k_pub / k_full)),
+        "slope_public": f_pub["slope"], "slope_full": f_full["slope"],
+        "full_front_distance": relation_distance(res, front, k_pub),
+        "full_front_within": within_fraction(res, front, f_pub["kappa_ci"]),
+        "budget": budget,
+        "design": {"sigma": d.sigma, "rounds": d.rounds, "epsilon": d.epsilon, "utility_loss": u_design,
+                   "epsilon_check": compute_epsilon(q, d.sigma * math.sqrt(q * n), d.rounds, spec.delta)},
+        "best_grid_within_budget": None if best is None else {
+            "sigma": float(res.sigma[best]), "rounds": int(res.rounds[best]), "epsilon": float(res.eps[best]),
+            "utility_loss": float(u[best])},
+        "cost": cost, "seconds_full_sweep": t_full, "stores": stores,
+    }
+    out["report"] = _report(out, spec, full_fraction)
+    return out
+
+
+def _reference_losses(path, q):
+    """Each seed's best non-private test loss over the grid (the fit's default reference)."""
+    from .store import Store
+
+    st = Store(path)
+    try:
+        tab = st.table()
+    finally:
+        st.close()
+    m = (tab["sigma"] == 0) & (tab["q"] == q)
+    out = {}
+    for s, l in zip(tab["seed"][m], tab["test_loss"][m]):
+        out[int(s)] = min(float(l), out.get(int(s), math.inf))
+    return out
+
+
+def _seconds_per_round(path):
+    from .store import Store
+
+    st = Store(path)
+    try:
+        tab = st.table()
+    finally:
+        st.close()
+    return tab["seconds"] / tab["rounds"]
+
+
+def _report(r, spec, full_fraction):
+    c = r["cost"]
+    best = r["best_grid_within_budget"]
+    d = r["design"]
+    lines = [
+        f"validation ({spec.model} on {spec.dataset}, N = {spec.clients}, q = {spec.q[0]:g}; "
+        f"public {100 * spec.public_fraction:g} % vs full {100 * full_fraction:g} % of the training set)",
+        f"  kappa public   {r['kappa_public']:.4g}  [{r['kappa_public_ci'][0]:.4g}, {r['kappa_public_ci'][1]:.4g}]",
+        f"  kappa full     {r['kappa_full']:.4g}  [{r['kappa_full_ci'][0]:.4g}, {r['kappa_full_ci'][1]:.4g}]"
+        f"   transfer error |ln ratio| = {r['kappa_transfer_error']:.3f}",
+        f"  slope          public {r['slope_public']:.3g}, full {r['slope_full']:.3g}  (theory -2)",
+        f"  full front vs public relation: mean |ln T - ln T_rel| = {r['full_front_distance']:.3g}, "
+        f"{100 * r['full_front_within']:.0f} % of front points within the public kappa interval",
+        f"  design at epsilon {r['budget']:.3g}: sigma {d['sigma']:.4g}, T {d['rounds']}, "
+        f"utility loss {d['utility_loss']:.4g} (eps {d['epsilon']:.4g})",
+    ]
+    if best:
+        lines.append(f"  best grid point within the budget: sigma {best['sigma']:.4g}, T {best['rounds']}, "
+                     f"utility loss {best['utility_loss']:.4g} (eps {best['epsilon']:.4g})")
+    lines.append("  cost                        public + full trainings   wall time")
+    for k, label in (("method", "pre-trial + one training"), ("training_with_budget", "training with budget"),
+                     ("training_until_convergence", "training until convergence")):
+        tr = f"{c[k]['public_trainings']} + {c[k]['full_trainings']}"
+        lines.append(f"  {label:<27} {tr:>23}   {c[k]['seconds']:8.1f} s")
+    return lines
