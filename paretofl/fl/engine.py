@@ -218,9 +218,10 @@ class Engine:
         on CUDA) one chunk holds every model."""
         B = idx.shape[1]
         conv = any(layer.kind == "conv" for layer in self.net.layers)
-        size = self.M if (self.device.type == "cuda" or not conv) else max(1, 256 // max(B, 1))
+        M = idx.shape[0]
+        size = M if (self.device.type == "cuda" or not conv) else max(1, 256 // max(B, 1))
         outs = []
-        for s in range(0, self.M, size):
+        for s in range(0, M, size):
             sl = slice(s, s + size)
             ix = idx[sl]
             xb = torch.index_select(self.x_flat, 0, ix.reshape(-1)).view(*ix.shape, *self.x.shape[1:])

@@ -94,8 +94,7 @@ def test_client_level_aggregate_noise_is_topped_up(digits):
 def test_batched_run_equals_replica_by_replica(digits):
     parts = D.partition_dirichlet(digits.y_train.numpy(), 5, 0.5, seed=1)
     kw = dict(sigma=1.0, clip=1.0, lr=0.3, batch_rate=0.1, local_steps=2)
-    eng = Engine(build_model("cnn", digits.shape) if False else build_model("lr", digits.shape), digits, parts,
-                 3, seeds=[5, 6, 7])
+    eng = Engine(build_model("lr", digits.shape), digits, parts, 3, seeds=[5, 6, 7])
     g_all, _, f_all = train(ALGORITHMS["dpfedavg"](eng, **kw), rounds=3, epsilon=50.0)
     for r, s in enumerate([5, 6, 7]):
         e1 = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[s])
@@ -103,6 +102,31 @@ def test_batched_run_equals_replica_by_replica(digits):
         for a, b in zip(g_all, g1):
             assert torch.allclose(a[r], b[0], atol=1e-5)
         assert f_all["epsilon"][r] == pytest.approx(f1["epsilon"][0])
+
+
+@pytest.mark.parametrize("dp", [True, False])
+def test_models_that_do_not_step_cost_nothing_and_change_nothing(dp):
+    """Only active models are computed; the active ones step exactly as when
+    every model steps (models are independent, draws are per replica)."""
+    g = torch.Generator().manual_seed(0)
+    ds = D.Dataset("synthetic", torch.randn(120, 1, 28, 28, generator=g), torch.randint(0, 10, (120,), generator=g),
+                   torch.randn(20, 1, 28, 28, generator=g), torch.randint(0, 10, (20,), generator=g))
+    parts = D.partition_iid(ds.y_train.numpy(), 4, seed=0)
+    net = build_model("lenet", ds.shape)
+    kw = dict(batch_rate=0.2, sigma=1.0, clip=0.5) if dp else dict(batch_size=8)
+    eng = Engine(net, ds, parts, 2, seeds=[3, 4])
+    params = eng.broadcast(eng.init_global())
+    some = torch.tensor([3, 0, 2, 3, 0, 3, 1, 0])
+    every = torch.full((8,), 3)
+    out_some, st_some = eng.local_steps(params, some, 0.1, **kw)
+    eng2 = Engine(net, ds, parts, 2, seeds=[3, 4])
+    out_all, _ = eng2.local_steps(params, every, 0.1, **kw)
+    for a, b, p0 in zip(out_some, out_all, params):
+        full, idle = some == 3, some == 0
+        assert torch.allclose(a[full], b[full], atol=1e-5)
+        assert torch.equal(a[idle], p0[idle])
+        assert not torch.allclose(a[some == 1], b[some == 1])
+    assert torch.all(st_some.loss[some == 0] == 0) and torch.all(st_some.loss[some > 0] > 0)
 
 
 def test_run_stops_when_budget_is_spent(digits):
