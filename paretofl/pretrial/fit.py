@@ -12,9 +12,10 @@
 * the front: pymoo's non-dominated sorting of the seed-averaged (ε_u, ε_p);
 * κ: least squares on log κ = log(qN) − log(σ²T) over the front points that
   lie inside the grid (Theorem 3 puts the front on the box edges — σ_min,
-  σ_max, T_max — wherever the relation leaves the box, so edge points do
+  σ_max, T_min, T_max — wherever the relation leaves the box, so edge points do
   not measure κ; all points are used if fewer than two are inside);
-* the slope of log T against log σ along the front (theory: −2);
+* the slope of log T against log σ along the same interior front points
+  (theory: −2);
 * intervals by bootstrap over seeds (a resample draws whole seeds, so the
   shared randomness of one seed across σ is kept).
 
@@ -128,12 +129,12 @@ def front_indices(res: Results, utility: np.ndarray, epsilon: str = "exact") -> 
 
 
 def _interior(res: Results, idx: np.ndarray) -> np.ndarray:
-    """Front points off the grid's box edges (σ_min, σ_max, T_max)."""
+    """Front points off the grid's box edges (σ_min, σ_max, T_min, T_max)."""
     keep = []
     for i in idx:
         m = res.q == res.q[i]
         s, t = res.sigma[m], res.rounds[m]
-        if s.min() < res.sigma[i] < s.max() and res.rounds[i] < t.max():
+        if s.min() < res.sigma[i] < s.max() and t.min() < res.rounds[i] < t.max():
             keep.append(i)
     return np.array(keep, dtype=int) if len(keep) >= 2 else idx
 
@@ -194,15 +195,15 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
     u = res.mean_utility()
     idx = front_indices(res, u, epsilon)
     fit_idx = _interior(res, idx)
-    kappa, slope = kappa_of(res, fit_idx), slope_of(res, idx)
+    kappa, slope = kappa_of(res, fit_idx), slope_of(res, fit_idx)
     rng = np.random.default_rng(seed)
     ks, ss = [], []
     n_seeds = res.U.shape[1]
     for _ in range(bootstrap if n_seeds > 1 else 0):
         cols = rng.integers(0, n_seeds, n_seeds)
         ub = res.mean_utility(cols)
-        ib = front_indices(res, ub, epsilon)
-        ks.append(kappa_of(res, _interior(res, ib)))
+        ib = _interior(res, front_indices(res, ub, epsilon))
+        ks.append(kappa_of(res, ib))
         ss.append(slope_of(res, ib))
 
     def ci(v):

@@ -1,0 +1,313 @@
+"""Pre-trials: the sweep computes what separate runs compute, the store
+resumes without losing or repeating a run (also under SIGKILL), the fit
+finds a known κ, and the commands chain into `design --fit`."""
+
+import itertools
+import json
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from paretofl.pretrial.fit import Results, fit, front_indices
+from paretofl.pretrial.spec import Spec
+from paretofl.pretrial.store import Store
+from paretofl.pretrial.sweep import Job, plan, run_job, run_sweep
+from paretofl.theory.privacy import asymptotic_epsilon, compute_epsilon
+
+PY = sys.executable
+
+SMALL = dict(dataset="digits", public_fraction=1.0, clients=5, model="lr", q=[0.6], sigmas=[0.05, 0.5],
+             rounds=[2, 5], seeds=2, clip=0.5, lr=0.2, batch_size=32)
+
+
+def small(**kw):
+    return Spec.from_dict({**SMALL, **kw})
+
+
+def rows_of(path):
+    st = Store(path)
+    try:
+        tab = st.table()
+    finally:
+        st.close()
+    return {(s, int(t), q, int(k)): (l, a) for s, t, q, k, l, a in
+            zip(tab["sigma"], tab["rounds"], tab["q"], tab["seed"], tab["test_loss"], tab["accuracy"])}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The small spec run uninterrupted, in one job per (q, rounds) group."""
+    path = tmp_path_factory.mktemp("ref") / "ref.sqlite"
+    run_sweep(small(), path, progress=False)
+    return rows_of(path)
+
+
+# ---------------------------------------------------------------- the sweep
+def test_prefix_of_a_longer_run_is_the_shorter_run(reference):
+    """A run of T rounds evaluated inside a longer job equals the T-round
+    run trained on its own, alone (another job, other replicas absent)."""
+    spec = small()
+    for sigma, seed in [(0.5, 1), (0.0, 0)]:
+        rows = run_job(spec, Job(0.6, [(sigma, seed)], [2]))
+        assert len(rows) == 1
+        loss, acc = reference[(sigma, 2, 0.6, seed)]
+        assert rows[0]["test_loss"] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+        assert rows[0]["accuracy"] == pytest.approx(acc)
+
+
+def test_rows_carry_both_privacy_figures(tmp_path):
+    path = tmp_path / "r.sqlite"
+    run_sweep(small(seeds=1, sigmas=[0.7]), path, progress=False)
+    st = Store(path)
+    tab = st.table()
+    st.close()
+    for s, t, q, e, ea in zip(tab["sigma"], tab["rounds"], tab["q"], tab["epsilon"], tab["epsilon_asymptotic"]):
+        if s == 0:
+            assert math.isinf(e) and math.isinf(ea)
+        else:  # aggregate view: noise multiplier sigma * sqrt(qN)
+            assert e == pytest.approx(compute_epsilon(q, s * math.sqrt(q * 5), int(t), 1e-5), rel=1e-9)
+            assert ea == pytest.approx(asymptotic_epsilon(s, t, q, 5, 1e-5))
+
+
+def test_sweep_resumes_and_a_finished_sweep_costs_nothing(tmp_path, reference):
+    path = tmp_path / "r.sqlite"
+    spec = small(chunk=2)
+    first = run_sweep(spec, path, progress=False, max_jobs=1)
+    assert 0 < first["runs_added"] < len(spec.configurations())
+    rest = run_sweep(spec, path, progress=False)
+    assert rest["jobs"] == len(plan(spec, set())) - 1
+    again = run_sweep(spec, path, progress=False)
+    assert again["jobs"] == 0 and again["runs_added"] == 0
+    got = rows_of(path)
+    assert set(got) == set(reference) and len(got) == len(spec.configurations())
+    for k, (loss, acc) in reference.items():
+        assert got[k][0] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+
+
+def test_growing_the_grid_trains_only_the_new_runs(tmp_path):
+    path = tmp_path / "r.sqlite"
+    run_sweep(small(seeds=1), path, progress=False)
+    n = len(rows_of(path))
+    s = run_sweep(small(seeds=1, sigmas=[0.05, 0.5, 1.0]), path, progress=False)
+    assert s["runs_added"] == 2 and len(rows_of(path)) == n + 2  # one sigma x two T x one seed
+
+
+def test_sweep_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
+    """Kill a real `paretofl pretrial` process again and again, each time a
+    random instant after it committed a job; afterwards every (sigma, T, q,
+    seed) is there exactly once, with the values of an uninterrupted sweep."""
+    grid = {**SMALL, "sigmas": [0.05, 0.2, 0.5, 1.0, 2.0], "rounds": [2, 5, 30], "chunk": 1}  # 12 jobs
+    ref_path = tmp_path / "ref.sqlite"
+    run_sweep(Spec.from_dict(grid), ref_path, progress=False)
+    reference = rows_of(ref_path)
+    path = tmp_path / "killed.sqlite"
+    spec_file = tmp_path / "s.toml"
+    spec_file.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in grid.items()))
+    cmd = [PY, "-m", "paretofl.cli", "pretrial", str(spec_file), "--out", str(path), "--json"]
+    rng = np.random.default_rng(7)
+    count = lambda: len(rows_of(path)) if path.exists() else 0  # noqa: E731
+    kills, seen = 0, [0]
+    for _ in range(30):
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        start = count()
+        while p.poll() is None and count() == start:
+            time.sleep(0.02)
+        time.sleep(float(rng.uniform(0.0, 0.4)))  # somewhere inside the next job (or its commit)
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills += 1
+        p.wait()
+        seen.append(count())
+        if p.returncode == 0:
+            break
+    assert kills >= 5, f"only {kills} kills: the sweep is too short for this test"
+    assert all(a <= b for a, b in zip(seen, seen[1:])), f"a finished run was lost: {seen}"
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    db = sqlite3.connect(path)
+    total, distinct = db.execute("SELECT COUNT(*), COUNT(DISTINCT printf('%g/%d/%g/%d', sigma, rounds, q, seed)) "
+                                 "FROM runs").fetchone()
+    db.close()
+    assert total == distinct == len(Spec.from_dict(grid).configurations())
+    got = rows_of(path)
+    assert set(got) == set(reference)
+    for k, (loss, _) in reference.items():
+        assert got[k][0] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+
+
+# ---------------------------------------------------------------- the store
+def test_store_refuses_foreign_truncated_and_other_spec_files(tmp_path):
+    text = tmp_path / "notes.sqlite"
+    text.write_text("hello, this is not a database\n" * 100)
+    with pytest.raises(ValueError, match="not a paretofl results file"):
+        Store(text)
+    other = tmp_path / "other.sqlite"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    with pytest.raises(ValueError, match="not a paretofl results file"):
+        Store(other)
+    good = tmp_path / "good.sqlite"
+    run_sweep(small(seeds=1, sigmas=[0.5], rounds=[2]), good, progress=False)
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(good.read_bytes()[:1500])
+    with pytest.raises(ValueError, match="results file"):
+        Store(cut).table()
+    with pytest.raises(ValueError, match="different spec"):
+        Store(good, small(lr=0.3).base())
+    with pytest.raises(ValueError, match="does not exist"):
+        Store(tmp_path / "absent.sqlite")
+
+
+# ---------------------------------------------------------------- the spec
+@pytest.mark.parametrize("bad,match", [
+    ({"sigmas": [0.5, float("nan")]}, "sigmas"), ({"rounds": [0, 4]}, "rounds"), ({"rounds": [2.5]}, "rounds"),
+    ({"q": [1.5]}, "q"), ({"q": [0.1]}, "fewer than one client"), ({"clip": -1}, "clip"),
+    ({"model": "resnet"}, "model"), ({"colour": "red"}, "unknown field"), ({"seeds": "five"}, "seeds"),
+    ({"sigmas": [0.5, 0.5]}, "twice"), ({"delta": 1.0}, "delta"), ({"lr": float("inf")}, "lr"),
+    ({"sigmas": []}, "at least one"), ({"clients": True}, "clients")])
+def test_spec_rejects_bad_values_with_a_sentence(bad, match):
+    with pytest.raises(ValueError, match=match):
+        small(**bad)
+
+
+# ---------------------------------------------------------------- the fit
+def synthetic_store(path, kappa, q=0.5, n=20, seeds=3, noise=0.0, sigmas=None, rounds=None):
+    """A store whose test loss follows the bound (1.2) exactly:
+    loss = 1/T + kappa sigma^2/(qN) (+ seed noise), reference loss 0."""
+    spec = Spec.from_dict(dict(dataset="digits", clients=n, q=[q], sigmas=[1.0], rounds=[1], seeds=seeds))
+    st = Store(path, spec.base())
+    rng = np.random.default_rng(1)
+    sigmas = np.geomspace(0.3, 3, 25) if sigmas is None else sigmas
+    rounds = np.unique(np.geomspace(2, 400, 30).astype(int)) if rounds is None else rounds
+    rows = []
+    for s, t, k in itertools.product([0.0, *sigmas], rounds, range(seeds)):
+        loss = 0.0 if s == 0 else 1 / t + kappa * s * s / (q * n) + noise * rng.standard_normal()
+        eps = math.inf if s == 0 else compute_epsilon(q, s * math.sqrt(q * n), int(t), 1e-5)
+        rows.append(dict(sigma=s, rounds=int(t), q=q, seed=k, test_loss=loss, accuracy=0.5, epsilon=eps,
+                         epsilon_asymptotic=math.inf if s == 0 else asymptotic_epsilon(s, t, q, n, 1e-5),
+                         seconds=0.0))
+    st.add_rows(rows)
+    st.close()
+
+
+def brute_force_front(u, e):
+    """O(n^2) non-dominated filter, independent of pymoo."""
+    keep = []
+    for i in range(len(u)):
+        dominated = any((u[j] <= u[i] and e[j] <= e[i]) and (u[j] < u[i] or e[j] < e[i]) for j in range(len(u)))
+        if not dominated:
+            keep.append(i)
+    return keep
+
+
+@pytest.mark.parametrize("kappa", [0.05, 0.5, 4.0])
+def test_fit_recovers_kappa_and_slope_from_the_bound(tmp_path, kappa):
+    path = tmp_path / "syn.sqlite"
+    synthetic_store(path, kappa, sigmas=np.geomspace(0.05, 20, 40), rounds=np.unique(np.geomspace(1, 3000, 60)
+                                                                                        .astype(int)))
+    r = fit(path, epsilon="asymptotic", bootstrap=0)
+    # the grid's resolution bounds the error: 40 sigmas and ~55 T over these ranges
+    assert abs(math.log(r["kappa"] / kappa)) < 0.15
+    assert r["slope"] == pytest.approx(-2.0, abs=0.15)
+
+
+def test_front_is_the_set_of_non_dominated_configurations(tmp_path):
+    path = tmp_path / "syn.sqlite"
+    synthetic_store(path, 0.3, noise=0.05, sigmas=np.geomspace(0.3, 3, 8), rounds=[2, 5, 10, 20, 50, 100])
+    res = Results(path)
+    u = res.mean_utility()
+    for eps_kind in ("exact", "asymptotic"):
+        idx = front_indices(res, u, eps_kind)
+        assert sorted(idx.tolist()) == brute_force_front(u, res.leakage(eps_kind))
+
+
+def test_bootstrap_interval_covers_the_estimate_and_shrinks_with_seeds(tmp_path):
+    noisy = tmp_path / "noisy.sqlite"
+    synthetic_store(noisy, 0.3, noise=0.02, seeds=8, sigmas=np.geomspace(0.3, 3, 10),
+                    rounds=[2, 4, 8, 16, 32, 64, 128])
+    r = fit(noisy, bootstrap=300)
+    lo, hi = r["kappa_ci"]
+    assert lo <= r["kappa"] <= hi and lo < hi
+    exact = tmp_path / "exact.sqlite"
+    synthetic_store(exact, 0.3, noise=0.0, seeds=4, sigmas=np.geomspace(0.3, 3, 10),
+                    rounds=[2, 4, 8, 16, 32, 64, 128])
+    r0 = fit(exact, bootstrap=100)
+    assert r0["kappa_ci"][0] == pytest.approx(r0["kappa_ci"][1])  # seeds agree: no spread
+
+
+def test_utility_loss_is_taken_against_the_same_seed(tmp_path):
+    """Shifting every run of one seed (σ = 0 included) leaves the utility
+    losses unchanged: the reference is per seed."""
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    synthetic_store(a, 0.3, noise=0.01, seeds=3, sigmas=[0.5, 1.0], rounds=[2, 8])
+    synthetic_store(b, 0.3, noise=0.01, seeds=3, sigmas=[0.5, 1.0], rounds=[2, 8])
+    db = sqlite3.connect(b)
+    db.execute("UPDATE runs SET test_loss = test_loss + 7 WHERE seed = 1")
+    db.commit()
+    db.close()
+    assert np.allclose(Results(a).U, Results(b).U)
+
+
+# ---------------------------------------------------------------- commands
+def test_pretrial_fit_plot_design_chain(tmp_path, capsys):
+    from paretofl.cli import main
+
+    res, fitf = tmp_path / "p.sqlite", tmp_path / "p_fit.json"
+    args = ["pretrial", "--dataset", "digits", "--public-fraction", "1", "--clients", "5", "--q", "0.6",
+            "--sigmas", "0.05", "0.2", "0.8", "--rounds", "2", "4", "8", "--seeds", "2", "--clip", "0.5",
+            "--out", str(res), "--json"]
+    assert main(args) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["runs_added"] == s["runs_in_spec"] == 4 * 3 * 2
+    assert main(["fit", str(res), "--out", str(fitf), "--bootstrap", "50", "--json"]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert {"kappa", "kappa_ci", "slope", "slope_ci", "n_runs", "front"} <= set(f)
+    assert f["n_runs"] == 24 and all(len(p) == 5 for p in f["front"])
+    assert json.loads(fitf.read_text())["kappa"] == f["kappa"]
+    # the front's configurations are ones that ran, with their measured epsilon
+    for sigma, t, q, u, eps in f["front"]:
+        assert eps == pytest.approx(compute_epsilon(q, sigma * math.sqrt(q * 5), t, 1e-5), rel=1e-9)
+    assert main(["design", "--clients", "100", "--budget", "4", "--max-rounds", "200", "--fit", str(fitf),
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["kappa"] == pytest.approx(f["kappa"])
+    assert main(["plot", str(res), "--fit", str(fitf), "--out-dir", str(tmp_path), "--json"]) == 0
+    paths = json.loads(capsys.readouterr().out)["plots"]
+    assert len(paths) == 3 and all(os.path.getsize(p) > 10_000 for p in paths)
+
+
+def test_validate_reports_transfer_and_cost(tmp_path):
+    from paretofl.pretrial.validate import validate
+
+    spec = small(public_fraction=0.4, sigmas=[0.05, 0.2, 0.8], rounds=[2, 4, 8])
+    r = validate(spec, tmp_path, full_fraction=1.0, progress=False, bootstrap=30)
+    assert r["kappa_transfer_error"] == pytest.approx(abs(math.log(r["kappa_public"] / r["kappa_full"])))
+    assert r["design"]["epsilon"] <= r["budget"] * (1 + 1e-9)
+    assert r["design"]["epsilon_check"] == pytest.approx(r["design"]["epsilon"], rel=1e-9)
+    c = r["cost"]
+    assert c["method"]["full_trainings"] == 1 and c["training_with_budget"]["full_trainings"] == 3
+    assert c["training_until_convergence"]["seconds"] >= c["training_with_budget"]["seconds"]
+    assert any("kappa public" in line for line in r["report"])
+
+
+def test_ray_executor_gives_the_local_result(tmp_path, reference):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        path = tmp_path / "ray.sqlite"
+        s = run_sweep(small(chunk=3), path, executor="ray", progress=False)
+    finally:
+        ray.shutdown()
+    assert s["runs_added"] == len(reference)
+    got = rows_of(path)
+    for k, (loss, _) in reference.items():
+        assert got[k][0] == pytest.approx(loss, rel=1e-5, abs=1e-6)
