@@ -20,12 +20,15 @@ $(STAMP): pyproject.toml
 	  || echo "note: dataset-fashion-mnist not installed; FashionMNIST will come from torchvision"; fi
 	touch $(STAMP)
 
-# The main job on a worked scenario: 100 clients, epsilon 2, delta 1e-5, at most 500 rounds.
+# The main job end to end: a small pre-trial on the public 10 % of FashionMNIST, the fit of kappa,
+# the recommendation for 100 clients at epsilon 2 (delta 1e-5, at most 500 rounds), the figures.
 demo: setup
 	@mkdir -p $(OUT)
-	$(BIN)/paretofl design --clients 100 --budget 2 --delta 1e-5 --max-rounds 500 --plot $(OUT)/design.png
-	$(BIN)/paretofl pareto --clients 100 --q 0.1 --kappa 0.05 --sigma-min 0.5 --sigma-max 5 \
-	  --max-rounds 300 --plot $(OUT)/pareto_front.png
+	$(BIN)/paretofl pretrial pretrials/demo.toml --out $(OUT)/demo.sqlite
+	$(BIN)/paretofl fit $(OUT)/demo.sqlite --out $(OUT)/demo_fit.json
+	$(BIN)/paretofl plot $(OUT)/demo.sqlite --fit $(OUT)/demo_fit.json --out-dir $(OUT)
+	$(BIN)/paretofl design --clients 100 --budget 2 --delta 1e-5 --max-rounds 500 \
+	  --fit $(OUT)/demo_fit.json --plot $(OUT)/design.png
 
 test: setup
 	$(BIN)/python -m pytest -q
@@ -36,6 +39,7 @@ test-slow: setup
 bench: setup
 	$(BIN)/python benchmarks/design_startup.py
 	$(BIN)/python benchmarks/engine_vs_opacus.py
+	$(BIN)/python benchmarks/pretrial_batched_vs_one_at_a_time.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis

@@ -14,6 +14,7 @@ No torch here: ``paretofl fit`` and ``paretofl plot`` read the store fast.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from pathlib import Path
 
@@ -38,6 +39,13 @@ def _key(sigma, rounds, q, seed):
     """Grid values as stored (floats rounded so that 0.1 from TOML and from
     Python name the same configuration)."""
     return (round(float(sigma), 12), int(rounds), round(float(q), 12), int(seed))
+
+
+def _loss(x) -> float:
+    """A diverged run's loss (NaN) is stored as +inf: infinitely bad, and
+    SQLite would otherwise turn NaN into NULL."""
+    x = float(x)
+    return math.inf if math.isnan(x) else x
 
 
 class Store:
@@ -91,11 +99,11 @@ class Store:
     def add_rows(self, rows: list[dict]):
         """Write one job's rows atomically; a row already present is kept
         (runs are deterministic per seed, so it would be the same)."""
-        vals = [(*_key(r["sigma"], r["rounds"], r["q"], r["seed"]), float(r["test_loss"]), float(r["accuracy"]),
+        vals = [(*_key(r["sigma"], r["rounds"], r["q"], r["seed"]), _loss(r["test_loss"]), float(r["accuracy"]),
                  float(r["epsilon"]), float(r["epsilon_asymptotic"]), float(r["seconds"])) for r in rows]
         with self.db:
-            self.db.executemany(f"INSERT OR IGNORE INTO runs ({', '.join(COLUMNS)}) VALUES "
-                                f"({', '.join('?' * len(COLUMNS))})", vals)
+            self.db.executemany(f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
+                                "ON CONFLICT (sigma, rounds, q, seed) DO NOTHING", vals)
 
     # ------------------------------------------------------------------ reading
     def done(self) -> set:
