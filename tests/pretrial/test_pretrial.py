@@ -311,3 +311,39 @@ def test_ray_executor_gives_the_local_result(tmp_path, reference):
     got = rows_of(path)
     for k, (loss, _) in reference.items():
         assert got[k][0] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+
+
+def test_a_diverged_run_is_kept_as_infinitely_bad(tmp_path):
+    """NaN losses are stored as +inf (SQLite would make NaN a NULL and the
+    run would be lost and retrained forever)."""
+    st = Store(tmp_path / "r.sqlite", small().base())
+    st.add_rows([dict(sigma=2.0, rounds=4, q=0.6, seed=0, test_loss=float("nan"), accuracy=0.1, epsilon=1.0,
+                      epsilon_asymptotic=1.0, seconds=0.1)])
+    assert len(st) == 1 and math.isinf(st.table()["test_loss"][0])
+    st.close()
+
+
+# ---------------------------------------------------------------- fuzzing the spec
+from hypothesis import given, settings, strategies as hs  # noqa: E402
+
+_values = hs.one_of(hs.none(), hs.booleans(), hs.integers(-10**6, 10**6),
+                    hs.floats(allow_nan=True, allow_infinity=True), hs.text(max_size=8),
+                    hs.lists(hs.one_of(hs.floats(allow_nan=True), hs.integers(-5, 500), hs.text(max_size=3)),
+                             max_size=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.dictionaries(hs.sampled_from(sorted(SMALL) + ["seeds", "chunk", "delta", "beta", "partition",
+                                                         "local_epochs", "data_seed", "bogus"]), _values,
+                       max_size=5))
+def test_spec_fuzz_is_valid_or_one_sentence(overrides):
+    """Any mix of wrong types, NaN, inf, out-of-range or unknown fields: a
+    valid spec or a ValueError naming the problem, never another exception."""
+    try:
+        spec = Spec.from_dict({**SMALL, **overrides})
+    except ValueError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert all(math.isfinite(s) and s > 0 for s in spec.sigmas)
+    assert all(isinstance(t, int) and t >= 1 for t in spec.rounds)
+    assert all(0 < q <= 1 and q * spec.clients >= 1 for q in spec.q)
