@@ -105,13 +105,18 @@ class Engine:
         return [g.repeat_interleave(self.N, dim=0) for g in glob]
 
     # ------------------------------------------------------------ sampling
-    def _uniform(self, shape_per_replica):
+    def uniform(self, shape_per_replica):
         """Uniform draws (R, *shape) from each replica's own generator."""
-        return torch.stack([torch.rand(shape_per_replica, generator=g, device=self.device) for g in self.gens])
+        out = torch.empty((self.R, *shape_per_replica), device=self.device)
+        for r, g in enumerate(self.gens):
+            out[r].uniform_(generator=g)  # written in place: no stacking copy
+        return out
 
-    def _normal(self, shape_per_replica):
-        return torch.stack([torch.randn(shape_per_replica, generator=g, device=self.device, dtype=self.dtype)
-                            for g in self.gens])
+    def normal(self, shape_per_replica):
+        out = torch.empty((self.R, *shape_per_replica), device=self.device, dtype=self.dtype)
+        for r, g in enumerate(self.gens):
+            out[r].normal_(generator=g)
+        return out
 
     def poisson_batches(self, rate: torch.Tensor):
         """Poisson sampling: each sample of client i is in the batch with
@@ -123,7 +128,7 @@ class Engine:
         mean = float((rate * n).max())
         k = int(mean + 6 * mean**0.5 + 16)
         while True:
-            u = self._uniform((self.N, k)).reshape(self.M, k).clamp_(min=1e-12)
+            u = self.uniform((self.N, k)).reshape(self.M, k).clamp_(min=1e-12)
             lq = torch.log1p(-rate.clamp(max=1 - 1e-9))[:, None]
             gaps = torch.where(rate[:, None] >= 1, torch.ones_like(u), torch.floor(torch.log(u) / lq) + 1)
             pos = torch.cumsum(gaps, 1) - 1
@@ -140,7 +145,7 @@ class Engine:
     def fixed_batches(self, batch: int):
         """Uniform batches of a fixed size (with replacement across steps,
         without within a batch) — for non-private local SGD."""
-        keys = self._uniform((self.N, self.n_max)).reshape(self.M, self.n_max)
+        keys = self.uniform((self.N, self.n_max)).reshape(self.M, self.n_max)
         keys = keys.masked_fill(~self.valid.repeat(self.R, 1), 2.0)
         b = min(batch, self.n_max)
         order = keys.topk(b, dim=1, largest=False).indices
@@ -245,7 +250,7 @@ class Engine:
         """Standard normal noise shaped like (M, ...) tensors, drawn per replica."""
         out = []
         for t in tensors:
-            out.append(self._normal((self.N, *t.shape[1:])).reshape(t.shape))
+            out.append(self.normal((self.N, *t.shape[1:])).reshape(t.shape))
         return out
 
     # ------------------------------------------------------------ server side
@@ -276,13 +281,12 @@ class Engine:
         out = torch.einsum("rn,rnd->rd", weights.to(self.dtype), v)
         if noise_std is not None:
             std = torch.as_tensor(noise_std, dtype=self.dtype, device=self.device).reshape(-1, 1)
-            out = out + std * torch.stack([torch.randn(v.shape[-1], generator=g, device=self.device,
-                                                       dtype=self.dtype) for g in self.gens])
+            out = out + std * self.normal((v.shape[-1],))
         return out
 
     def sample_clients(self, rate):
         """Poisson client selection per replica: (R, N) bool."""
-        u = self._uniform((self.N,))
+        u = self.uniform((self.N,))
         return u < torch.as_tensor(rate, dtype=u.dtype, device=self.device).reshape(-1, 1)
 
     # ------------------------------------------------------------ evaluation

@@ -44,7 +44,7 @@ class AdapDPFL(DPFedAvg):
         st = self.last_stats
         # DP mean of clipped norms: per client noisy sum / expected batch, then p_i-average
         std = torch.as_tensor(np.repeat(self.sigma * self.clip, eng.N), dtype=eng.dtype, device=eng.device)
-        noisy = st.clipped_norm_sum + std * eng._normal((eng.N,)).reshape(-1)
+        noisy = st.clipped_norm_sum + std * eng.normal((eng.N,)).reshape(-1)
         denom = eng.vec(self.batch_rate) * eng.client_n.repeat(eng.R)
         mean = (noisy / denom).reshape(eng.R, eng.N)
         dp_mean = (mean * eng.p[None, :]).sum(1).cpu().numpy()

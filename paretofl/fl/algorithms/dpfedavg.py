@@ -111,8 +111,7 @@ class DPFedAvg(Policy):
             # top-up: the released sum carries at least N(0, qN σ²C²)
             missing = torch.clamp(qn - sel.sum(1).to(eng.dtype), min=0)
             top = torch.sqrt(missing) * torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
-            total = total + top[:, None] * torch.stack(
-                [torch.randn(total.shape[1], generator=g, device=eng.device, dtype=eng.dtype) for g in eng.gens])
+            total = total + top[:, None] * eng.normal((total.shape[1],))
         avg = total / qn[:, None]
         return eng.unflat(eng.flat(glob) + avg, glob)
 

@@ -48,7 +48,7 @@ class NbAFL(Policy):
     def round(self, t, glob, active):
         eng = self.engine
         if self.K < eng.N:
-            keys = eng._uniform((eng.N,))
+            keys = eng.uniform((eng.N,))
             kth = keys.sort(dim=1).values[:, self.K - 1:self.K]
             sel = keys <= kth
         else:
