@@ -34,7 +34,9 @@ PLACEHOLDER_KAPPA = 0.05
 
 MAX_CLIENTS = 1_000_000
 
-_SHIPPED_FIT = Path(__file__).resolve().parent.parent / "pretrials" / "default_fit.json"
+#: the fit of the shipped LR pre-trial (pretrials/lr_fmnist.toml), the default κ
+#: in a checkout; an installed wheel without pretrials/ falls back to the placeholder
+_SHIPPED_FIT = Path(__file__).resolve().parent.parent / "pretrials" / "lr_fmnist_fit.json"
 
 
 class InfeasibleBudget(ValueError):

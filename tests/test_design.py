@@ -1,5 +1,6 @@
 """`design` against an independent scan: never over budget, never beaten."""
 
+import json
 import math
 
 import numpy as np
@@ -117,7 +118,10 @@ def test_fit_file_and_placeholder(tmp_path):
     f.write_text('{"kappa": 0.2}')
     assert D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, fit=str(f)).kappa == 0.2
     d = D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5)
-    assert d.kappa_source.startswith(("placeholder", "shipped"))
+    if D._SHIPPED_FIT.is_file():  # a checkout: the shipped LR pre-trial's fit is the default
+        assert d.kappa == json.loads(D._SHIPPED_FIT.read_text())["kappa"] and "shipped" in d.kappa_source
+    else:
+        assert d.kappa == D.PLACEHOLDER_KAPPA and d.kappa_source.startswith("placeholder")
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
     with pytest.raises(ValueError, match="not a paretofl fit"):
