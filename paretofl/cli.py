@@ -60,18 +60,24 @@ def _emit(obj, as_json, text):
 # account
 # --------------------------------------------------------------------------
 def cmd_account(a):
-    if a.accountant == "prv":
+    from .theory.privacy import compute_epsilon
+
+    values = {}
+    if a.accountant in ("rdp", "both"):
+        values["rdp"] = compute_epsilon(a.q, a.sigma, a.steps, a.delta, conversion=a.conversion)
+    if a.accountant in ("prv", "both"):
         from .fl.prv import PRVAccountant  # Opacus, hence torch: only when asked for
 
-        eps = PRVAccountant().step(a.sigma, a.q, a.steps).get_epsilon(a.delta)
-    else:
-        from .theory.privacy import compute_epsilon
-
-        eps = compute_epsilon(a.q, a.sigma, a.steps, a.delta, conversion=a.conversion)
+        values["prv"] = PRVAccountant().step(a.sigma, a.q, a.steps).get_epsilon(a.delta)
+    eps = max(values.values())  # two accountants: the larger epsilon is the one reported
     out = {"epsilon": eps, "delta": a.delta, "accountant": a.accountant,
            "sigma": a.sigma, "q": a.q, "steps": a.steps}
+    if len(values) > 1:
+        out["by_accountant"] = values
+    extra = ("  [" + ", ".join(f"{k} {v:.6g}" for k, v in values.items()) + "; the larger is reported]"
+             if len(values) > 1 else "")
     _emit(out, a.json, f"epsilon = {eps:.6g}  (delta = {a.delta:g}, accountant = {a.accountant}; "
-                       f"noise multiplier {a.sigma:g}, sampling rate {a.q:g}, {a.steps} steps)")
+                       f"noise multiplier {a.sigma:g}, sampling rate {a.q:g}, {a.steps} steps){extra}")
 
 
 # --------------------------------------------------------------------------
@@ -326,8 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--q", type=FLOAT, required=True, help="sampling rate in (0, 1]")
     s.add_argument("--steps", type=INT, required=True, help="number of compositions")
     s.add_argument("--delta", type=FLOAT, default=1e-5)
-    s.add_argument("--accountant", choices=("rdp", "prv"), default="rdp",
-                   help="rdp (default, no torch) or Opacus's PRV accountant")
+    s.add_argument("--accountant", choices=("rdp", "prv", "both"), default="rdp",
+                   help="rdp (default, no torch), Opacus's PRV accountant, or both (reports the larger)")
     s.add_argument("--conversion", choices=("improved", "classic"), default="improved",
                    help="RDP to (eps, delta) conversion (rdp only)")
     s.add_argument("--json", action="store_true")

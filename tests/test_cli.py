@@ -183,3 +183,16 @@ def test_edge_values_answer_or_fail_in_one_line(args, capsys):
         assert captured.err == ""
     else:
         assert len(captured.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.1, 0.015, 1000), (0.8, 0.1, 50), (3.0, 0.5, 20)])
+def test_account_both_reports_the_larger(capsys, sigma, q, steps):
+    """Two accountants: never under-report. PRV (Opacus) and RDP (ours)
+    agree within their slack, and the reported epsilon is their maximum."""
+    args = ["account", "--sigma", str(sigma), "--q", str(q), "--steps", str(steps)]
+    both = run_json(capsys, *args, "--accountant", "both")
+    rdp = run_json(capsys, *args)["epsilon"]
+    prv = run_json(capsys, *args, "--accountant", "prv")["epsilon"]
+    assert both["by_accountant"] == pytest.approx({"rdp": rdp, "prv": prv})
+    assert both["epsilon"] == max(rdp, prv)
+    assert abs(rdp - prv) < 0.35 * rdp  # same mechanism: the two bounds are close
