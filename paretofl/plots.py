@@ -193,7 +193,11 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
         ax.scatter(eps[theory], u[theory], marker="D", s=40, facecolors="none", edgecolors="green", lw=1.5,
                    label="theory: T nearest qN/(κσ²)")
         ax.set_xscale("log")
-        ax.set_yscale("symlog", linthresh=max(1e-3, float(np.nanmin(np.abs(u[m])) or 1e-3)))
+        um = u[m][np.isfinite(u[m])]
+        if len(um) and um.min() > 0:
+            ax.set_yscale("log")
+        else:  # some runs beat the reference: linear near zero
+            ax.set_yscale("symlog", linthresh=max(1e-3, float(np.min(np.abs(um[um != 0]), initial=1e-3))))
         ax.set_xlabel("privacy leakage ε_p (exact RDP)" if epsilon == "exact" else "privacy leakage ε_p, (1.1)")
         ax.set_ylabel("utility loss ε_u")
         ax.set_title(f"objective space, q = {q:g}")

@@ -103,7 +103,7 @@ def test_sweep_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
     """Kill a real `paretofl pretrial` process again and again, each time a
     random instant after it committed a job; afterwards every (sigma, T, q,
     seed) is there exactly once, with the values of an uninterrupted sweep."""
-    grid = {**SMALL, "sigmas": [0.05, 0.2, 0.5, 1.0, 2.0], "rounds": [2, 5, 30], "chunk": 1}  # 12 jobs
+    grid = {**SMALL, "sigmas": [0.05, 0.5, 2.0], "rounds": [2, 5, 30], "chunk": 1}  # 8 jobs
     ref_path = tmp_path / "ref.sqlite"
     run_sweep(Spec.from_dict(grid), ref_path, progress=False)
     reference = rows_of(ref_path)
