@@ -79,10 +79,15 @@ def part_cases(lines):
 
 
 def _sweep(name, spec):
+    """Sweep into a store named by the spec's contents: parts that ask for
+    the same runs (E = 1 and N = 10 here) share them."""
+    import hashlib
+
     from paretofl.pretrial.fit import fit
     from paretofl.pretrial.sweep import run_sweep
 
-    store = OUT / f"{name}.sqlite"
+    key = hashlib.sha1(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+    store = OUT / f"sweep_{spec.model}_{key}.sqlite"
     run_sweep(spec, store, progress=True)
     return fit(store, bootstrap=500)
 
@@ -130,20 +135,20 @@ def main():
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     parts = a.only or ["front", "cases", "epochs", "clients", "design"]
-    lines = ["# Paper 001's findings on FashionMNIST", "",
-             f"`analysis/reproduce_pareto.py --only {' '.join(parts)} --seeds {a.seeds}`", ""]
-    t0 = time.perf_counter()
+    funcs = {"front": part_front, "cases": part_cases, "epochs": lambda l: part_epochs(l, a.seeds),
+             "clients": lambda l: part_clients(l, a.seeds), "design": lambda l: part_design(l, a.seeds)}
     for p in parts:
         t = time.perf_counter()
-        {"front": lambda: part_front(lines), "cases": lambda: part_cases(lines),
-         "epochs": lambda: part_epochs(lines, a.seeds), "clients": lambda: part_clients(lines, a.seeds),
-         "design": lambda: part_design(lines, a.seeds)}[p]()
-        lines.append(f"_{p}: {time.perf_counter() - t:.0f} s_\n")
-    lines.append(f"Total {time.perf_counter() - t0:.0f} s.")
+        lines = []
+        funcs[p](lines)
+        lines.append(f"_{p}: {time.perf_counter() - t:.0f} s (`analysis/reproduce_pareto.py --only {p} "
+                     f"--seeds {a.seeds}`)_\n")
+        (OUT / f"pareto_{p}.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+    # the summary: every part's latest result, in order
     md = OUT / "pareto_findings.md"
-    old = md.read_text() if md.is_file() and a.only else ""
-    md.write_text("\n".join(lines) + "\n" + (("\n" + old) if old else ""))
-    print("\n".join(lines))
+    body = [(OUT / f"pareto_{p}.md").read_text() for p in funcs if (OUT / f"pareto_{p}.md").is_file()]
+    md.write_text("# Paper 001's findings on FashionMNIST\n\n" + "\n".join(body))
     print(f"written to {md}")
 
 
