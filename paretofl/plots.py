@@ -168,6 +168,11 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_ylim(res.rounds[m].min() / 1.5, res.rounds[m].max() * 1.5)
+        # ticks at the grid's own values, no crowded minor labels
+        for axis, vals in ((ax.xaxis, np.unique(res.sigma[m])), (ax.yaxis, np.unique(res.rounds[m]))):
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            axis.set_minor_locator(matplotlib.ticker.NullLocator())
+            axis.set_ticks(vals, [f"{v:g}" for v in vals])
         ax.set_xlabel("noise σ (per client)")
         ax.set_ylabel("rounds T")
         ax.set_title(f"q = {q:g}, N = {n}: slope {fr['slope']:.2f} (theory −2)")
