@@ -17,7 +17,6 @@ fraction, then a sweep of the same grid on the full data, and the checks:
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,12 +39,10 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     outdir = Path(outdir)
     full = replace(spec, public_fraction=full_fraction)
     stores = {k: str(outdir / f"{name}_{k}.sqlite") for k in ("public", "full")}
-    t0 = time.perf_counter()
     run_sweep(spec, stores["public"], executor=executor, ray_address=ray_address, progress=progress)
-    t_public = time.perf_counter() - t0
-    t0 = time.perf_counter()
     run_sweep(full, stores["full"], executor=executor, ray_address=ray_address, progress=progress)
-    t_full = time.perf_counter() - t0
+    # wall times from the stores (a resumed sweep's own time would undercount)
+    t_public, t_full = _sweep_seconds(stores["public"]), _sweep_seconds(stores["full"])
     f_pub = fit(stores["public"], bootstrap=bootstrap)
     f_full = fit(stores["full"], bootstrap=bootstrap)
     k_pub, k_full = f_pub["kappa"], f_full["kappa"]
@@ -116,6 +113,24 @@ def _reference_losses(path, q):
     for s, l in zip(tab["seed"][m], tab["test_loss"][m]):
         out[int(s)] = min(float(l), out.get(int(s), math.inf))
     return out
+
+
+def _sweep_seconds(path):
+    """Training time a store's runs took: each replica's share of its job's
+    wall time is on its largest-T row; their sum is the sweep's time."""
+    from .store import Store
+
+    st = Store(path)
+    try:
+        tab = st.table()
+    finally:
+        st.close()
+    last = {}
+    for s, t, q, k, sec in zip(tab["sigma"], tab["rounds"], tab["q"], tab["seed"], tab["seconds"]):
+        key = (s, q, k)
+        if t >= last.get(key, (-1, 0))[0]:
+            last[key] = (t, sec)
+    return float(sum(sec for _, sec in last.values()))
 
 
 def _seconds_per_round(path):
