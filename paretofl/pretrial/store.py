@@ -121,3 +121,12 @@ class Store:
 
     def close(self):
         self.db.close()
+
+
+def read_table(path) -> dict:
+    """Every row of an existing store as numpy columns (see :meth:`Store.table`)."""
+    st = Store(path)
+    try:
+        return st.table()
+    finally:
+        st.close()

@@ -25,6 +25,7 @@ import numpy as np
 from ..theory.privacy import compute_epsilon, max_steps
 from .fit import Results, fit, front_indices, relation_distance, within_fraction
 from .spec import Spec
+from .store import read_table
 from .sweep import Job, run_job, run_sweep
 
 
@@ -42,7 +43,8 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     run_sweep(spec, stores["public"], executor=executor, ray_address=ray_address, progress=progress)
     run_sweep(full, stores["full"], executor=executor, ray_address=ray_address, progress=progress)
     # wall times from the stores (a resumed sweep's own time would undercount)
-    t_public, t_full = _sweep_seconds(stores["public"]), _sweep_seconds(stores["full"])
+    tab_full = read_table(stores["full"])
+    t_public, t_full = _sweep_seconds(read_table(stores["public"])), _sweep_seconds(tab_full)
     f_pub = fit(stores["public"], bootstrap=bootstrap)
     f_full = fit(stores["full"], bootstrap=bootstrap)
     k_pub, k_full = f_pub["kappa"], f_full["kappa"]
@@ -62,13 +64,13 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     s_lo, s_hi, t_hi = float(res.sigma.min()), float(res.sigma.max()), int(res.rounds.max())
     d = design(n, budget, delta=spec.delta, max_rounds=t_hi, q=q, sigma_min=s_lo, sigma_max=s_hi, kappa=k_pub)
     rows = run_job(full, Job(q, [(d.sigma, seed) for seed in spec.seed_list()], [d.rounds]))
-    ref = _reference_losses(stores["full"], q)
+    ref = _reference_losses(tab_full, q)
     u_design = float(np.mean([r["test_loss"] - ref[r["seed"]] for r in rows]))
     ok = on_q[res.eps[on_q] <= budget * (1 + 1e-9)]
     best = ok[np.argmin(u[ok])] if len(ok) else None
 
     # ---- cost
-    per_round = float(np.median(_seconds_per_round(stores["full"])))
+    per_round = float(np.median(tab_full["seconds"] / tab_full["rounds"]))
     n_sigma = len(spec.sigmas)
     t_budget = [min(t_hi, int(max_steps(budget, q, s * math.sqrt(q * n), spec.delta))) for s in spec.sigmas]
     cost = {
@@ -99,15 +101,8 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     return out
 
 
-def _reference_losses(path, q):
+def _reference_losses(tab, q):
     """Each seed's best non-private test loss over the grid (the fit's default reference)."""
-    from .store import Store
-
-    st = Store(path)
-    try:
-        tab = st.table()
-    finally:
-        st.close()
     m = (tab["sigma"] == 0) & (tab["q"] == q)
     out = {}
     for s, l in zip(tab["seed"][m], tab["test_loss"][m]):
@@ -115,33 +110,15 @@ def _reference_losses(path, q):
     return out
 
 
-def _sweep_seconds(path):
+def _sweep_seconds(tab):
     """Training time a store's runs took: each replica's share of its job's
     wall time is on its largest-T row; their sum is the sweep's time."""
-    from .store import Store
-
-    st = Store(path)
-    try:
-        tab = st.table()
-    finally:
-        st.close()
     last = {}
     for s, t, q, k, sec in zip(tab["sigma"], tab["rounds"], tab["q"], tab["seed"], tab["seconds"]):
         key = (s, q, k)
         if t >= last.get(key, (-1, 0))[0]:
             last[key] = (t, sec)
     return float(sum(sec for _, sec in last.values()))
-
-
-def _seconds_per_round(path):
-    from .store import Store
-
-    st = Store(path)
-    try:
-        tab = st.table()
-    finally:
-        st.close()
-    return tab["seconds"] / tab["rounds"]
 
 
 def _report(r, spec, full_fraction):

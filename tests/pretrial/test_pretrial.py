@@ -17,7 +17,7 @@ import pytest
 
 from paretofl.pretrial.fit import Results, fit, front_indices
 from paretofl.pretrial.spec import Spec
-from paretofl.pretrial.store import Store
+from paretofl.pretrial.store import Store, read_table
 from paretofl.pretrial.sweep import Job, plan, run_job, run_sweep
 from paretofl.theory.privacy import asymptotic_epsilon, compute_epsilon
 
@@ -32,11 +32,7 @@ def small(**kw):
 
 
 def rows_of(path):
-    st = Store(path)
-    try:
-        tab = st.table()
-    finally:
-        st.close()
+    tab = read_table(path)
     return {(s, int(t), q, int(k)): (l, a) for s, t, q, k, l, a in
             zip(tab["sigma"], tab["rounds"], tab["q"], tab["seed"], tab["test_loss"], tab["accuracy"])}
 
@@ -65,9 +61,7 @@ def test_prefix_of_a_longer_run_is_the_shorter_run(reference):
 def test_rows_carry_both_privacy_figures(tmp_path):
     path = tmp_path / "r.sqlite"
     run_sweep(small(seeds=1, sigmas=[0.7]), path, progress=False)
-    st = Store(path)
-    tab = st.table()
-    st.close()
+    tab = read_table(path)
     for s, t, q, e, ea in zip(tab["sigma"], tab["rounds"], tab["q"], tab["epsilon"], tab["epsilon_asymptotic"]):
         if s == 0:
             assert math.isinf(e) and math.isinf(ea)
