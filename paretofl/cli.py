@@ -299,7 +299,8 @@ def cmd_validate(a):
     outdir = Path(a.out_dir) if a.out_dir else Path(".")
     if not outdir.is_dir():
         raise ValueError(f"output folder {outdir} does not exist")
-    r = validate(spec, outdir, full_fraction=a.full_fraction, executor=a.executor, ray_address=a.ray_address,
+    r = validate(spec, outdir, full_fraction=a.full_fraction, budget=a.budget, executor=a.executor,
+                 ray_address=a.ray_address,
                  progress=not a.json and sys.stderr.isatty())
     text = "\n".join(r["report"])
     _emit({k: v for k, v in r.items() if k != "report"}, a.json, text)
@@ -462,6 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("validate", help="kappa from the public fraction, checked against a full-data sweep")
     spec_flags(s)
     s.add_argument("--full-fraction", type=FLOAT, default=1.0, help="share of the training set of step 2")
+    s.add_argument("--budget", type=FLOAT, help="epsilon of the design checked (default: middle of the full front)")
     s.add_argument("--out-dir", help="folder for both stores and fits (default: here)")
     s.set_defaults(func=cmd_validate)
     return p

@@ -341,3 +341,17 @@ def test_spec_fuzz_is_valid_or_one_sentence(overrides):
     assert all(math.isfinite(s) and s > 0 for s in spec.sigmas)
     assert all(isinstance(t, int) and t >= 1 for t in spec.rounds)
     assert all(0 < q <= 1 and q * spec.clients >= 1 for q in spec.q)
+
+
+def test_validate_command_json_and_bad_input(tmp_path, capsys):
+    from paretofl.cli import main
+
+    base = ["validate", "--dataset", "digits", "--public-fraction", "0.4", "--clients", "5", "--q", "0.6",
+            "--sigmas", "0.05", "0.3", "--rounds", "2", "4", "--seeds", "2", "--out-dir", str(tmp_path)]
+    assert main(base + ["--budget", "80", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["budget"] == 80 and r["design"]["epsilon"] <= 80 * (1 + 1e-9)
+    assert {"kappa_public", "kappa_full", "kappa_transfer_error", "cost"} <= set(r)
+    assert main(base + ["--full-fraction", "0.2"]) == 2  # below the public fraction
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "full fraction" in err
