@@ -131,6 +131,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     cap = policy.max_rounds()
     eval_at = None if eval_at is None else {int(x) for x in eval_at}
     bar, last_acc = None, float("nan")
+    fresh = None  # (test_loss, acc) of the current global models, if evaluated since they last changed
     if progress:
         from tqdm import tqdm
 
@@ -147,6 +148,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
             break
         new = policy.round(t, glob, active)
         glob = _freeze(new, glob, active)
+        fresh = None
         if inc is not None:
             ledger.rdp[active] += inc[active]
         done_rounds[active] += 1
@@ -158,7 +160,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
         due = (t + 1) in eval_at if eval_at is not None else (t + 1) % eval_every == 0
         if due or last:
             with torch.no_grad():
-                test_loss, acc = eng.evaluate(glob)
+                test_loss, acc = fresh = eng.evaluate(glob)
                 last_acc = float(acc.max())
             eps = ledger.epsilon() if policy.fixed_epsilon() is None else np.full(R, policy.fixed_epsilon())
             for r in range(R):
@@ -171,7 +173,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
             bar.set_postfix(best_acc=f"{last_acc:.3f}", active=int(active.sum()))
     if bar is not None:
         bar.close()
-    test_loss, acc = eng.evaluate(glob)
+    test_loss, acc = fresh if fresh is not None else eng.evaluate(glob)
     eps = ledger.epsilon() if policy.fixed_epsilon() is None else np.full(R, policy.fixed_epsilon())
     final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": eps,
              "rounds": done_rounds, "delta": delta, "seconds": time.perf_counter() - t0}
