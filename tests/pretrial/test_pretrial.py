@@ -355,3 +355,14 @@ def test_validate_command_json_and_bad_input(tmp_path, capsys):
     assert main(base + ["--full-fraction", "0.2"]) == 2  # below the public fraction
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "full fraction" in err
+
+
+def test_fit_never_imports_torch(tmp_path):
+    """`paretofl fit` reads the store only: it must start without torch."""
+    path = tmp_path / "syn.sqlite"
+    synthetic_store(path, 0.3, sigmas=[0.5, 1.0, 2.0], rounds=[2, 8, 32])
+    code = ("import sys; from paretofl.cli import main; "
+            f"rc = main(['fit', {str(path)!r}, '--bootstrap', '20', '--json']); "
+            "assert rc == 0; assert 'torch' not in sys.modules, 'torch imported'")
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
