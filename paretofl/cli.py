@@ -253,13 +253,12 @@ def cmd_pretrial(a):
 
 
 def cmd_fit(a):
-    from .pretrial.fit import fit, write_fit
-
     from pathlib import Path
 
+    from .pretrial.fit import fit, write_fit
+
     out = a.out or str(Path(a.results).with_name(Path(a.results).stem + "_fit.json"))
-    if not out.lower().endswith(".json"):
-        raise ValueError(f"fit file {out!r} must end in .json")
+    _check_out_path(out, (".json",))  # before the work, not after it
     r = fit(a.results, epsilon=a.epsilon, reference=a.reference, bootstrap=a.bootstrap)
     write_fit(r, out)
     r["fit_file"] = out

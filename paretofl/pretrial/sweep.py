@@ -123,7 +123,6 @@ def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
 
 
 def _ray_job(spec_dict, q, replicas, rounds):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     return run_job(Spec.from_dict(spec_dict), Job(q, [tuple(r) for r in replicas], rounds))
 
 
