@@ -10,7 +10,7 @@ client rate, number of local steps.
 
 Where the noise goes is the caller's choice (the algorithms' policies):
 inside DP-SGD on each clipped per-sample-gradient sum (:meth:`local_steps`
-with ``sigma``), on each client's clipped update (:meth:`clip_updates` +
+with ``sigma``), on each client's clipped update (:meth:`clip_rows` +
 :meth:`noise_like`), or on the aggregate (:meth:`aggregate`'s ``noise_std``).
 """
 
@@ -266,13 +266,14 @@ class Engine:
             k += n
         return out
 
-    def clip_updates(self, new, old, clip):
-        """Client updates Δ = new - old, each clipped to L2 norm ``clip``
-        (M,); returns (clipped Δ as a flat (M, d) tensor, norms before)."""
-        d = self.flat(new) - self.flat(old)
-        norms = d.norm(dim=1)
+    def clip_rows(self, v, clip):
+        """Each row of a flat (M, d) tensor clipped to L2 norm ``clip``
+        (scalar or (M,)): v · min(1, C/‖v‖).  Client updates (DP-FedAvg) and
+        uploaded parameters (NbAFL) are clipped here.  Returns (clipped rows,
+        norms before)."""
+        norms = v.norm(dim=1)
         f = torch.clamp(self.vec(clip) / (norms + 1e-12), max=1.0)
-        return d * f[:, None], norms
+        return v * f[:, None], norms
 
     def aggregate(self, values, weights, noise_std=None):
         """Σ_i weights[r, i] · values[r, i] per replica, + N(0, noise_std²) per

@@ -40,6 +40,8 @@ class DPFedAvg(Policy):
         self.batch_rate, self.client_rate = vec(batch_rate), vec(client_rate)
         self.tau = vec(local_steps).astype(int)
         self.local_epochs, self.batch_size = int(local_epochs), int(batch_size)
+        if np.any(self.tau < 1) or self.local_epochs < 1 or self.batch_size < 1:
+            raise ValueError("local steps, local epochs and batch size must be at least 1")
         if np.any(~(self.sigma >= 0)) or np.any(np.isinf(self.sigma)):
             raise ValueError(f"sigma must be finite and >= 0 (0: no noise, no privacy), got {self.sigma}")
         for name, v, lo, hi in (("clip", self.clip, 0, np.inf),
@@ -93,15 +95,28 @@ class DPFedAvg(Policy):
         return [torch.where(none.reshape(-1, *[1] * (o.ndim - 1)), g, o) for o, g in zip(out, glob)]
 
     def _client_round(self, glob, active):
-        eng = self.engine
         sel = self._selection(active)
         self.last_cohort = sel.sum(1).cpu().numpy()
+        return self._release(glob, self._client_updates(glob, sel), sel)
+
+    def _client_updates(self, glob, sel):
+        """Local epochs of plain SGD on every selected client: the updates
+        Δ_i = w_i - w as a flat (M, d) tensor, not yet clipped."""
+        eng = self.engine
         n_i = eng.client_n.repeat(eng.R)
         steps = self.local_epochs * torch.ceil(n_i / self.batch_size).long() * sel.reshape(-1)
         params = eng.broadcast(glob)
         new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_size=self.batch_size)
         self.last_stats = stats
-        delta, _ = eng.clip_updates(new, params, eng.vec(self.clip))
+        return eng.flat(new) - eng.flat(params)
+
+    def _release(self, glob, update, sel):
+        """The privatisation: clip each update to C, add each client's
+        N(0, σ²C²), sum the selected, top the noise up to N(0, qNσ²C²) in the
+        aggregate view, divide by qN.  Everything the accountant's charge
+        covers happens here (the audit drives this code with canaries)."""
+        eng = self.engine
+        delta, _ = eng.clip_rows(update, eng.vec(self.clip))
         std = eng.vec(self.sigma * self.clip)
         noise = eng.noise_like([delta])[0] * std[:, None]
         contrib = (delta + noise) * sel.reshape(-1, 1)
