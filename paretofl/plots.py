@@ -135,7 +135,9 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
 
     from .pretrial.fit import Results, fit, front_indices
 
-    fr = json.loads(Path(fit_file).read_text()) if fit_file else fit(results, epsilon=epsilon, bootstrap=200)
+    if max_rounds is not None and not (1 <= max_rounds < float("inf")):
+        raise ValueError(f"max rounds must be a finite number >= 1, got {max_rounds}")
+    fr = json.loads(Path(fit_file).read_text()) if fit_file is not None else fit(results, epsilon=epsilon, bootstrap=200)
     if "kappa" not in fr or "reference" not in fr:
         raise ValueError(f"{fit_file} is not a paretofl fit file")
     res = Results(results, fr["reference"])
@@ -215,7 +217,7 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
 
     # ---- Theorem 3 for the fitted κ
     q = float(qs[0])
-    t_max = float(max_rounds) if max_rounds else float(res.rounds.max())
+    t_max = float(max_rounds) if max_rounds is not None else float(res.rounds.max())
     ps = pareto.theorem3(q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max, n_points=200)
     paths.append(str(outdir / f"{stem}_theorem3.{fmt}"))
     pareto_figure(ps, q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max,

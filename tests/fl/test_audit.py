@@ -1,0 +1,127 @@
+"""The empirical privacy audit: its statistics against independent formulas,
+its premise (the canary pair) checked exactly, real mechanisms pass, broken
+ones are caught, and NbAFL reports the ε its clipping guarantees."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom, norm
+from scipy.optimize import brentq
+
+from paretofl.cli import main
+from paretofl.fl import audit as A
+from paretofl.fl.algorithms import NbAFL
+from paretofl.theory.privacy import compute_epsilon
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (0, 1000), (17, 1000), (999, 1000), (5, 7)])
+def test_clopper_pearson_upper_is_where_the_binomial_tail_equals_alpha(k, n):
+    """The exact (Clopper–Pearson) upper bound u solves P[Bin(n, u) ≤ k] = α."""
+    u = float(A.clopper_pearson_upper(k, n, 0.025))
+    assert binom.cdf(k, n, u) == pytest.approx(0.025, rel=1e-6)
+    assert k / n < u < 1
+
+
+def test_clopper_pearson_all_successes_is_one():
+    assert float(A.clopper_pearson_upper(50, 50, 0.025)) == 1.0
+
+
+def test_perfect_separation_gives_the_closed_form_bound():
+    """No errors on n runs per world: the bound is ln((1 - δ - u)/u) with
+    u = 1 - 0.025^(1/n), the Clopper–Pearson bound of 0 of n."""
+    s_out, s_in = np.zeros(4000), np.ones(4000)
+    eps, info = A.epsilon_lower_bound(s_out, s_in, delta=1e-5)
+    u = 1 - 0.025 ** (1 / 2000)
+    assert info["fpr"] == 0 and info["fnr"] == 0
+    assert eps == pytest.approx(math.log((1 - 1e-5 - u) / u), rel=1e-9)
+
+
+def _gaussian_epsilon(mu, delta):
+    """Exact ε of the Gaussian mechanism with sensitivity/noise ratio mu
+    (Balle & Wang 2018): δ(ε) = Φ(μ/2 - ε/μ) - e^ε Φ(-μ/2 - ε/μ)."""
+    f = lambda e: norm.cdf(mu / 2 - e / mu) - math.exp(e) * norm.cdf(-mu / 2 - e / mu) - delta  # noqa: E731
+    return brentq(f, 0, 100)
+
+
+@pytest.mark.parametrize("mu", [0.5, 1.0, 2.0, 4.0])
+def test_lower_bound_never_exceeds_the_true_epsilon_and_grows_with_leakage(mu):
+    """Scores of a Gaussian mechanism whose ε is known exactly: over 10
+    seeds the lower bound stays below the truth (95 % confidence each), and
+    is informative when the leakage is large."""
+    truth = _gaussian_epsilon(mu, 1e-5)
+    bounds = []
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        eps, _ = A.epsilon_lower_bound(rng.normal(0, 1, 20000), rng.normal(mu, 1, 20000), 1e-5, seed=seed)
+        bounds.append(eps)
+    assert max(bounds) <= truth
+    if mu >= 2:  # truth ≥ 5.9; 10^4 runs per half can show about ln(10^4/3.7) ≈ 7.9 at most
+        assert min(bounds) > 3.0
+
+
+def test_canary_pair_is_the_pair_the_accountant_bounds():
+    """Premise of the client-level audit, checked without noise (σ = 0): no
+    real client touches the canary coordinate (the out-world release is
+    exactly 0 there), and in the in-world it is C/(qN) exactly when the
+    canary client was sampled, which happens at rate q."""
+    s = A.Setting("client-aggregate", sigma=0.0, q=0.5, clients=10, samples=20, clip=1.0)
+    out = A._scores_client(s, "out", 2000, 1, "none")
+    inn = A._scores_client(s, "in", 2000, 10**6, "none")
+    assert np.all(out == 0)
+    assert np.all(np.isclose(inn, 0) | np.isclose(inn, 1.0 / 5))
+    assert abs(np.mean(inn > 0) - 0.5) < 0.04
+    broken = A._scores_client(s, "in", 2000, 10**6, "no-clip")
+    assert np.isclose(broken.max(), 10.0 / 5)        # unclipped, the canary's 10 C goes through
+
+
+@pytest.mark.parametrize("mechanism", ["client-aggregate", "client-local", "sample-dpsgd", "nbafl"])
+def test_real_mechanisms_pass_and_broken_ones_are_caught(mechanism):
+    real = A.audit(mechanism, runs=20000)
+    assert 0 < real.epsilon_claimed < 2.5
+    assert not real.violated
+    for broken in ("noise/10", "no-clip"):
+        r = A.audit(mechanism, runs=20000, broken=broken)
+        assert r.epsilon_claimed == real.epsilon_claimed   # claimed for the unbroken mechanism
+        assert r.violated, (broken, r)
+
+
+def test_nbafl_paper_calibration_exceeds_its_nominal_epsilon_but_not_what_paretofl_reports():
+    r = A.audit("nbafl-paper", runs=20000)
+    assert r.epsilon_lower > r.details["epsilon_paper"] == 1.0
+    assert not r.violated and r.epsilon_claimed > r.epsilon_lower
+
+
+def test_nbafl_reports_the_epsilon_clipping_guarantees():
+    eng = A._engine(A._synthetic(64, seed=1), 1, 1, 0, "none")
+    paper = NbAFL(eng, epsilon=2.0, rounds=3, delta=1e-5, clip=10.0)
+    z = paper.sigma_u / 20.0                                   # sensitivity 2C
+    assert paper.fixed_epsilon() == pytest.approx(compute_epsilon(1.0, z, 3, 1e-5))
+    assert paper.fixed_epsilon() > 2.0 and paper.epsilon_paper == 2.0
+    honest = NbAFL(eng, epsilon=2.0, rounds=3, delta=1e-5, clip=10.0, calibration="clipping")
+    assert honest.fixed_epsilon() == pytest.approx(2.0, rel=1e-4)
+    assert honest.sigma_u > 10 * paper.sigma_u
+    with pytest.raises(ValueError, match="calibration"):
+        NbAFL(eng, epsilon=2.0, rounds=3, calibration="magic")
+
+
+def test_audit_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="mechanism"):
+        A.audit("magic")
+    with pytest.raises(ValueError, match="break"):
+        A.audit("nbafl", broken="half")
+    with pytest.raises(ValueError, match="runs"):
+        A.audit("nbafl", runs=10)
+
+
+def test_audit_command_json_contract(capsys):
+    assert main(["audit", "--mechanism", "client-local", "sample-dpsgd", "--runs", "2000", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["mechanism"] for r in rows] == ["client-local", "sample-dpsgd"]
+    for r in rows:
+        assert {"mechanism", "epsilon_claimed", "epsilon_lower"} <= set(r)
+        assert 0 <= r["epsilon_lower"] <= r["epsilon_claimed"] and r["runs"] == 2000
+    assert main(["audit", "--mechanism", "client-local", "--runs", "2000", "--break", "noise/10", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["broken"] == "noise/10" and row["epsilon_lower"] > row["epsilon_claimed"]
