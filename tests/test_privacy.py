@@ -180,3 +180,48 @@ def test_rdp_convex_and_increasing_in_order(q, z, t):
     r = P.rdp_subsampled_gaussian(q, z, a)
     assume(np.all(np.isfinite(r)))
     assert np.all(np.diff(r) >= -1e-12 * np.abs(r[1:]))  # RDP is non-decreasing in α
+
+
+# --------------------------------------------------------------------------
+# varying σ across steps (Adap DP-FL's schedule): every path against Opacus
+# --------------------------------------------------------------------------
+def _schedule(sigma0, beta, every, steps, floor=0.5):
+    """σ decayed by beta every `every` steps down to a floor, as (σ, steps) runs."""
+    out = []
+    for start in range(0, steps, every):
+        z, n = max(sigma0 * beta ** (start // every), floor), min(every, steps - start)
+        if out and out[-1][0] == z:
+            out[-1] = (z, out[-1][1] + n)
+        else:
+            out.append((z, n))
+    return out
+
+
+VARYING = [(q, s0, beta, every, steps) for q in (0.01, 0.1, 0.5) for (s0, beta, every) in
+           ((2.0, 0.8, 50), (1.5, 0.7, 4), (4.0, 0.5, 20)) for steps in (10, 200)]
+
+
+@pytest.mark.parametrize("q,s0,beta,every,steps", VARYING)
+def test_varying_sigma_agrees_with_opacus_rdp_and_bounds_prv(q, s0, beta, every, steps):
+    """A decaying σ (the heterogeneous composition Adap DP-FL charges):
+    our RDP accountant equals Opacus's RDP composition, the classic
+    conversion of Opacus's RDP is looser, and Opacus's PRV accountant is not
+    above ours — so where they differ, RDP is the larger and is what the
+    trainer reports."""
+    sched = _schedule(s0, beta, every, steps)
+    ours = P.RDPAccountant()
+    rdp = np.zeros(len(ORDERS))
+    for z, n in sched:
+        ours.step(z, q, n)
+        rdp += np.array(compute_rdp(q=q, noise_multiplier=z, steps=n, orders=ORDERS))
+    eps = ours.get_epsilon(1e-5)
+    theirs, _ = get_privacy_spent(orders=ORDERS, rdp=rdp, delta=1e-5)
+    assert eps == pytest.approx(theirs, rel=1e-6)
+    classic = float(np.min(rdp + math.log(1e5) / (np.array(ORDERS) - 1)))
+    assert classic >= eps
+    prv = PRVAccountant()  # Opacus's PRV behind paretofl's interface (tested equal above)
+    for z, n in sched:
+        prv.step(z, q, n)
+    prv_eps = prv.get_epsilon(1e-5)
+    assert prv.history == [(z, q, n) for z, n in sched]
+    assert 0 < prv_eps <= eps
