@@ -121,6 +121,7 @@ def test_sweep_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
         seen.append(count())
         if p.returncode == 0:
             break
+    print(f"\nSIGKILL test: {kills} kills over {len(seen) - 1} starts, rows after each: {seen}")
     assert kills >= 5, f"only {kills} kills: the sweep is too short for this test"
     assert all(a <= b for a, b in zip(seen, seen[1:])), f"a finished run was lost: {seen}"
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
