@@ -312,7 +312,7 @@ def audit(mechanism: str, runs: int = 20000, broken: str = "none", chunk: int = 
 
     ``broken`` = "noise/10" or "no-clip" audits a deliberately broken copy
     against the unbroken mechanism's claimed ε.  ``progress(n)`` is called
-    with the number of runs done after each chunk.
+    after each chunk with the n runs it added (a progress bar's update).
     """
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}; choose from {', '.join(MECHANISMS)}")
@@ -325,12 +325,10 @@ def audit(mechanism: str, runs: int = 20000, broken: str = "none", chunk: int = 
     half = runs // 2
     scores = {"out": [], "in": []}
     base = 1 + seed * 10**8
-    done = 0
     for w, world in enumerate(("out", "in")):
         for start in range(0, half, chunk):
             n = min(chunk, half - start)
             scores[world].append(run(s, world, n, base + w * 5 * 10**7 + start, broken))
-            done += n
             if progress is not None:
                 progress(n)
     s_out, s_in = np.concatenate(scores["out"]), np.concatenate(scores["in"])
