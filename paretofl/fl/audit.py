@@ -41,14 +41,13 @@ tests.  The canaries:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ..theory.privacy import compute_epsilon
 from .algorithms import DPFedAvg, NbAFL
+from .algorithms.base import Ledger
 from .data import Dataset
 from .engine import Engine
 from .models import build_model
@@ -213,16 +212,29 @@ DEFAULTS = {
 }
 
 
+def _policy(s: Setting, eng, broken="none"):
+    """The mechanism of ``s`` as the trainer builds it, on ``eng``; with
+    ``broken="noise/10"`` its noise is divided by ten (the claim is not)."""
+    factor = 0.1 if broken == "noise/10" else 1.0
+    if s.mechanism.startswith("nbafl"):
+        pol = NbAFL(eng, epsilon=s.epsilon, rounds=1, delta=s.delta, clip=s.clip, exposures=1, lr=s.lr,
+                    local_steps=5, batch_size=64, calibration=s.calibration)
+        pol.sigma_u, pol.sigma_d = pol.sigma_u * factor, pol.sigma_d * factor
+        return pol
+    if s.mechanism == "sample-dpsgd":
+        return DPFedAvg(eng, mechanism="sample", sigma=s.sigma * factor, clip=s.clip, lr=s.lr, batch_rate=s.q,
+                        local_steps=1, client_rate=1.0)
+    view = "aggregate" if s.mechanism == "client-aggregate" else "local"
+    return _CanaryDPFedAvg(eng, mechanism="client", sigma=s.sigma * factor, clip=s.clip, lr=s.lr,
+                           client_rate=s.q, view=view, batch_size=64)
+
+
 def _scores_client(s: Setting, world, replicas, first_seed, broken):
     ds = _synthetic(s.samples * s.clients, seed=12345)
     eng = _engine(ds, s.clients, replicas, first_seed, broken)
-    view = "aggregate" if s.mechanism == "client-aggregate" else "local"
-    factor = 0.1 if broken == "noise/10" else 1.0
-    pol = _CanaryDPFedAvg(eng, mechanism="client", sigma=s.sigma * factor, clip=s.clip, lr=s.lr,
-                          client_rate=s.q, view=view, batch_size=64)
+    pol = _policy(s, eng, broken)
     glob = _initial(eng)
-    col = _canary_column(glob)
-    k = int(col[0])                         # W[canary feature, class 0]: untouched by real clients
+    k = int(_canary_column(glob)[0])        # W[canary feature, class 0]: untouched by real clients
     canary = torch.zeros(eng.net.n_params)
     if world == "in":
         canary[k] = 10 * s.clip             # 10 C before clipping
@@ -236,9 +248,7 @@ def _scores_sample(s: Setting, world, replicas, first_seed, broken):
     label = 0
     ds = _synthetic(s.samples, seed=12345, canary_label=label if world == "in" else None)
     eng = _engine(ds, 1, replicas, first_seed, broken)
-    factor = 0.1 if broken == "noise/10" else 1.0
-    pol = DPFedAvg(eng, mechanism="sample", sigma=s.sigma * factor, clip=s.clip, lr=s.lr, batch_rate=s.q,
-                   local_steps=1, client_rate=1.0)
+    pol = _policy(s, eng, broken)
     glob = _initial(eng)
     col = _canary_column(glob)
     # the canary's gradient on its own weights is (p - e_y) x_c: its direction
@@ -253,18 +263,11 @@ def _scores_sample(s: Setting, world, replicas, first_seed, broken):
     return -(release * v).sum(1).cpu().numpy()
 
 
-def _nbafl(s: Setting, eng):
-    return NbAFL(eng, epsilon=s.epsilon, rounds=1, delta=s.delta, clip=s.clip, exposures=1, lr=s.lr,
-                 local_steps=5, batch_size=64, calibration=s.calibration)
-
-
 def _scores_nbafl(s: Setting, world, replicas, first_seed, broken):
     label = 0
     ds = _synthetic(s.samples, seed=12345, canary_label=label if world == "in" else None, replace=True)
     eng = _engine(ds, 1, replicas, first_seed, broken)
-    pol = _nbafl(s, eng)
-    if broken == "noise/10":
-        pol.sigma_u, pol.sigma_d = pol.sigma_u / 10, pol.sigma_d / 10
+    pol = _policy(s, eng, broken)
     glob = _initial(eng)
     k = int(_canary_column(glob)[label])
     new = pol.round(0, glob, np.ones(eng.R, dtype=bool))
@@ -276,14 +279,15 @@ _RUNNERS = {"client-aggregate": _scores_client, "client-local": _scores_client,
 
 
 def claimed_epsilon(s: Setting) -> float:
-    """The ε the trainer's own accounting reports for one release of the
-    (unbroken) mechanism of ``s``."""
-    if s.mechanism.startswith("nbafl"):
-        return float(_nbafl(s, _engine(_synthetic(s.samples, seed=12345), 1, 1, 0, "none")).fixed_epsilon())
-    if s.mechanism == "sample-dpsgd":
-        return compute_epsilon(s.q, s.sigma, 1, s.delta)
-    z = s.sigma * math.sqrt(s.q * s.clients) if s.mechanism == "client-aggregate" else s.sigma
-    return compute_epsilon(s.q, z, 1, s.delta)
+    """The ε the trainer reports for one round of the (unbroken) mechanism of
+    ``s``: the policy's own charge on the trainer's ledger, or NbAFL's
+    guaranteed ε."""
+    n = s.samples * (s.clients if s.mechanism.startswith("client") else 1)
+    pol = _policy(s, _engine(_synthetic(n, seed=12345), s.clients, 1, 0, "none"))
+    if pol.fixed_epsilon() is not None:
+        return float(pol.fixed_epsilon())
+    ledger = Ledger(1, s.delta)
+    return float(ledger.epsilon(ledger.increment(pol.charges(0)))[0])
 
 
 @dataclass
