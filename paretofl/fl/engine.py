@@ -224,7 +224,7 @@ class Engine:
         B = idx.shape[1]
         conv = any(layer.kind == "conv" for layer in self.net.layers)
         M = idx.shape[0]
-        size = M if (self.device.type == "cuda" or not conv) else max(1, 256 // max(B, 1))
+        size = M if (self.device.type == "cuda" or not conv) else max(1, 64 // max(B, 1))
         outs = []
         for s in range(0, M, size):
             sl = slice(s, s + size)
