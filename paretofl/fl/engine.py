@@ -58,6 +58,18 @@ def _keep_freed_memory():
         pass
 
 
+_POOLS: dict = {}
+
+
+def _chunk_pool(n):
+    """A process-wide pool of n worker threads for the engine's chunks."""
+    if n not in _POOLS:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOLS[n] = ThreadPoolExecutor(n, thread_name_prefix="paretofl-chunk")
+    return _POOLS[n]
+
+
 @dataclass
 class StepStats:
     loss: torch.Tensor              # (M,) mean training loss of the last local step
@@ -217,21 +229,36 @@ class Engine:
         return params, stats
 
     def _grads_chunked(self, params, idx, w, clip):
-        """clipped_grads over the models in chunks of about 256 samples for
-        convolutional nets on CPU: the working set stays in cache (measured 3x
-        faster on a 2-core CPU than one batch of all models); otherwise (and
-        on CUDA) one chunk holds every model."""
+        """clipped_grads over the models in chunks, for convolutional nets
+        on CPU: one model (about 64 samples or more) per chunk, so a model's
+        activations and im2col stay in cache (measured 3x faster on a 2-core
+        CPU than one batch of all models), and the chunks spread over the
+        CPU's threads, one model per thread (each op single-threaded: small
+        ops do not split well; measured 1.2x).  Otherwise (and on CUDA) one
+        chunk holds every model.  Chunks are independent, so the result does
+        not depend on how they are scheduled."""
         B = idx.shape[1]
         conv = any(layer.kind == "conv" for layer in self.net.layers)
         M = idx.shape[0]
         size = M if (self.device.type == "cuda" or not conv) else max(1, 64 // max(B, 1))
-        outs = []
-        for s in range(0, M, size):
+
+        def chunk(s):
             sl = slice(s, s + size)
             ix = idx[sl]
             xb = torch.index_select(self.x_flat, 0, ix.reshape(-1)).view(*ix.shape, *self.x.shape[1:])
-            outs.append(self.net.clipped_grads([p[sl] for p in params], xb, self.y[ix], w[sl],
-                                               clip=None if clip is None else clip[sl], x_sqnorm=self.x_sq[ix]))
+            return self.net.clipped_grads([p[sl] for p in params], xb, self.y[ix], w[sl],
+                                          clip=None if clip is None else clip[sl], x_sqnorm=self.x_sq[ix])
+
+        starts = range(0, M, size)
+        threads = torch.get_num_threads()
+        if len(starts) > 1 and threads > 1:
+            torch.set_num_threads(1)
+            try:
+                outs = list(_chunk_pool(threads).map(chunk, starts))
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            outs = [chunk(s) for s in starts]
         if len(outs) == 1:
             return outs[0]
         grads = [torch.cat([o[0][j] for o in outs]) for j in range(len(params))]
