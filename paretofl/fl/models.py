@@ -288,7 +288,8 @@ def _maxpool_back(g, arg, k, stride):
     ho, wo = g.shape[-2:]
     if arg[0] == "2x2":
         _, first01, first23, top, in_shape = arg
-        out = torch.zeros(in_shape, dtype=g.dtype, device=g.device)
+        covered = in_shape[-2] == 2 * ho and in_shape[-1] == 2 * wo         # no odd row/column left out
+        out = (torch.empty if covered else torch.zeros)(in_shape, dtype=g.dtype, device=g.device)
         o = [out[..., i:2 * ho:2, j:2 * wo:2] for i in range(2) for j in range(2)]
         g_top = g * top
         g_bottom = g - g_top
