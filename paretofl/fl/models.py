@@ -113,9 +113,8 @@ class Net:
                 cache.append((h, W) if record else None)                    # im2col waits for backward
                 h = _conv(h, W, b, layer)
             elif layer.kind == "relu":
-                mask = h > 0
-                h = h * mask
-                cache.append(mask if record else None)
+                h = torch.relu(h)
+                cache.append(h if record else None)                       # backward: where the output > 0
             elif layer.kind == "maxpool":
                 if record:
                     h, arg = _maxpool_arg(h, layer.k, layer.stride)
@@ -172,7 +171,9 @@ class Net:
                     a = _unfold(h_in.reshape(M * B, C, H, Wd), layer.k, layer.pad, layer.stride)
                     tape.append(("conv", a.view(M, B, *a.shape[1:]), G))    # (M, B, Ck², L)
                 elif layer.kind == "relu":
-                    g = g * c
+                    # ReLU's own backward kernel: several times faster on CPU
+                    # than multiplying by a boolean mask (a dtype conversion)
+                    g = torch.ops.aten.threshold_backward(g, c, 0)
                 elif layer.kind == "maxpool":
                     arg = c
                     g = _maxpool_back(g, arg, layer.k, layer.stride)
