@@ -274,7 +274,9 @@ def _maxpool_arg(h, k, stride):
         # order, as F.max_pool2d's; six ops on pooled-size tensors
         v0, v1, v2, v3 = views
         m01, m23 = torch.maximum(v0, v1), torch.maximum(v2, v3)
-        return torch.maximum(m01, m23), ("2x2", v0 >= v1, v2 >= v3, m01 >= m23, h.shape)
+        # masks kept as 0/1 floats: multiplying by a boolean converts it first
+        f = lambda t: t.to(h.dtype)  # noqa: E731
+        return torch.maximum(m01, m23), ("2x2", f(v0 >= v1), f(v2 >= v3), f(m01 >= m23), h.shape)
     val = views[0]
     for v in views[1:]:
         val = torch.maximum(val, v)
