@@ -3,11 +3,12 @@ per-sample gradient norms ("book-keeping", after Bu et al. 2023).
 
 A :class:`Net` is a list of layers.  Its parameters carry a leading model
 axis M (clients × replicas), so one batched forward/backward trains every
-client of every replica at once.  Convolutions run as a strided im2col +
-batched matmul; the backward pass is written out by hand (no autograd) and
-yields, per trainable layer, its input A and output gradient G, from which
-the per-sample gradient norms and the clipped, summed weight gradients are
-formed directly:
+client of every replica at once.  Convolutions run forward, and back to
+their inputs, through the backend's convolution (grouped by model); the
+backward pass is written out by hand (no autograd) and yields, per
+trainable layer, its input A (as a strided im2col for convolutions) and
+output gradient G, from which the per-sample gradient norms and the
+clipped, summed weight gradients are formed directly:
 
 * linear layer: per-sample grad a_i g_iᵀ, norm² = ‖a_i‖²‖g_i‖², clipped sum
   Aᵀ diag(f) G (one matmul);
@@ -289,7 +290,7 @@ def _maxpool_arg(h, k, stride):
 def _maxpool_back(g, arg, k, stride):
     """Route each pooled gradient to its window's arg-max."""
     ho, wo = g.shape[-2:]
-    if arg[0] == "2x2":
+    if isinstance(arg[0], str):                                  # the 2x2 tournament's masks
         _, first01, first23, top, in_shape = arg
         covered = in_shape[-2] == 2 * ho and in_shape[-1] == 2 * wo         # no odd row/column left out
         out = (torch.empty if covered else torch.zeros)(in_shape, dtype=g.dtype, device=g.device)
