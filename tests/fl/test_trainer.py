@@ -147,6 +147,54 @@ def test_batched_run_equals_replica_by_replica(digits):
         assert f_all["epsilon"][r] == pytest.approx(f1["epsilon"][0])
 
 
+def test_lenet_threaded_batched_run_equals_single_threaded_replica_by_replica():
+    """A convolutional net runs one model per chunk, chunks spread over
+    threads, each chunk's batch padding trimmed: the result is the same run
+    as each replica alone on one thread."""
+    g = torch.Generator().manual_seed(0)
+    ds = D.Dataset("synthetic", torch.randn(1000, 1, 28, 28, generator=g), torch.randint(0, 10, (1000,), generator=g),
+                   torch.randn(50, 1, 28, 28, generator=g), torch.randint(0, 10, (50,), generator=g))
+    parts = D.partition_iid(ds.y_train.numpy(), 5, seed=0)
+    kw = dict(sigma=1.0, clip=1.0, lr=0.1, batch_rate=0.4, local_steps=2)   # batch ≈ 80: one model a chunk
+    seeds = [5, 6, 7]
+    assert torch.get_num_threads() > 1
+    eng = Engine(build_model("lenet", ds.shape), ds, parts, 3, seeds=seeds)
+    g_all, _, f_all = train(ALGORITHMS["dpfedavg"](eng, **kw), rounds=2, epsilon=50.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for r, s in enumerate(seeds):
+            e1 = Engine(build_model("lenet", ds.shape), ds, parts, 1, seeds=[s])
+            g1, _, f1 = train(ALGORITHMS["dpfedavg"](e1, **kw), rounds=2, epsilon=50.0)
+            for a, b in zip(g_all, g1):
+                assert torch.allclose(a[r], b[0], atol=1e-5)
+            assert f_all["epsilon"][r] == pytest.approx(f1["epsilon"][0])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_chunked_trimmed_gradients_equal_one_padded_batch():
+    """The engine's per-model chunks (batch padding trimmed, chunks on
+    threads) give the gradients, norms and losses of one call over all
+    models' padded batches."""
+    g = torch.Generator().manual_seed(1)
+    ds = D.Dataset("synthetic", torch.randn(600, 1, 28, 28, generator=g), torch.randint(0, 10, (600,), generator=g),
+                   torch.randn(20, 1, 28, 28, generator=g), torch.randint(0, 10, (20,), generator=g))
+    parts = D.partition_iid(ds.y_train.numpy(), 3, seed=0)
+    eng = Engine(build_model("lenet", ds.shape), ds, parts, 2, seeds=[1, 2])
+    params = eng.broadcast(eng.init_global())
+    idx, w = eng.poisson_batches(torch.full((eng.M,), 0.4))               # batches of ~80, unequal
+    assert len(set(w.sum(1).tolist())) > 1
+    clip = torch.full((eng.M,), 0.7)
+    got = eng._grads_chunked(params, idx, w, clip)
+    xb = eng.x[idx]
+    want = eng.net.clipped_grads(params, xb, eng.y[idx], w, clip=clip)
+    for a, b in zip(got[0], want[0]):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+    assert torch.allclose(got[1] * w, want[1] * w, rtol=1e-4)     # norms of real samples; padding is 0 or ignored
+    assert torch.allclose(got[2], want[2], rtol=1e-5)
+
+
 @pytest.mark.parametrize("dp", [True, False])
 def test_models_that_do_not_step_cost_nothing_and_change_nothing(dp):
     """Only active models are computed; the active ones step exactly as when
