@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
 MODELS = ("lr", "lenet", "cnn", "cifar-cnn")
-PARTITIONS = ("iid", "dirichlet", "shards")
+PARTITIONS = ("iid", "dirichlet", "dirichlet-capped", "shards")
 
 #: fields that do not change what a run computes (grid, seeds, where it runs)
 _NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk")

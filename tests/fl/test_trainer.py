@@ -301,6 +301,27 @@ def test_partitions():
         D.partition_shards(y, 7, 40)
 
 
+def test_capped_dirichlet_stops_dealing_to_full_clients():
+    """Capped: once a client holds N/n samples it receives nothing more, so
+    no client exceeds the cap by more than the one class dealt as it filled
+    up; uncapped, with the same draws, a client ends far above it."""
+    y = np.repeat(np.arange(10), 600)
+    cap = len(y) / 5
+    over = 0
+    for seed in range(8):
+        capped = D.partition_dirichlet(y, 5, 0.05, seed=seed, capped=True)
+        raw = D.partition_dirichlet(y, 5, 0.05, seed=seed)
+        for parts in (capped, raw):
+            allidx = np.concatenate(parts)
+            assert len(allidx) == len(y) and len(np.unique(allidx)) == len(y)
+        assert max(len(p) for p in capped) <= cap + 600
+        over += max(len(p) for p in raw) > cap + 600
+        assert np.mean([len(np.unique(y[p])) for p in capped]) < 7               # labels still skewed
+    assert over >= 3
+    assert D.make_partition("dirichlet-capped", y, 5, seed=3, beta=0.05)[0].tolist() == \
+        D.partition_dirichlet(y, 5, 0.05, seed=3, capped=True)[0].tolist()
+
+
 def test_idx_reader_and_clean_errors(tmp_path):
     imgs = np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28)
     labels = np.array([3, 7], dtype=np.uint8)
