@@ -15,8 +15,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -64,7 +62,6 @@ class DPFedAvg(Policy):
 
     # ------------------------------------------------------------- a round
     def round(self, t, glob, active):
-        eng = self.engine
         if self.mechanism == "sample":
             return self._sample_round(glob, active)
         return self._client_round(glob, active)
