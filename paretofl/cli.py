@@ -373,6 +373,8 @@ def _check_plot_path(path):
 
 # --------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from .pretrial.spec import DATASETS, MODELS, PARTITIONS   # plain tuples, no torch
+
     p = _Parser(prog="paretofl", description="Utility-privacy Pareto design for DP federated learning.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -423,12 +425,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("train", help="run DP federated learning (vectorised over clients and replicas)")
     s.add_argument("--algorithm", choices=("dpfedavg", "ali-dpfl", "adap-dpfl", "nbafl"), default="dpfedavg")
-    s.add_argument("--dataset", choices=("fashion-mnist", "mnist", "cifar10", "digits"), default="fashion-mnist")
+    s.add_argument("--dataset", choices=DATASETS, default="fashion-mnist")
     s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
-    s.add_argument("--model", choices=("lr", "lenet", "cnn", "cifar-cnn"), default="cnn")
+    s.add_argument("--model", choices=MODELS, default="cnn")
     s.add_argument("--clients", type=INT, default=10)
-    s.add_argument("--partition", choices=("iid", "dirichlet", "dirichlet-capped", "shards"), default="iid")
-    s.add_argument("--beta", type=FLOAT, default=0.05, help="Dirichlet concentration (dirichlet partition)")
+    s.add_argument("--partition", choices=PARTITIONS, default="iid")
+    s.add_argument("--beta", type=FLOAT, default=0.05, help="Dirichlet concentration (dirichlet partitions)")
     s.add_argument("--epsilon", type=FLOAT, default=2.0, help="privacy budget; a run stops when it is spent")
     s.add_argument("--delta", type=FLOAT, default=1e-5)
     s.add_argument("--rounds", type=INT, default=100, help="most communication rounds")
@@ -463,13 +465,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     def spec_flags(s):
         s.add_argument("spec", nargs="?", help="pre-trial spec (TOML); flags below override its fields")
-        s.add_argument("--dataset", choices=("fashion-mnist", "mnist", "cifar10", "digits"))
+        s.add_argument("--dataset", choices=DATASETS)
         s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
         s.add_argument("--public-fraction", type=FLOAT, help="share of the training set the pre-trial uses")
-        s.add_argument("--partition", choices=("iid", "dirichlet", "dirichlet-capped", "shards"))
+        s.add_argument("--partition", choices=PARTITIONS)
         s.add_argument("--beta", type=FLOAT, help="Dirichlet concentration")
         s.add_argument("--clients", type=INT)
-        s.add_argument("--model", choices=("lr", "lenet", "cnn", "cifar-cnn"))
+        s.add_argument("--model", choices=MODELS)
         s.add_argument("--q", type=FLOAT, nargs="+", help="client sample ratio(s)")
         s.add_argument("--sigmas", type=FLOAT, nargs="+", help="noise multipliers of the grid")
         s.add_argument("--rounds", type=INT, nargs="+", help="rounds T of the grid")
