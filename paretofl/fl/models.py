@@ -6,14 +6,16 @@ axis M (clients × replicas), so one batched forward/backward trains every
 client of every replica at once.  Convolutions run forward, and back to
 their inputs, through the backend's convolution (grouped by model); the
 backward pass is written out by hand (no autograd) and yields, per
-trainable layer, its input A (as a strided im2col for convolutions) and
-output gradient G, from which the per-sample gradient norms and the
-clipped, summed weight gradients are formed directly:
+trainable layer, its output gradient G and, for a linear layer, its input
+A, from which the per-sample gradient norms and the clipped, summed weight
+gradients are formed directly:
 
 * linear layer: per-sample grad a_i g_iᵀ, norm² = ‖a_i‖²‖g_i‖², clipped sum
   Aᵀ diag(f) G (one matmul);
-* convolution: per-sample grad A_iᵀ G_i over positions (materialised: it is
-  small for these models), clipped sum Σ_i f_i A_iᵀ G_i.
+* convolution: per-sample grad A_iᵀ G_i over positions, A_i the im2col of
+  sample i's input (materialised during backward, a cache-sized block of
+  samples at a time; the per-sample grads are small for these models),
+  clipped sum Σ_i f_i A_iᵀ G_i.
 
 Models: logistic regression, LeNet-5, the MNIST/FashionMNIST CNN of paper 002
 Table V (also used by paper 003) and the CIFAR-10 CNN of its Table VI.
@@ -143,7 +145,8 @@ class Net:
 
         The backward pass is written out by hand for the layer kinds above
         (no autograd): it yields each trainable layer's output gradient G
-        and input A, from which per-sample norms and clipped sums follow.
+        and its input A (linear) or per-sample weight gradients
+        (convolution), from which per-sample norms and clipped sums follow.
         """
         with torch.no_grad():
             logits, cache = self.forward(params, x, record=True)
@@ -153,7 +156,9 @@ class Net:
             g = logp.exp()
             g.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(y, dtype=g.dtype).unsqueeze(-1))
             g = g * weight.unsqueeze(-1)                                      # dloss/dlogits per sample
-            tape = []                                                         # (kind, A, G) last layer first
+            # (kind, A, G) last layer first; a convolution's entry holds its
+            # per-sample weight gradients (M, B, out, Ck²) in place of A
+            tape = []
             first_trainable = next(i for i, l in enumerate(self.layers) if l.kind in ("linear", "conv"))
             for i in range(len(self.layers) - 1, first_trainable - 1, -1):
                 layer, c = self.layers[i], cache[i]
@@ -167,10 +172,9 @@ class Net:
                     h_in, W = c
                     C, H, Wd = h_in.shape[2:]
                     G = g.reshape(M, B, layer.out, -1)
+                    tape.append(("conv", _conv_weight_grads(h_in, G, layer), G))
                     if need_input:
                         g = _conv_input_grad(G, W, layer, C, H, Wd)
-                    a = _unfold(h_in.reshape(M * B, C, H, Wd), layer.k, layer.pad, layer.stride)
-                    tape.append(("conv", a.view(M, B, *a.shape[1:]), G))    # (M, B, Ck², L)
                 elif layer.kind == "relu":
                     # ReLU's own backward kernel: several times faster on CPU
                     # than multiplying by a boolean mask (a dtype conversion)
@@ -192,7 +196,7 @@ class Net:
                         sq += asq * gg + gg
                     per_sample.append(None)
                 elif clip is not None:
-                    P = torch.matmul(G, a.transpose(-1, -2))                  # (M, B, out, Ck²)
+                    P = a                                                      # per-sample (M, B, out, Ck²)
                     gb = G.sum(-1)
                     sq += P.pow(2).sum((-1, -2)) + gb.pow(2).sum(-1)
                     per_sample.append((P, gb))
@@ -213,7 +217,7 @@ class Net:
                     grads.append(_thin_mm(a.transpose(1, 2), Gf))
                     grads.append(Gf.sum(1))
                 elif f is None:
-                    grads.append(torch.einsum("mbcl,mbkl->mkc", G, a))
+                    grads.append(a.sum(1).transpose(1, 2))                     # (M, Ck², out)
                     grads.append(G.sum((1, 3)))
                 else:
                     P, gb = ps
@@ -308,6 +312,38 @@ def _maxpool_back(g, arg, k, stride):
         i, j = divmod(o, k)
         sl = out[..., i:i + stride * (ho - 1) + 1:stride, j:j + stride * (wo - 1) + 1:stride]
         sl += g * (arg == o)
+    return out
+
+
+#: bytes of im2col unfolded at a time.  Whole batches would take 7 MB per
+#: model for LeNet's first layer and over 100 MB per model for the CIFAR
+#: net's second (batch 90); a block of samples (LeNet: about 25) stays in a
+#: CPU core's cache instead.  The LeNet DP-SGD engine step measured the same
+#: either way here; on CUDA the block only bounds memory.
+IM2COL_BLOCK_BYTES = {"cpu": 2 << 20, "cuda": 512 << 20}
+
+
+def _conv_weight_grads(h_in, G, layer):
+    """A convolution's per-sample weight gradients P_b = G_b A_bᵀ
+    (M, B, out, Ck²) from its input h_in (M, B, C, H, W) and output gradient
+    G (M, B, out, L), where A_b is sample b's im2col (Ck², L).  A is formed
+    a block of samples at a time (IM2COL_BLOCK_BYTES), never whole.  (Plain
+    SGD sums these too: measured faster on CPU than contracting over
+    samples and positions at once, which copies A into another layout.)"""
+    M, B, C, H, Wd = h_in.shape
+    ck, L = C * layer.k * layer.k, G.shape[-1]
+    budget = IM2COL_BLOCK_BYTES.get(h_in.device.type, IM2COL_BLOCK_BYTES["cuda"])
+    n = max(1, min(B, budget // (M * ck * L * h_in.element_size())))
+    out = torch.empty(M, B, layer.out, ck, dtype=G.dtype, device=G.device)
+    for s in range(0, B, n):
+        e = min(B, s + n)
+        a = _unfold(h_in[:, s:e].reshape(M * (e - s), C, H, Wd), layer.k, layer.pad, layer.stride)
+        a = a.view(M, e - s, ck, L).transpose(-1, -2)
+        dst = out[:, s:e]
+        if dst.is_contiguous():
+            torch.matmul(G[:, s:e], a, out=dst)
+        else:
+            dst.copy_(torch.matmul(G[:, s:e], a))
     return out
 
 
