@@ -46,6 +46,7 @@ def run(name, algo, partition, seeds, rounds, local_test=False, **kw):
     training data) — beside the accuracy on FashionMNIST's test set."""
     ds = load_dataset("fashion-mnist")
     beta = kw.pop("beta", 0.05)
+    model = kw.pop("model", "cnn")
     parts = make_partition(partition, ds.y_train.numpy(), 10, seed=0, beta=beta)
     held = None
     if local_test:
@@ -53,7 +54,7 @@ def run(name, algo, partition, seeds, rounds, local_test=False, **kw):
         split = [rng.permutation(p) for p in parts]
         parts = [np.sort(p[: int(0.75 * len(p))]) for p in split]
         held = [np.sort(p[int(0.75 * len(p)):]) for p in split]
-    eng = Engine(build_model("cnn", ds.shape), ds, parts, len(seeds), seeds=seeds)
+    eng = Engine(build_model(model, ds.shape), ds, parts, len(seeds), seeds=seeds)
     eps = kw.pop("budget")
     pol = ALGORITHMS[algo](eng, **kw)
     t = time.perf_counter()
@@ -104,6 +105,23 @@ def main():
          dict(epsilon=eps_002, rounds_server=R_s // f, local_test=True, **common)),
         *[(f"002 (code's split and metric): FedAvg+DP tau={tau}, capped Dir(0.05)", "dpfedavg", "dirichlet-capped",
            min(R_s, R_c // tau) // f, dict(local_steps=tau, local_test=True, **common)) for tau in (1, 3)],
+        # C is not in paper 002's text; its code's default is C = 0.1 (ours: 1.0),
+        # and its code divides the noised sum by a fixed 64, not by q|D_i|
+        ("002 (code's C = 0.1): ALI-DPFL, Dir(0.05)", "ali-dpfl", "dirichlet", R_s // f,
+         dict(common, clip=0.1, epsilon=eps_002, rounds_server=R_s // f)),
+        ("002 (code's C = 0.1, divisor 64): ALI-DPFL, Dir(0.05)", "ali-dpfl", "dirichlet", R_s // f,
+         dict(common, clip=0.1, batch_divisor=64.0, epsilon=eps_002, rounds_server=R_s // f)),
+        ("002 (code's C = 0.1, divisor 64): FedAvg+DP tau=1, Dir(0.05)", "dpfedavg", "dirichlet", R_s // f,
+         dict(common, clip=0.1, batch_divisor=64.0, local_steps=1)),
+        ("002 (code's C = 0.1, divisor 64, split and metric): ALI-DPFL, capped Dir(0.05)", "ali-dpfl",
+         "dirichlet-capped", R_s // f, dict(common, clip=0.1, batch_divisor=64.0, epsilon=eps_002,
+                                            rounds_server=R_s // f, local_test=True)),
+        # its code trains the FL library's CNN (models.py: fedavg-cnn), not Table V
+        ("002 (code's model): ALI-DPFL, Dir(0.05)", "ali-dpfl", "dirichlet", R_s // f,
+         dict(common, model="fedavg-cnn", epsilon=eps_002, rounds_server=R_s // f)),
+        ("002 (code's model, C = 0.1, divisor 64, split and metric): ALI-DPFL, capped Dir(0.05)", "ali-dpfl",
+         "dirichlet-capped", R_s // f, dict(common, model="fedavg-cnn", clip=0.1, batch_divisor=64.0,
+                                            epsilon=eps_002, rounds_server=R_s // f, local_test=True)),
         # σ decaying without a floor falls below ~0.8, where the subsampled
         # Gaussian's RDP explodes and the budget is gone in a few rounds:
         ("003: Adap DP-FL sigma0=1, beta=0.9, no floor", "adap-dpfl", "shards", 10**6 // f,

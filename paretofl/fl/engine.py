@@ -168,12 +168,13 @@ class Engine:
 
     # ------------------------------------------------------------ local work
     def local_steps(self, params, steps, lr, batch_rate=None, sigma=None, clip=None, batch_size=None,
-                    prox_mu=None, anchor=None):
+                    prox_mu=None, anchor=None, batch_divisor=None):
         """Run up to max(steps) local steps on all M models.
 
         * DP-SGD (``clip`` given): Poisson batches at ``batch_rate``, each
           per-sample gradient clipped to ``clip``, N(0, σ²C²) added to the
-          sum, divided by the expected batch size ``batch_rate·|D_i|``.
+          sum, divided by the expected batch size ``batch_rate·|D_i|`` (or
+          by ``batch_divisor``, a fixed number, as paper 002's code does).
         * plain SGD (``clip`` None): batches of ``batch_size``, mean gradient.
         ``steps`` (M,) lets models stop early (e.g. an adaptive τ per replica);
         ``prox_mu`` adds the proximal term μ/2‖w - anchor‖² (NbAFL).
@@ -205,7 +206,7 @@ class Engine:
             cl = sub(cl_all) if cl_all is not None else None
             grads, norms, loss = self._grads_chunked(p_a, sub(idx), sub(w), cl)
             if clip is not None:
-                denom = sub(self.vec(batch_rate) * n_i)
+                denom = sub(self.vec(batch_rate) * n_i if batch_divisor is None else self.vec(batch_divisor))
                 if sigma is not None:
                     std = sub(self.vec(sigma)) * cl
                     noise = [sub(n) for n in self.noise_like(params)]

@@ -18,7 +18,8 @@ gradients are formed directly:
   clipped sum Σ_i f_i A_iᵀ G_i.
 
 Models: logistic regression, LeNet-5, the MNIST/FashionMNIST CNN of paper 002
-Table V (also used by paper 003) and the CIFAR-10 CNN of its Table VI.
+Table V (also used by paper 003), the FL library CNN its published code
+trains instead, and the CIFAR-10 CNN of its Table VI.
 """
 
 from __future__ import annotations
@@ -370,7 +371,8 @@ def _maxpool(h, k, stride):
 
 
 def build_model(name: str, in_shape: tuple, n_classes: int = 10) -> Net:
-    """``lr``, ``lenet``, ``cnn`` (paper 002 Table V) or ``cifar-cnn`` (Table VI)."""
+    """``lr``, ``lenet``, ``cnn`` (paper 002 Table V), ``fedavg-cnn`` (the CNN
+    paper 002's code trains) or ``cifar-cnn`` (Table VI)."""
     L = Layer
     if name == "lr":
         layers = [L("flatten"), L("linear", n_classes)]
@@ -382,6 +384,12 @@ def build_model(name: str, in_shape: tuple, n_classes: int = 10) -> Net:
         layers = [L("conv", 16, 8, stride=2, pad=2), L("relu"), L("maxpool", k=2, stride=1),
                   L("conv", 32, 4, stride=2), L("relu"), L("maxpool", k=2, stride=1), L("flatten"),
                   L("linear", 32), L("relu"), L("linear", n_classes)]
+    elif name == "fedavg-cnn":
+        # the FL library CNN that paper 002's published code trains in place
+        # of its Table V (two 5×5 convolutions of 32 and 64 filters, 512 units)
+        layers = [L("conv", 32, 5), L("relu"), L("maxpool", k=2, stride=2),
+                  L("conv", 64, 5), L("relu"), L("maxpool", k=2, stride=2), L("flatten"),
+                  L("linear", 512), L("relu"), L("linear", n_classes)]
     elif name == "cifar-cnn":
         layers = []
         for ch in (32, 64, 128):
@@ -389,8 +397,8 @@ def build_model(name: str, in_shape: tuple, n_classes: int = 10) -> Net:
                        L("maxpool", k=2, stride=2)]
         layers += [L("flatten"), L("linear", 128), L("relu"), L("linear", n_classes)]
     else:
-        raise ValueError(f"unknown model {name!r}; use lr, lenet, cnn or cifar-cnn")
+        raise ValueError(f"unknown model {name!r}; use one of {', '.join(MODELS)}")
     return Net(name, layers, in_shape)
 
 
-MODELS = ("lr", "lenet", "cnn", "cifar-cnn")
+MODELS = ("lr", "lenet", "cnn", "fedavg-cnn", "cifar-cnn")

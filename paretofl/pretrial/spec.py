@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, fields
 
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
-MODELS = ("lr", "lenet", "cnn", "cifar-cnn")
+MODELS = ("lr", "lenet", "cnn", "fedavg-cnn", "cifar-cnn")
 PARTITIONS = ("iid", "dirichlet", "dirichlet-capped", "shards")
 
 #: fields that do not change what a run computes (grid, seeds, where it runs)

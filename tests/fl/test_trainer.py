@@ -23,7 +23,7 @@ def digits():
 
 @pytest.mark.parametrize("clip", [0.5, None])
 @pytest.mark.parametrize("name,shape", [("lr", (1, 28, 28)), ("lenet", (1, 28, 28)), ("cnn", (1, 28, 28)),
-                                        ("cifar-cnn", (3, 32, 32))])
+                                        ("fedavg-cnn", (1, 28, 28)), ("cifar-cnn", (3, 32, 32))])
 def test_clipped_grads_equal_autograd_per_sample(name, shape, clip, monkeypatch):
     """One-pass clipped gradient sums (plain sums without ``clip``) equal
     clipping autograd's per-sample gradients one sample at a time (the
@@ -55,6 +55,15 @@ def test_clipped_grads_equal_autograd_per_sample(name, shape, clip, monkeypatch)
                 r[m] += (min(1.0, clip / (n + 1e-12)) if clip else 1.0) * t[0]
     for a, b in zip(grads, ref):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_every_model_is_offered_by_the_cli_and_specs():
+    from paretofl.fl.models import MODELS
+    from paretofl.pretrial import spec
+
+    assert spec.MODELS == MODELS
+    for name in MODELS:
+        build_model(name, (3, 32, 32) if name == "cifar-cnn" else (1, 28, 28))
 
 
 def test_lenet_clipped_grads_equal_torch_nn_on_pooling_ties():
@@ -117,6 +126,23 @@ def test_dpsgd_noise_has_the_claimed_mean_and_variance(digits):
     assert abs(z.mean()) < 4 / math.sqrt(d) * 3
     var = noise.var(0, ddof=1).mean()
     assert var == pytest.approx((sigma * C) ** 2, rel=0.02)
+
+
+def test_dpsgd_fixed_divisor_scales_the_step(digits):
+    """Paper 002's code divides the noised sum by a fixed 64 instead of the
+    expected batch q·|D_i|: a round with divisor d moves the model exactly
+    q·|D_i|/d times as far as the default does, from the same draws."""
+    n, q = 300, 0.2
+    moves = {}
+    for d in (None, 64.0):
+        eng = Engine(build_model("lr", digits.shape), digits, [np.arange(n)], 3, seeds=[3, 4, 5])
+        pol = ALGORITHMS["dpfedavg"](eng, sigma=1.0, clip=0.5, lr=0.3, batch_rate=q, batch_divisor=d)
+        g0 = eng.init_global()
+        out = pol.round(0, g0, np.ones(3, bool))       # one client: the round's model is its model
+        moves[d] = (eng.flat(out) - eng.flat(g0)).double().norm(dim=1)
+    assert torch.allclose(moves[64.0] / moves[None], torch.full((3,), q * n / 64.0, dtype=torch.float64), rtol=1e-4)
+    with pytest.raises(ValueError, match="divisor"):
+        ALGORITHMS["dpfedavg"](eng, batch_divisor=0.0)
 
 
 def test_client_level_aggregate_noise_is_topped_up(digits):

@@ -25,7 +25,8 @@ class DPFedAvg(Policy):
     name = "dpfedavg"
 
     def __init__(self, engine, mechanism="sample", sigma=1.0, clip=1.0, lr=0.5, batch_rate=0.015,
-                 local_steps=1, client_rate=1.0, local_epochs=1, batch_size=64, view="aggregate"):
+                 local_steps=1, client_rate=1.0, local_epochs=1, batch_size=64, view="aggregate",
+                 batch_divisor=None):
         super().__init__(engine)
         R = engine.R
         vec = lambda v: np.broadcast_to(np.asarray(v, dtype=float), (R,)).copy()  # noqa: E731
@@ -38,6 +39,11 @@ class DPFedAvg(Policy):
         self.batch_rate, self.client_rate = vec(batch_rate), vec(client_rate)
         self.tau = vec(local_steps).astype(int)
         self.local_epochs, self.batch_size = int(local_epochs), int(batch_size)
+        # DP-SGD's divisor of the noised sum: the expected batch q_b|D_i|
+        # (None), or a fixed number (paper 002's code divides by 64)
+        self.batch_divisor = None if batch_divisor is None else vec(batch_divisor)
+        if self.batch_divisor is not None and np.any(~(self.batch_divisor > 0)):
+            raise ValueError(f"batch divisor must be > 0, got {self.batch_divisor}")
         if np.any(self.tau < 1) or self.local_epochs < 1 or self.batch_size < 1:
             raise ValueError("local steps, local epochs and batch size must be at least 1")
         if np.any(~(self.sigma >= 0)) or np.any(np.isinf(self.sigma)):
@@ -81,7 +87,8 @@ class DPFedAvg(Policy):
         steps = steps * sel.reshape(-1)
         params = eng.broadcast(glob)
         new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_rate=eng.vec(self.batch_rate),
-                                     sigma=eng.vec(self.sigma), clip=eng.vec(self.clip))
+                                     sigma=eng.vec(self.sigma), clip=eng.vec(self.clip),
+                                     batch_divisor=None if self.batch_divisor is None else eng.vec(self.batch_divisor))
         self.last_stats = stats
         w = eng.p.reshape(1, -1) * sel
         w = w / w.sum(1, keepdim=True).clamp(min=1e-12)
