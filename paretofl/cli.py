@@ -184,7 +184,7 @@ def cmd_train(a):
     parts = make_partition(a.partition, ds.y_train.numpy(), a.clients, seed=a.seed, beta=a.beta)
     net = build_model(a.model, ds.shape, ds.n_classes)
     eng = Engine(net, ds, parts, a.replicas, device=a.device, seeds=[a.seed + r for r in range(a.replicas)])
-    common = dict(sigma=a.sigma, clip=a.clip, lr=a.lr)
+    common = dict(sigma=a.sigma, clip=a.clip, lr=a.lr, optimizer=a.optimizer)
     if a.algorithm == "dpfedavg":
         pol = ALGORITHMS["dpfedavg"](eng, mechanism=a.mechanism, batch_rate=a.batch_rate, local_steps=a.local_steps,
                                      client_rate=a.client_rate, local_epochs=a.local_epochs,
@@ -437,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sigma", type=FLOAT, default=1.0, help="noise multiplier")
     s.add_argument("--clip", type=FLOAT, default=1.0, help="clipping bound C")
     s.add_argument("--lr", type=FLOAT, default=0.5)
+    s.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
+                   help="clients' optimizer (not nbafl); adam keeps each client's moments across rounds")
     s.add_argument("--batch-rate", type=FLOAT, default=0.015, help="DP-SGD Poisson batch rate q_b")
     s.add_argument("--local-steps", type=INT, default=1, help="local iterations tau per round")
     s.add_argument("--client-rate", type=FLOAT, default=1.0, help="client sampling ratio q")

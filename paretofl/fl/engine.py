@@ -76,6 +76,36 @@ class StepStats:
     clipped_norm_sum: torch.Tensor  # (M,) Σ_b min(‖g_b‖, C) over the last batch (sensitivity C)
 
 
+@dataclass
+class AdamState:
+    """Adam's moments for each of the M models (Kingma & Ba 2015, as
+    torch.optim.Adam without weight decay).  A policy keeps one across rounds,
+    as a client that keeps its optimizer does; the moments are not
+    privatised separately: they are functions of the noised gradients."""
+
+    m: list
+    v: list
+    t: torch.Tensor                 # (M,) steps each model has taken
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+
+    @classmethod
+    def zeros(cls, params, betas=(0.9, 0.999), eps=1e-8):
+        return cls([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params],
+                   torch.zeros(params[0].shape[0], dtype=torch.long, device=params[0].device), tuple(betas), eps)
+
+    def direction(self, j, a, g):
+        """Update the moments of parameter j for models ``a`` with gradient
+        g (len(a), ...); return the bias-corrected step m̂ / (√v̂ + eps).
+        The caller advances ``t`` for the step first."""
+        b1, b2 = self.betas
+        m = self.m[j][a] * b1 + g * (1 - b1)
+        v = self.v[j][a] * b2 + g * g * (1 - b2)
+        self.m[j][a], self.v[j][a] = m, v
+        t = self.t[a].to(g.dtype).reshape(-1, *[1] * (g.ndim - 1))
+        return (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + self.eps)
+
+
 class Engine:
     def __init__(self, net: Net, data: Dataset, parts: list, n_replicas: int, device="cpu",
                  seeds=None, dtype=torch.float32):
@@ -168,7 +198,7 @@ class Engine:
 
     # ------------------------------------------------------------ local work
     def local_steps(self, params, steps, lr, batch_rate=None, sigma=None, clip=None, batch_size=None,
-                    prox_mu=None, anchor=None, batch_divisor=None):
+                    prox_mu=None, anchor=None, batch_divisor=None, adam=None):
         """Run up to max(steps) local steps on all M models.
 
         * DP-SGD (``clip`` given): Poisson batches at ``batch_rate``, each
@@ -178,6 +208,8 @@ class Engine:
         * plain SGD (``clip`` None): batches of ``batch_size``, mean gradient.
         ``steps`` (M,) lets models stop early (e.g. an adaptive τ per replica);
         ``prox_mu`` adds the proximal term μ/2‖w - anchor‖² (NbAFL).
+        ``adam`` (an :class:`AdamState`): Adam steps on that gradient with
+        learning rate ``lr`` instead of SGD steps; its moments advance in place.
         Returns (params, StepStats of each model's last step; zeros for a
         model that took no step).
         """
@@ -214,11 +246,16 @@ class Engine:
             else:
                 denom = sub(w).sum(1).clamp(min=1)
             scale = sub(lr) / denom
+            if adam is not None:
+                adam.t[a] += 1
             for j, g in enumerate(grads):
                 upd = g
                 if prox_mu is not None:
                     upd = upd + col(sub(self.vec(prox_mu)) * denom, g) * (p_a[j] - sub(anchor[j]))
-                if full:
+                if adam is not None:
+                    params[j].index_add_(0, a, col(sub(lr), g) * adam.direction(j, a, upd / col(denom, g)),
+                                         alpha=-1.0)
+                elif full:
                     params[j] -= col(scale, g) * upd
                 else:
                     params[j].index_add_(0, a, col(scale, g) * upd, alpha=-1.0)

@@ -145,6 +145,36 @@ def test_dpsgd_fixed_divisor_scales_the_step(digits):
         ALGORITHMS["dpfedavg"](eng, batch_divisor=0.0)
 
 
+def test_adam_clients_step_as_torch_optim_adam(digits):
+    """Adam clients (paper 003): with full batches and no clipping or noise
+    the engine's steps are torch.optim.Adam's on the mean loss, models that
+    stop early keep their own step count, and the moments carry over from
+    one call (round) to the next."""
+    from paretofl.fl.engine import AdamState
+
+    n, lr = 120, 0.01
+    net = build_model("lr", digits.shape)
+    eng = Engine(net, digits, [np.arange(n)], 2, seeds=[0, 1])
+    start = eng.broadcast(eng.init_global())
+    adam = AdamState.zeros(start)
+    params = start
+    for steps in ([3, 1], [2, 2]):                      # two rounds; model 1 stops early in the first
+        params, _ = eng.local_steps(params, torch.tensor(steps), lr, batch_rate=1.0, clip=1e9, adam=adam)
+    assert adam.t.tolist() == [5, 3]
+    x, y = eng.x[:n], eng.y[:n]
+    for m, total in ((0, 5), (1, 3)):
+        ref = [p[m:m + 1].clone().requires_grad_() for p in start]
+        opt = torch.optim.Adam(ref, lr=lr)
+        for _ in range(total):
+            opt.zero_grad()
+            F.cross_entropy(net.forward(ref, x.unsqueeze(0))[0], y).backward()
+            opt.step()
+        for got, want in zip(params, ref):
+            assert torch.allclose(got[m], want[0].detach(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="optimizer"):
+        ALGORITHMS["dpfedavg"](eng, optimizer="rmsprop")
+
+
 def test_client_level_aggregate_noise_is_topped_up(digits):
     """Client-level DP-FedAvg, aggregate view: the released sum carries noise
     of variance max(|S|, qN)·σ²C² per coordinate — the server tops a small

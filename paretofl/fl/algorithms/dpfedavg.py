@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..engine import AdamState
 from .base import Policy
 
 
@@ -26,7 +27,7 @@ class DPFedAvg(Policy):
 
     def __init__(self, engine, mechanism="sample", sigma=1.0, clip=1.0, lr=0.5, batch_rate=0.015,
                  local_steps=1, client_rate=1.0, local_epochs=1, batch_size=64, view="aggregate",
-                 batch_divisor=None):
+                 batch_divisor=None, optimizer="sgd"):
         super().__init__(engine)
         R = engine.R
         vec = lambda v: np.broadcast_to(np.asarray(v, dtype=float), (R,)).copy()  # noqa: E731
@@ -34,7 +35,12 @@ class DPFedAvg(Policy):
             raise ValueError(f"mechanism must be 'sample' or 'client', got {mechanism!r}")
         if view not in ("aggregate", "local"):
             raise ValueError(f"view must be 'aggregate' or 'local', got {view!r}")
+        if optimizer not in ("sgd", "adam"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
         self.mechanism, self.view = mechanism, view
+        # clients' optimizer: SGD, or Adam whose moments each client keeps
+        # across rounds (paper 003 trains its clients with Adam)
+        self.optimizer, self.adam = optimizer, None
         self.sigma, self.clip, self.lr = vec(sigma), vec(clip), vec(lr)
         self.batch_rate, self.client_rate = vec(batch_rate), vec(client_rate)
         self.tau = vec(local_steps).astype(int)
@@ -88,7 +94,8 @@ class DPFedAvg(Policy):
         params = eng.broadcast(glob)
         new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_rate=eng.vec(self.batch_rate),
                                      sigma=eng.vec(self.sigma), clip=eng.vec(self.clip),
-                                     batch_divisor=None if self.batch_divisor is None else eng.vec(self.batch_divisor))
+                                     batch_divisor=None if self.batch_divisor is None else eng.vec(self.batch_divisor),
+                                     adam=self._adam_state(params))
         self.last_stats = stats
         w = eng.p.reshape(1, -1) * sel
         w = w / w.sum(1, keepdim=True).clamp(min=1e-12)
@@ -97,6 +104,11 @@ class DPFedAvg(Policy):
         # replicas with no selected client keep their model
         none = sel.sum(1) == 0
         return [torch.where(none.reshape(-1, *[1] * (o.ndim - 1)), g, o) for o, g in zip(out, glob)]
+
+    def _adam_state(self, params):
+        if self.optimizer == "adam" and self.adam is None:
+            self.adam = AdamState.zeros(params)
+        return self.adam
 
     def _client_round(self, glob, active):
         sel = self._selection(active)
@@ -110,7 +122,8 @@ class DPFedAvg(Policy):
         n_i = eng.client_n.repeat(eng.R)
         steps = self.local_epochs * torch.ceil(n_i / self.batch_size).long() * sel.reshape(-1)
         params = eng.broadcast(glob)
-        new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_size=self.batch_size)
+        new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_size=self.batch_size,
+                                     adam=self._adam_state(params))
         self.last_stats = stats
         return eng.flat(new) - eng.flat(params)
 
