@@ -178,6 +178,8 @@ def cmd_train(a):
     if not a.epsilon > 0:
         raise ValueError(f"--epsilon must be positive, got {a.epsilon}")
     _check_delta(a.delta)
+    if a.optimizer != "sgd" and a.algorithm == "nbafl":
+        raise ValueError("--optimizer adam is not offered for nbafl (paper 004's clients run SGD)")
     if a.history is not None:
         _check_out_path(a.history, (".csv",))
     ds = load_dataset(a.dataset, a.data_dir)

@@ -131,6 +131,7 @@ def test_train_json_contract_and_history(tmp_path, capsys):
     ["train", "--dataset", "digits", "--model", "resnet"],
     ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--history", "/no/such/h.csv"],
     ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--partition", "shards", "--clients", "7"],
+    ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--algorithm", "nbafl", "--optimizer", "adam"],
 ])
 def test_train_bad_input_one_line_exit_2(args):
     code, out, err = run(*args)
