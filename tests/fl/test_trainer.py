@@ -311,6 +311,28 @@ def test_ali_dpfl_adapts_tau(digits):
     assert all(row["tau"] == 1 for row in hist2.rows)
 
 
+def test_ali_dpfl_tau_uses_the_batch_the_noise_is_divided_by(digits):
+    """Eq. (9)'s noise term is σ²C²d/B̂², B̂ the batch the noised sum is
+    divided by: q·min|D_i| by default, the fixed divisor when one is given
+    (paper 002's code divides by 64).  After the first round (μ still its
+    default) τ* is Eq. (9)'s for that B̂."""
+    from paretofl.theory.convergence import ali_next_tau
+
+    parts = D.partition_iid(digits.y_train.numpy(), 4)
+    q, sigma, C = 0.05, 2.0, 1.0
+    B_default = q * min(len(p) for p in parts)
+    taus = {}
+    for div, B in ((None, B_default), (64.0, 64.0)):
+        eng = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[0])
+        pol = ALGORITHMS["ali-dpfl"](eng, epsilon=3.0, sigma=sigma, clip=C, lr=0.5, batch_rate=q,
+                                     rounds_server=8, batch_divisor=div)
+        glob = pol.round(0, eng.init_global(), np.ones(1, bool))
+        pol.after_round(0, glob, np.array([1.0]))
+        taus[div] = int(pol.tau[0])
+        assert taus[div] == ali_next_tau(8, int(pol.R_c[0]), 1.0, C, sigma, eng.net.n_params, B, 10.0, 1)
+    assert taus[None] != taus[64.0]
+
+
 def test_adap_dpfl_decays_noise_after_three_drops(digits):
     parts = D.partition_iid(digits.y_train.numpy(), 4)
     eng = Engine(build_model("lr", digits.shape), digits, parts, 2, seeds=[0, 1])

@@ -5,7 +5,9 @@ of local iterations τ*, recomputed every round on the server.
   accountant (Algorithm 3, :func:`paretofl.theory.privacy.max_steps`);
   R_s is the round limit.  A replica stops at R_s rounds or R_c iterations.
 * τ* = 1 when R_s >= R_c (Lemma 1), else Eq. (9) with T = min(R_s τ*, R_c),
-  B̂ = min_i q|D_i|, d the model size, Γ (default 10, as the paper).
+  B̂ = min_i q|D_i|, d the model size, Γ (default 10, as the paper).  B̂
+  stands for the batch the noised sum is divided by, so with a fixed
+  ``batch_divisor`` (paper 002's code) B̂ is that divisor.
 * μ, the strong-convexity estimate, is formed on the server from two
   consecutive global models and the aggregated (already privatised) update
   directions: μ ≈ ‖g_t - g_{t-1}‖ / ‖w_t - w_{t-1}‖.  The paper's step 4.1
@@ -19,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...theory.convergence import ali_next_tau
+from ...theory.convergence import ali_batch_hat, ali_next_tau
 from ...theory.privacy import max_steps
 from .dpfedavg import DPFedAvg
 
@@ -39,7 +41,8 @@ class ALIDPFL(DPFedAvg):
         self.tau = np.ones(R, dtype=int)
         self.mu = np.full(R, float(mu_default))
         self._prev = None   # (flat global model, aggregated direction)
-        self.B_hat = np.array([float(self.batch_rate[r] * engine.client_n.min()) for r in range(R)])
+        self.B_hat = self.batch_divisor if self.batch_divisor is not None else \
+            np.array([ali_batch_hat(self.batch_rate[r], engine.client_n.cpu().numpy()) for r in range(R)])
 
     def max_rounds(self):
         return self.R_s
