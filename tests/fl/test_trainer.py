@@ -57,6 +57,25 @@ def test_clipped_grads_equal_autograd_per_sample(name, shape, clip, monkeypatch)
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("block", [1, 2, 5])
+def test_plain_conv_weight_grads_are_summed_block_by_block(block, monkeypatch):
+    """Plain SGD's conv weight gradients are summed a block of samples at a
+    time (memory of one block); with blocks of 1, 2 (the last one partial)
+    and the whole batch they equal the per-sample gradients summed, whose
+    agreement with autograd the test above checks."""
+    from paretofl.fl import models
+
+    layer = models.Layer("conv", 4, 3, pad=1)
+    g = torch.Generator().manual_seed(5)
+    h = torch.randn(2, 5, 3, 6, 6, generator=g)
+    G = torch.randn(2, 5, 4, 36, generator=g)
+    per_sample = models._conv_weight_grads(h, G, layer)
+    monkeypatch.setitem(models.IM2COL_BLOCK_BYTES, "cpu", block * 2 * 27 * 36 * 4)
+    summed = models._conv_weight_grads(h, G, layer, summed=True)
+    assert summed.shape == (2, 4, 27)
+    assert torch.allclose(summed, per_sample.sum(1), rtol=1e-5, atol=1e-5)
+
+
 def test_every_model_is_offered_by_the_cli_and_specs():
     from paretofl.fl.models import MODELS
     from paretofl.pretrial import spec
