@@ -5,7 +5,10 @@ Same work both ways: N = 10 clients × R replicas, FashionMNIST-shaped data
 (6000 samples per client), sampling rate 90/6000 (batch ≈ 90), one DP-SGD
 step per client per round.  Prints client-steps per second for each, their
 ratio, and for LeNet the engine's FLOP rate as a fraction of this machine's
-measured fp32 matmul rate.
+measured fp32 matmul rate.  For scale, LeNet is also timed as plain,
+non-private PyTorch training (autograd, no per-sample gradients, one model
+per thread like the engine): the fraction of the matmul rate that PyTorch's
+own kernels reach on these shapes without DP.
 
     make bench      # or: .venv/bin/python benchmarks/engine_vs_opacus.py [--json] [--device cuda]
 """
@@ -109,6 +112,46 @@ def opacus_runner(name, ds, replicas, device):
     return run
 
 
+def torch_reference_runner(name, ds, replicas, device):
+    """Plain non-private training of the same M = N·R models on the same
+    batch size (autograd, fixed batches of 90, torch.optim.SGD), the models
+    spread over the CPU's threads one at a time as the engine spreads its
+    models (on CUDA: one after the other).  Not DP: a reference for what
+    PyTorch's kernels reach on these shapes, not a competitor."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    g = torch.Generator().manual_seed(1)
+    models = [torch_model(name).to(device) for _ in range(N * replicas)]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+    x, y = ds.x_train.to(device), ds.y_train.to(device)
+    starts = torch.randint(0, PER_CLIENT - 90, (len(models),), generator=g)
+    loss_fn = nn.CrossEntropyLoss()
+    threads = torch.get_num_threads() if device == "cpu" else 1
+
+    def train(ms):
+        for m in ms:
+            s = (m % N) * PER_CLIENT + int(starts[m])
+            opts[m].zero_grad()
+            loss_fn(models[m](x[s:s + 90]), y[s:s + 90]).backward()
+            opts[m].step()
+
+    def run(rounds):
+        _sync(device)
+        torch.set_num_threads(1) if threads > 1 else None
+        try:
+            t = time.perf_counter()
+            with ThreadPoolExecutor(threads) as pool:
+                for _ in range(rounds):
+                    list(pool.map(train, [range(i, len(models), threads) for i in range(threads)]))
+            _sync(device)
+            return len(models) * rounds / (time.perf_counter() - t)
+        finally:
+            torch.set_num_threads(threads) if threads > 1 else None
+
+    run(1)  # warm-up
+    return run
+
+
 def _sync(device):
     if device != "cpu":
         torch.cuda.synchronize()
@@ -155,8 +198,12 @@ def main():
             o_rates.append(opa(max(1, a.rounds // 2)))
         e, o = statistics.median(e_rates), statistics.median(o_rates)
         out[name] = {"engine": e, "opacus": o, "ratio": e / o}
+    ref = torch_reference_runner("lenet", ds, a.replicas, a.device)
+    ref_rate = statistics.median(ref(a.rounds) for _ in range(a.repeats))
     peak = matmul_rate(a.device)
     out["lenet"]["roofline_fraction"] = out["lenet"]["engine"] * lenet_flops_per_client_step() / peak
+    out["lenet"]["torch_nonprivate"] = ref_rate
+    out["lenet"]["torch_nonprivate_roofline_fraction"] = ref_rate * lenet_flops_per_client_step() / peak
     if a.json:
         print(json.dumps(out))
         return
@@ -168,6 +215,9 @@ def main():
     print(f"LeNet engine: {out['lenet']['engine'] * lenet_flops_per_client_step() / 1e9:.2f} GFLOP/s = "
           f"{100 * out['lenet']['roofline_fraction']:.1f} % of the measured fp32 matmul rate "
           f"({peak / 1e9:.1f} GFLOP/s, best of 3)")
+    print(f"for scale, plain non-private PyTorch training of the same LeNets (autograd, batch 90, one model "
+          f"per thread): {ref_rate:.1f} client-steps/s = "
+          f"{100 * out['lenet']['torch_nonprivate_roofline_fraction']:.1f} % of the matmul rate")
 
 
 if __name__ == "__main__":
