@@ -180,13 +180,15 @@ def cmd_train(a):
     _check_delta(a.delta)
     if a.optimizer != "sgd" and a.algorithm == "nbafl":
         raise ValueError("--optimizer adam is not offered for nbafl (paper 004's clients run SGD)")
+    if a.batch_divisor is not None and a.algorithm == "nbafl":
+        raise ValueError("--batch-divisor is for DP-SGD clients; nbafl's clients run plain SGD")
     if a.history is not None:
         _check_out_path(a.history, (".csv",))
     ds = load_dataset(a.dataset, a.data_dir)
     parts = make_partition(a.partition, ds.y_train.numpy(), a.clients, seed=a.seed, beta=a.beta)
     net = build_model(a.model, ds.shape, ds.n_classes)
     eng = Engine(net, ds, parts, a.replicas, device=a.device, seeds=[a.seed + r for r in range(a.replicas)])
-    common = dict(sigma=a.sigma, clip=a.clip, lr=a.lr, optimizer=a.optimizer)
+    common = dict(sigma=a.sigma, clip=a.clip, lr=a.lr, optimizer=a.optimizer, batch_divisor=a.batch_divisor)
     if a.algorithm == "dpfedavg":
         pol = ALGORITHMS["dpfedavg"](eng, mechanism=a.mechanism, batch_rate=a.batch_rate, local_steps=a.local_steps,
                                      client_rate=a.client_rate, local_epochs=a.local_epochs,
@@ -442,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
                    help="clients' optimizer (not nbafl); adam keeps each client's moments across rounds")
     s.add_argument("--batch-rate", type=FLOAT, default=0.015, help="DP-SGD Poisson batch rate q_b")
+    s.add_argument("--batch-divisor", type=FLOAT,
+                   help="DP-SGD: divide the noised gradient sum by this fixed number (paper 002's code: 64) "
+                        "instead of the expected batch q_b*|D_i|")
     s.add_argument("--local-steps", type=INT, default=1, help="local iterations tau per round")
     s.add_argument("--client-rate", type=FLOAT, default=1.0, help="client sampling ratio q")
     s.add_argument("--mechanism", choices=("sample", "client"), default="sample",

@@ -125,6 +125,20 @@ def test_train_json_contract_and_history(tmp_path, capsys):
     assert len(h.read_text().splitlines()) == 6
 
 
+def test_train_batch_divisor_divides_the_noised_sum(capsys):
+    """--batch-divisor D with learning rate η takes the step that η·q_b|D_i|/D
+    takes with the default divisor q_b|D_i| (5 equal clients of 300 digits,
+    q_b = 0.1: 30), on the same random draws."""
+    base = ["train", "--dataset", "digits", "--model", "lr", "--clients", "5", "--rounds", "3", "--batch-rate",
+            "0.1", "--sigma", "1", "--epsilon", "50"]
+    with_div = run_json(capsys, *base, "--lr", "0.5", "--batch-divisor", "60")
+    scaled = run_json(capsys, *base, "--lr", "0.25")
+    plain = run_json(capsys, *base, "--lr", "0.5")
+    assert with_div["test_loss"] == pytest.approx(scaled["test_loss"], rel=1e-5)
+    assert abs(with_div["test_loss"] - plain["test_loss"]) > 1e-3
+    assert with_div["epsilon"] == scaled["epsilon"]       # the divisor changes no privacy charge
+
+
 @pytest.mark.parametrize("args", [
     ["train", "--dataset", "digits", "--model", "lr", "--sigma", "-1", "--rounds", "2"],
     ["train", "--dataset", "digits", "--model", "lr", "--batch-rate", "2", "--rounds", "2"],
@@ -132,6 +146,9 @@ def test_train_json_contract_and_history(tmp_path, capsys):
     ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--history", "/no/such/h.csv"],
     ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--partition", "shards", "--clients", "7"],
     ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--algorithm", "nbafl", "--optimizer", "adam"],
+    ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--batch-divisor", "0"],
+    ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--algorithm", "nbafl", "--batch-divisor", "64"],
+    ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--mechanism", "client", "--batch-divisor", "64"],
 ])
 def test_train_bad_input_one_line_exit_2(args):
     code, out, err = run(*args)

@@ -50,6 +50,9 @@ class DPFedAvg(Policy):
         self.batch_divisor = None if batch_divisor is None else vec(batch_divisor)
         if self.batch_divisor is not None and np.any(~(self.batch_divisor > 0)):
             raise ValueError(f"batch divisor must be > 0, got {self.batch_divisor}")
+        if self.batch_divisor is not None and mechanism != "sample":
+            raise ValueError("a batch divisor applies to DP-SGD clients (mechanism 'sample'); "
+                             "client-level clients run plain SGD on batches of batch_size")
         if np.any(self.tau < 1) or self.local_epochs < 1 or self.batch_size < 1:
             raise ValueError("local steps, local epochs and batch size must be at least 1")
         if np.any(~(self.sigma >= 0)) or np.any(np.isinf(self.sigma)):
