@@ -364,16 +364,38 @@ class Engine:
 
     # ------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self, glob, chunk=2500):
-        """Test (loss, accuracy), each (R,), of every replica's global model."""
-        x, y = self.x_test, self.y_test
+    def evaluate(self, glob, n=None):
+        """Test (loss, accuracy), each (R,), of every replica's global model,
+        on the first ``n`` test samples (all by default)."""
+        x, y = self.x_test[:n], self.y_test[:n]
         tot_loss = torch.zeros(self.R, device=self.device, dtype=torch.float64)
         correct = torch.zeros(self.R, device=self.device, dtype=torch.float64)
-        for s in range(0, len(y), chunk):
-            xb = x[s:s + chunk].unsqueeze(0).expand(self.R, *x[s:s + chunk].shape)
-            yb = y[s:s + chunk]
-            logits = self.net.forward(glob, xb)
-            lp = torch.log_softmax(logits, -1)
-            tot_loss += -lp.gather(-1, yb.expand(self.R, -1).unsqueeze(-1)).squeeze(-1).sum(1).double()
-            correct += (logits.argmax(-1) == yb).sum(1).double()
+        group, chunk = self.eval_blocks(len(y))
+        for r in range(0, self.R, group):
+            g = [p[r:r + group] for p in glob]
+            k = g[0].shape[0]
+            for s in range(0, len(y), chunk):
+                xb, yb = x[s:s + chunk], y[s:s + chunk]
+                logits = self.net.forward(g, xb.unsqueeze(0).expand(k, *xb.shape))
+                lp = torch.log_softmax(logits, -1)
+                tot_loss[r:r + k] += -lp.gather(-1, yb.expand(k, -1).unsqueeze(-1)).squeeze(-1).sum(1).double()
+                correct[r:r + k] += (logits.argmax(-1) == yb).sum(1).double()
         return (tot_loss / len(y)).float(), (correct / len(y)).float()
+
+    def eval_blocks(self, n):
+        """(replicas, samples) per evaluation forward.  Convolutional nets on
+        CPU go one replica at a time (a plain convolution, no copy per
+        replica), as training does; the samples per forward keep its
+        largest activations within EVAL_BLOCK_BYTES.  All replicas' test
+        chunks at once (2500 samples) took 6.8 GB and 33 s for 48 LeNets
+        here, 10.5 GB and 142 s for 8 CIFAR nets."""
+        conv = any(layer.kind == "conv" for layer in self.net.layers)
+        group = 1 if (conv and self.device.type == "cpu") else self.R
+        budget = EVAL_BLOCK_BYTES.get(self.device.type, EVAL_BLOCK_BYTES["cuda"])
+        per_sample = 2 * self.net.max_activation * torch.finfo(self.dtype).bits // 8   # a layer's input and output
+        return group, max(1, min(n, budget // (group * per_sample)))
+
+
+#: bytes of activations an evaluation forward may hold (a layer's input and
+#: output, all replicas of its group)
+EVAL_BLOCK_BYTES = {"cpu": 64 << 20, "cuda": 1 << 30}

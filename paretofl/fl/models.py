@@ -69,6 +69,8 @@ class Net:
         self.name, self.layers, self.in_shape = name, layers, tuple(in_shape)
         self.param_shapes = []  # per trainable layer: (fan_in, out)
         shape = self.in_shape
+        #: the largest tensor a forward pass holds, in values per sample
+        self.max_activation = int(math.prod(shape))
         for layer in layers:
             if layer.kind == "linear":
                 if len(shape) != 1:
@@ -79,6 +81,7 @@ class Net:
             shape = _shape_after(layer, shape)
             if min(shape) < 1:
                 raise ValueError(f"{name}: input {in_shape} is too small for its layers")
+            self.max_activation = max(self.max_activation, int(math.prod(shape)))
         self.out_shape = shape
         self.n_params = sum(k * c + c for k, c in self.param_shapes)
 

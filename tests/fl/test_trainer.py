@@ -302,6 +302,36 @@ def test_models_that_do_not_step_cost_nothing_and_change_nothing(dp):
     assert torch.all(st_some.loss[some == 0] == 0) and torch.all(st_some.loss[some > 0] > 0)
 
 
+@pytest.mark.parametrize("name", ["lr", "lenet"])
+def test_evaluation_in_blocks_equals_each_replica_on_the_whole_test_set(name, monkeypatch):
+    """Evaluation goes in blocks of replicas and samples whose activations
+    fit EVAL_BLOCK_BYTES (conv nets on CPU one replica at a time); with
+    blocks of 7 samples (the last one partial) loss and accuracy equal each
+    replica's model run on all 50 test samples at once, scored by
+    F.cross_entropy."""
+    from paretofl.fl import engine as E
+
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(40, 1, 28, 28, generator=g), torch.randint(0, 10, (40,), generator=g)
+    xt, yt = torch.randn(50, 1, 28, 28, generator=g), torch.randint(0, 10, (50,), generator=g)
+    net = build_model(name, (1, 28, 28))
+    eng = Engine(net, D.Dataset("t", x, y, xt, yt), [np.arange(0, 20), np.arange(20, 40)], 3)
+    glob = eng.init_global()
+    group = 1 if name == "lenet" else 3
+    monkeypatch.setitem(E.EVAL_BLOCK_BYTES, "cpu", 7 * group * 2 * net.max_activation * 4)
+    assert eng.eval_blocks(50) == (group, 7)
+    loss, acc = eng.evaluate(glob)
+    for r in range(3):
+        logits = net.forward([p[r:r + 1] for p in glob], xt.unsqueeze(0))[0]
+        assert loss[r].item() == pytest.approx(F.cross_entropy(logits, yt).item(), rel=1e-5)
+        assert acc[r].item() == pytest.approx((logits.argmax(1) == yt).float().mean().item())
+    vl, _ = eng.evaluate(glob, 12)                       # the validation loss: the first 12 samples
+    ref = [F.cross_entropy(net.forward([p[r:r + 1] for p in glob], xt[None, :12])[0], yt[:12]).item()
+           for r in range(3)]
+    assert vl.tolist() == pytest.approx(ref, rel=1e-5)
+    assert len({round(v, 6) for v in ref}) == 3          # the replicas' models differ
+
+
 def test_run_stops_when_budget_is_spent(digits):
     parts = D.partition_iid(digits.y_train.numpy(), 4)
     eng = Engine(build_model("lr", digits.shape), digits, parts, 2, seeds=[0, 1])

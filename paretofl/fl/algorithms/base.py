@@ -155,7 +155,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
         last = t == rounds - 1
         # the policy adapts every round (ALI-DPFL's τ*, Adap DP-FL's C and σ);
         # the server's validation loss is computed only for those that use it
-        val_loss = _val(eng, glob, val_size)[0].cpu().numpy() if policy.needs_validation else None
+        val_loss = eng.evaluate(glob, val_size)[0].cpu().numpy() if policy.needs_validation else None
         policy.after_round(t, glob, val_loss)
         due = (t + 1) in eval_at if eval_at is not None else (t + 1) % eval_every == 0
         if due or last:
@@ -180,11 +180,3 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     return glob, hist, final
 
 
-@torch.no_grad()
-def _val(eng, glob, n):
-    """Server-side validation loss on the first n test samples."""
-    x, y = eng.x_test[:n], eng.y_test[:n]
-    logits = eng.net.forward(glob, x.unsqueeze(0).expand(eng.R, *x.shape))
-    lp = torch.log_softmax(logits, -1)
-    loss = -lp.gather(-1, y.expand(eng.R, -1).unsqueeze(-1)).squeeze(-1).mean(1)
-    return loss, None
