@@ -157,8 +157,11 @@ def main():
         # C is not in paper 002's text, and with C = 1 nearly every per-sample
         # gradient is clipped (median norm 3 at the start, 6-26 later): how the
         # figure moves with the unstated C (sensitivity, not a reading of the paper)
-        *[(f"002 (C = {c:g}, sensitivity): {lab}, Dir(0.05)", algo, "dirichlet", R_s // f,
-           dict(common, clip=c, **extra))
+        *[(f"002 (C = {c:g}{suffix}, sensitivity): {lab}, {split}", algo, part, R_s // f,
+           dict(common, clip=c, **extra, **more))
+          for suffix, split, part, more in (
+              ("", "Dir(0.05)", "dirichlet", {}),
+              (", code's split and metric", "capped Dir(0.05)", "dirichlet-capped", dict(local_test=True)))
           for c in (3.0, 5.0)
           for lab, algo, extra in (("ALI-DPFL", "ali-dpfl", dict(epsilon=eps_002, rounds_server=R_s // f)),
                                    ("FedAvg+DP tau=2", "dpfedavg", dict(local_steps=2)))],
