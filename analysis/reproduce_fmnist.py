@@ -150,12 +150,12 @@ def main():
         # diagnostics, not the paper's setting: the same schedule without
         # noise (σ = 0, clipping kept at C = 1) — how far 158 rounds of this
         # model on this split get when DP adds nothing but clipping.  (Without
-        # clipping, η = 0.5 diverges: 10 % accuracy, NaN loss.)
+        # clipping, η = 0.5 diverged here for τ = 1: 10 % accuracy, NaN loss.)
         *[(f"002 clipping only (sigma=0, C=1): FedAvg+DP tau={tau}, {part}", "dpfedavg", part,
            min(R_s, R_c // tau) // f, dict(common, sigma=0.0, local_steps=tau, budget=None))
           for tau, part in ((1, "dirichlet"), (2, "dirichlet"), (2, "iid"))],
         # C is not in paper 002's text, and with C = 1 nearly every per-sample
-        # gradient is clipped (median norm 3 at the start, 6-26 later): how the
+        # gradient is clipped (median norm 3.2 at the start, 7-28 later): how the
         # figure moves with the unstated C (sensitivity, not a reading of the paper)
         *[(f"002 (C = {c:g}{suffix}, sensitivity): {lab}, {split}", algo, part, R_s // f,
            dict(common, clip=c, **extra, **more))
