@@ -38,7 +38,7 @@ from paretofl.theory.privacy import compute_epsilon, max_steps
 OUT = Path(__file__).resolve().parent / "out"
 
 
-def run(name, algo, partition, seeds, rounds, local_test=False, **kw):
+def run(name, algo, partition, seeds, rounds, local_test=False, device="cpu", **kw):
     """One setting, ``seeds`` replicas in one engine.  ``local_test``: hold
     out a quarter of each client's samples and also report paper 002's
     code's metric — the unweighted mean over clients of the global model's
@@ -54,7 +54,7 @@ def run(name, algo, partition, seeds, rounds, local_test=False, **kw):
         split = [rng.permutation(p) for p in parts]
         parts = [np.sort(p[: int(0.75 * len(p))]) for p in split]
         held = [np.sort(p[int(0.75 * len(p)):]) for p in split]
-    eng = Engine(build_model(model, ds.shape), ds, parts, len(seeds), seeds=seeds)
+    eng = Engine(build_model(model, ds.shape), ds, parts, len(seeds), seeds=seeds, device=device)
     eps = kw.pop("budget")
     pol = ALGORITHMS[algo](eng, **kw)
 
@@ -65,7 +65,7 @@ def run(name, algo, partition, seeds, rounds, local_test=False, **kw):
             for h in held:
                 x = eng.x[h].unsqueeze(0).expand(eng.R, *eng.x[h].shape)
                 pred = eng.net.forward(glob, x).argmax(-1)
-                per_client.append((pred == eng.y[h]).double().mean(1).numpy())
+                per_client.append((pred == eng.y[h]).double().mean(1).cpu().numpy())
         return np.mean(per_client, axis=0)
 
     held_best = np.full(len(seeds), -np.inf)
@@ -107,6 +107,8 @@ def main():
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="a tenth of the rounds (smoke test)")
     ap.add_argument("--only", help="run only the settings whose name contains this text")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--out", default=str(OUT), help="folder for the CSV and the markdown table")
     a = ap.parse_args()
     torch.set_num_threads(2)
     seeds = list(range(a.seeds))
@@ -182,13 +184,14 @@ def main():
         ("003 (paper's settings): DP-FedAvg, Adam, fixed sigma=2, C=1", "dpfedavg", "shards", 10**6 // f,
          dict(shards, lr=0.001, optimizer="adam", sigma=2.0)),
     ]
-    rows = [run(name, algo, part, seeds, rounds, **kw) for name, algo, part, rounds, kw in jobs
+    rows = [run(name, algo, part, seeds, rounds, device=a.device, **kw) for name, algo, part, rounds, kw in jobs
             if a.only is None or a.only in name]
-    OUT.mkdir(exist_ok=True)
+    out = Path(a.out)
+    out.mkdir(exist_ok=True)
     import csv
 
     tag = "" if a.only is None else "_" + "".join(ch if ch.isalnum() else "_" for ch in a.only)
-    with open(OUT / f"fmnist_reproduction{tag}.csv", "w", newline="") as fh:
+    with open(out / f"fmnist_reproduction{tag}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
@@ -202,7 +205,7 @@ def main():
     for r in rows:
         lines.append(f"| {r['setting']} | {pct(r, 'accuracy')} | {pct(r, 'best_accuracy')} | "
                      f"{pct(r, 'local_accuracy')} | {pct(r, 'local_best')} | {r['epsilon']:.2f} | {r['rounds']} | {r['seconds']:.0f} |")
-    (OUT / f"fmnist_reproduction{tag}.md").write_text("\n".join(lines) + "\n")
+    (out / f"fmnist_reproduction{tag}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -114,10 +114,10 @@ def test_text_output_is_readable(capsys):
     assert "rounds T" in text and "epsilon spent" in text and "Theorem 3 case" in text
 
 
-def test_train_json_contract_and_history(tmp_path, capsys):
+def test_train_json_contract_and_history(tmp_path, capsys, device):
     h = tmp_path / "hist.csv"
     out = run_json(capsys, "train", "--dataset", "digits", "--model", "lr", "--clients", "4", "--epsilon", "3",
-                   "--rounds", "5", "--batch-rate", "0.05", "--history", str(h))
+                   "--rounds", "5", "--batch-rate", "0.05", "--history", str(h), "--device", device)
     for key in ("accuracy", "test_loss", "epsilon", "delta", "rounds"):
         assert key in out
     assert 0 <= out["accuracy"] <= 1 and out["epsilon"] <= 3 and out["rounds"] == 5

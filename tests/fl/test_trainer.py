@@ -24,17 +24,17 @@ def digits():
 @pytest.mark.parametrize("clip", [0.5, None])
 @pytest.mark.parametrize("name,shape", [("lr", (1, 28, 28)), ("lenet", (1, 28, 28)), ("cnn", (1, 28, 28)),
                                         ("fedavg-cnn", (1, 28, 28)), ("cifar-cnn", (3, 32, 32))])
-def test_clipped_grads_equal_autograd_per_sample(name, shape, clip, monkeypatch):
+def test_clipped_grads_equal_autograd_per_sample(name, shape, clip, device, monkeypatch):
     """One-pass clipped gradient sums (plain sums without ``clip``) equal
     clipping autograd's per-sample gradients one sample at a time (the
-    reference in float64: oneDNN's float32 convolution backward is itself
-    off by up to ~2 % on the CIFAR net's first layers).  The plain runs
-    im2col one sample at a time, the clipped runs the whole batch at once,
-    so both sides of the blocking are checked."""
+    reference in float64 on the CPU: oneDNN's float32 convolution backward
+    is itself off by up to ~2 % on the CIFAR net's first layers).  The
+    plain runs im2col one sample at a time, the clipped runs the whole
+    batch at once, so both sides of the blocking are checked."""
     from paretofl.fl import models
 
     if clip is None:
-        monkeypatch.setitem(models.IM2COL_BLOCK_BYTES, "cpu", 1)
+        monkeypatch.setitem(models.IM2COL_BLOCK_BYTES, device, 1)
     net = build_model(name, shape)
     params = net.init(2, torch.Generator().manual_seed(1))
     g = torch.Generator().manual_seed(2)
@@ -42,7 +42,10 @@ def test_clipped_grads_equal_autograd_per_sample(name, shape, clip, monkeypatch)
     y = torch.randint(0, 10, (2, 3), generator=g)
     w = torch.ones(2, 3)
     w[1, 2] = 0  # padding contributes nothing
-    grads, norms, _ = net.clipped_grads(params, x, y, w, clip=clip)
+    grads, norms, _ = net.clipped_grads([p.to(device) for p in params], x.to(device), y.to(device), w.to(device),
+                                        clip=clip)
+    assert grads[0].device.type == device
+    grads, norms = [t.cpu() for t in grads], norms.cpu()
     ref = [torch.zeros_like(p) for p in params]
     for m in range(2):
         for b in range(3):
@@ -126,19 +129,19 @@ def test_lenet_clipped_grads_equal_torch_nn_on_pooling_ties():
             assert torch.allclose(grads[2 * j][m], ref, rtol=1e-4, atol=1e-6)
 
 
-def test_dpsgd_noise_has_the_claimed_mean_and_variance(digits):
+def test_dpsgd_noise_has_the_claimed_mean_and_variance(digits, device):
     """Many replicas of one DP-SGD step from the same model on one client with
     full batches: the update is -lr·(clipped sum + N(0, σ²C²))/(q·n)."""
     parts = [np.arange(200)]
     R, sigma, C, lr = 400, 1.5, 0.1, 1.0
-    eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R))
+    eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R), device=device)
     g0 = eng.init_global()
     g0 = [p[:1].expand_as(p).clone() for p in g0]  # same model everywhere
     new, _ = eng.local_steps(eng.broadcast(g0), 1, lr, batch_rate=1.0, sigma=sigma, clip=C)
     upd = (eng.flat(g0) - eng.flat(new)) * 200 / lr                   # clipped sum + noise
     exact, _ = eng.local_steps(eng.broadcast(g0), 1, lr, batch_rate=1.0, sigma=None, clip=C)
     clean = (eng.flat(g0) - eng.flat(exact)) * 200 / lr
-    noise = (upd - clean).numpy()
+    noise = (upd - clean).cpu().numpy()
     d = noise.shape[1]
     # mean zero per coordinate (z-test over replicas), variance σ²C² (chi-square, pooled)
     z = noise.mean(0) / (sigma * C / math.sqrt(R))
@@ -194,19 +197,19 @@ def test_adam_clients_step_as_torch_optim_adam(digits):
         ALGORITHMS["dpfedavg"](eng, optimizer="rmsprop")
 
 
-def test_client_level_aggregate_noise_is_topped_up(digits):
+def test_client_level_aggregate_noise_is_topped_up(digits, device):
     """Client-level DP-FedAvg, aggregate view: the released sum carries noise
     of variance max(|S|, qN)·σ²C² per coordinate — the server tops a small
     cohort up to qN — and is divided by qN."""
     parts = D.partition_iid(digits.y_train.numpy(), 10)
     R, sigma, C, q = 300, 2.0, 0.05, 0.3
-    eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R))
+    eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R), device=device)
     pol = ALGORITHMS["dpfedavg"](eng, mechanism="client", sigma=sigma, clip=C, lr=1e-9, client_rate=q,
                                  local_epochs=1, batch_size=32)
     g0 = eng.init_global()
     g0 = [p[:1].expand_as(p).clone() for p in g0]
     out = pol.round(0, g0, np.ones(R, bool))
-    step = (eng.flat(out) - eng.flat(g0)).numpy().astype(np.float64)  # lr≈0: the update is noise only
+    step = (eng.flat(out) - eng.flat(g0)).cpu().numpy().astype(np.float64)  # lr≈0: the update is noise only
     qn = q * 10
     expected = np.maximum(pol.last_cohort, qn) * (sigma * C) ** 2 / qn**2      # per replica
     ratio = (step**2).mean(1) / expected
@@ -216,13 +219,13 @@ def test_client_level_aggregate_noise_is_topped_up(digits):
     assert ratio[~small].mean() == pytest.approx(1.0, rel=0.03)
 
 
-def test_batched_run_equals_replica_by_replica(digits):
+def test_batched_run_equals_replica_by_replica(digits, device):
     parts = D.partition_dirichlet(digits.y_train.numpy(), 5, 0.5, seed=1)
     kw = dict(sigma=1.0, clip=1.0, lr=0.3, batch_rate=0.1, local_steps=2)
-    eng = Engine(build_model("lr", digits.shape), digits, parts, 3, seeds=[5, 6, 7])
+    eng = Engine(build_model("lr", digits.shape), digits, parts, 3, seeds=[5, 6, 7], device=device)
     g_all, _, f_all = train(ALGORITHMS["dpfedavg"](eng, **kw), rounds=3, epsilon=50.0)
     for r, s in enumerate([5, 6, 7]):
-        e1 = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[s])
+        e1 = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[s], device=device)
         g1, _, f1 = train(ALGORITHMS["dpfedavg"](e1, **kw), rounds=3, epsilon=50.0)
         for a, b in zip(g_all, g1):
             assert torch.allclose(a[r], b[0], atol=1e-5)
@@ -255,6 +258,34 @@ def test_lenet_threaded_batched_run_equals_single_threaded_replica_by_replica():
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("name", ["lr", "lenet"])
+def test_a_run_repeats_bit_for_bit_and_equals_its_replicas_run_alone(name, device):
+    """Reproducible for a seed on either device: the same seeds give the
+    same models, history and ε, bit for bit; and the batched run equals
+    each replica run alone (on CUDA every model of a conv net goes in one
+    chunk, a different batching from the CPU's)."""
+    g = torch.Generator().manual_seed(0)
+    ds = D.Dataset("synthetic", torch.randn(600, 1, 28, 28, generator=g), torch.randint(0, 10, (600,), generator=g),
+                   torch.randn(50, 1, 28, 28, generator=g), torch.randint(0, 10, (50,), generator=g))
+    parts = D.partition_iid(ds.y_train.numpy(), 4, seed=0)
+    kw = dict(sigma=1.0, clip=1.0, lr=0.1, batch_rate=0.3, local_steps=2)
+    seeds = [5, 6, 7]
+
+    def run(s):
+        eng = Engine(build_model(name, ds.shape), ds, parts, len(s), seeds=s, device=device)
+        return train(ALGORITHMS["dpfedavg"](eng, **kw), rounds=2, epsilon=50.0)
+
+    (g_a, h_a, f_a), (g_b, h_b, f_b) = run(seeds), run(seeds)
+    assert g_a[0].device.type == device
+    assert all(torch.equal(a, b) for a, b in zip(g_a, g_b))
+    assert h_a.rows == h_b.rows and np.array_equal(f_a["epsilon"], f_b["epsilon"])
+    for r, s in enumerate(seeds):
+        g1, _, f1 = run([s])
+        for a, b in zip(g_a, g1):
+            assert torch.allclose(a[r], b[0], atol=1e-5)
+        assert f_a["epsilon"][r] == pytest.approx(f1["epsilon"][0])
+
+
 def test_chunked_trimmed_gradients_equal_one_padded_batch():
     """The engine's per-model chunks (batch padding trimmed, chunks on
     threads) give the gradients, norms and losses of one call over all
@@ -278,7 +309,7 @@ def test_chunked_trimmed_gradients_equal_one_padded_batch():
 
 
 @pytest.mark.parametrize("dp", [True, False])
-def test_models_that_do_not_step_cost_nothing_and_change_nothing(dp):
+def test_models_that_do_not_step_cost_nothing_and_change_nothing(dp, device):
     """Only active models are computed; the active ones step exactly as when
     every model steps (models are independent, draws are per replica)."""
     g = torch.Generator().manual_seed(0)
@@ -287,12 +318,12 @@ def test_models_that_do_not_step_cost_nothing_and_change_nothing(dp):
     parts = D.partition_iid(ds.y_train.numpy(), 4, seed=0)
     net = build_model("lenet", ds.shape)
     kw = dict(batch_rate=0.2, sigma=1.0, clip=0.5) if dp else dict(batch_size=8)
-    eng = Engine(net, ds, parts, 2, seeds=[3, 4])
+    eng = Engine(net, ds, parts, 2, seeds=[3, 4], device=device)
     params = eng.broadcast(eng.init_global())
-    some = torch.tensor([3, 0, 2, 3, 0, 3, 1, 0])
-    every = torch.full((8,), 3)
+    some = torch.tensor([3, 0, 2, 3, 0, 3, 1, 0], device=device)
+    every = torch.full((8,), 3, device=device)
     out_some, st_some = eng.local_steps(params, some, 0.1, **kw)
-    eng2 = Engine(net, ds, parts, 2, seeds=[3, 4])
+    eng2 = Engine(net, ds, parts, 2, seeds=[3, 4], device=device)
     out_all, _ = eng2.local_steps(params, every, 0.1, **kw)
     for a, b, p0 in zip(out_some, out_all, params):
         full, idle = some == 3, some == 0
@@ -303,22 +334,23 @@ def test_models_that_do_not_step_cost_nothing_and_change_nothing(dp):
 
 
 @pytest.mark.parametrize("name", ["lr", "lenet"])
-def test_evaluation_in_blocks_equals_each_replica_on_the_whole_test_set(name, monkeypatch):
+def test_evaluation_in_blocks_equals_each_replica_on_the_whole_test_set(name, device, monkeypatch):
     """Evaluation goes in blocks of replicas and samples whose activations
-    fit EVAL_BLOCK_BYTES (conv nets on CPU one replica at a time); with
-    blocks of 7 samples (the last one partial) loss and accuracy equal each
-    replica's model run on all 50 test samples at once, scored by
-    F.cross_entropy."""
+    fit EVAL_BLOCK_BYTES (conv nets on CPU one replica at a time, on CUDA
+    all replicas at once); with blocks of 7 samples (the last one partial)
+    loss and accuracy equal each replica's model run on all 50 test
+    samples at once, scored by F.cross_entropy."""
     from paretofl.fl import engine as E
 
     g = torch.Generator().manual_seed(4)
     x, y = torch.randn(40, 1, 28, 28, generator=g), torch.randint(0, 10, (40,), generator=g)
     xt, yt = torch.randn(50, 1, 28, 28, generator=g), torch.randint(0, 10, (50,), generator=g)
     net = build_model(name, (1, 28, 28))
-    eng = Engine(net, D.Dataset("t", x, y, xt, yt), [np.arange(0, 20), np.arange(20, 40)], 3)
+    eng = Engine(net, D.Dataset("t", x, y, xt, yt), [np.arange(0, 20), np.arange(20, 40)], 3, device=device)
     glob = eng.init_global()
-    group = 1 if name == "lenet" else 3
-    monkeypatch.setitem(E.EVAL_BLOCK_BYTES, "cpu", 7 * group * 2 * net.max_activation * 4)
+    xt, yt = xt.to(device), yt.to(device)
+    group = 1 if (name == "lenet" and device == "cpu") else 3
+    monkeypatch.setitem(E.EVAL_BLOCK_BYTES, device, 7 * group * 2 * net.max_activation * 4)
     assert eng.eval_blocks(50) == (group, 7)
     loss, acc = eng.evaluate(glob)
     for r in range(3):
@@ -409,10 +441,12 @@ def test_nbafl_downlink_noise_only_past_threshold(digits):
     assert fin["epsilon"][0] == k.fixed_epsilon() > 50.0 and fin["rounds"][0] == 10
 
 
-def test_poisson_batches_have_the_right_rate(digits):
+def test_poisson_batches_have_the_right_rate(digits, device):
     parts = [np.arange(1000)]
-    eng = Engine(build_model("lr", digits.shape), digits, [np.arange(len(digits.y_train))], 50, seeds=range(50))
+    eng = Engine(build_model("lr", digits.shape), digits, [np.arange(len(digits.y_train))], 50, seeds=range(50),
+                 device=device)
     idx, w = eng.poisson_batches(eng.vec(0.05))
+    idx, w = idx.cpu(), w.cpu()
     sizes = w.sum(1).numpy()
     n = len(digits.y_train)
     assert abs(sizes.mean() - 0.05 * n) < 4 * math.sqrt(0.05 * 0.95 * n / 50)

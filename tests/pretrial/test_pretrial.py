@@ -58,6 +58,19 @@ def test_prefix_of_a_longer_run_is_the_shorter_run(reference):
         assert rows[0]["accuracy"] == pytest.approx(acc)
 
 
+def test_a_job_on_either_device_evaluates_its_prefix_as_the_shorter_run(device):
+    """The sweep's device setting: a job's T = 2 row, evaluated inside a
+    5-round job, equals a 2-round job alone on the same device."""
+    spec = small(device=device)
+    long = run_job(spec, Job(0.6, [(0.5, 1), (0.05, 0)], [2, 5]))
+    short = run_job(spec, Job(0.6, [(0.5, 1), (0.05, 0)], [2]))
+    assert len(long) == 4 and len(short) == 2
+    pick = {(r["sigma"], r["seed"]): r for r in long if r["rounds"] == 2}
+    for r in short:
+        assert r["test_loss"] == pytest.approx(pick[(r["sigma"], r["seed"])]["test_loss"], rel=1e-5)
+        assert r["accuracy"] == pytest.approx(pick[(r["sigma"], r["seed"])]["accuracy"])
+
+
 def test_rows_carry_both_privacy_figures(tmp_path):
     path = tmp_path / "r.sqlite"
     run_sweep(small(seeds=1, sigmas=[0.7]), path, progress=False)

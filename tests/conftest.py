@@ -1,0 +1,23 @@
+"""Shared fixtures.  ``device``: a test taking it runs on the CPU and, where
+PyTorch sees a CUDA GPU, again on it (skipped, and counted as skipped,
+elsewhere).  CI has no GPU; the CUDA runs are for a machine that has one."""
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+
+if CUDA:
+    # The CUDA runs are checked against float32/float64 references at float32
+    # tolerances; TF32 (PyTorch's default for cuDNN convolutions) rounds to
+    # 10 mantissa bits, so it is off in the tests.  The engine itself keeps
+    # PyTorch's defaults.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="no CUDA device"))]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
