@@ -267,18 +267,14 @@ class Engine:
         return params, stats
 
     def _grads_chunked(self, params, idx, w, clip):
-        """clipped_grads over the models in chunks, for convolutional nets
-        on CPU: one model (about 64 samples or more) per chunk, so a model's
-        activations and im2col stay in cache (measured 3x faster on a 2-core
-        CPU than one batch of all models), and the chunks spread over the
-        CPU's threads, one model per thread (each op single-threaded: small
-        ops do not split well; measured 1.2x).  Otherwise (and on CUDA) one
-        chunk holds every model.  Chunks are independent, so the result does
-        not depend on how they are scheduled."""
+        """clipped_grads over the models in chunks of :func:`train_chunk`
+        models; on CPU the chunks spread over the threads, one chunk per
+        thread (each op single-threaded: small ops do not split well;
+        measured 1.2x).  Chunks are independent, so the result does not
+        depend on how they are scheduled."""
         B = idx.shape[1]
-        conv = any(layer.kind == "conv" for layer in self.net.layers)
         M = idx.shape[0]
-        size = M if (self.device.type == "cuda" or not conv) else max(1, 64 // max(B, 1))
+        size = train_chunk(self.net, self.device.type, M, B, self.dtype)
 
         def chunk(s):
             sl = slice(s, s + size)
@@ -296,7 +292,7 @@ class Engine:
 
         starts = range(0, M, size)
         threads = torch.get_num_threads()
-        if len(starts) > 1 and threads > 1:
+        if len(starts) > 1 and threads > 1 and self.device.type == "cpu":
             torch.set_num_threads(1)
             try:
                 outs = list(_chunk_pool(threads).map(chunk, starts))
@@ -399,3 +395,28 @@ class Engine:
 #: bytes of activations an evaluation forward may hold (a layer's input and
 #: output, all replicas of its group)
 EVAL_BLOCK_BYTES = {"cpu": 64 << 20, "cuda": 1 << 30}
+
+#: bytes the largest per-sample tensor of a training step may take over all
+#: models of one chunk, on CUDA (see train_chunk)
+TRAIN_CHUNK_BYTES = {"cuda": 1 << 30}
+
+
+def train_chunk(net: Net, device_type: str, M: int, B: int, dtype=torch.float32) -> int:
+    """Models per clipped_grads call, for M models at padded batch B.
+
+    CPU, convolutional nets: one model (about 64 samples or more) per
+    chunk, so a model's activations and im2col stay in cache (measured 3x
+    faster on a 2-core CPU than one batch of all models), the chunks spread
+    over the CPU's threads.  CPU, other nets: every model at once.  CUDA:
+    as many models as keep the step's largest per-sample tensor (an
+    activation or a convolution's per-sample weight gradients, over all
+    models of the chunk) within TRAIN_CHUNK_BYTES — which also keeps it
+    well under 2³¹ values, past which PyTorch's CUDA convolution refuses to
+    run (measured on an H100: 5,120 LeNets at batch ≈ 110 in one call
+    failed with "canUse32BitIndexMath")."""
+    if device_type == "cpu":
+        conv = any(layer.kind == "conv" for layer in net.layers)
+        return max(1, 64 // max(B, 1)) if conv else M
+    budget = TRAIN_CHUNK_BYTES.get(device_type, TRAIN_CHUNK_BYTES["cuda"])
+    per_model = max(B, 1) * net.max_per_sample * torch.finfo(dtype).bits // 8
+    return max(1, min(M, budget // per_model))

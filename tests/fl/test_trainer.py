@@ -286,19 +286,54 @@ def test_a_run_repeats_bit_for_bit_and_equals_its_replicas_run_alone(name, devic
         assert f_a["epsilon"][r] == pytest.approx(f1["epsilon"][0])
 
 
-def test_chunked_trimmed_gradients_equal_one_padded_batch():
-    """The engine's per-model chunks (batch padding trimmed, chunks on
-    threads) give the gradients, norms and losses of one call over all
-    models' padded batches."""
+@pytest.mark.parametrize("name", ["lr", "lenet", "cnn", "fedavg-cnn", "cifar-cnn"])
+def test_cuda_chunks_bound_the_largest_tensor(name):
+    """On CUDA a step's models go in chunks whose largest per-sample tensor
+    (an activation, or a convolution's per-sample weight gradients,
+    recomputed here from the layer shapes) takes at most TRAIN_CHUNK_BYTES
+    over the chunk, so stays far below 2³¹ values; a chunk holds every
+    model when they fit.  On CPU conv nets go one model (~64 samples) a
+    chunk, other nets all at once."""
+    from paretofl.fl.engine import TRAIN_CHUNK_BYTES, train_chunk
+    from paretofl.fl.models import _shape_after
+
+    shape = (3, 32, 32) if name == "cifar-cnn" else (1, 28, 28)
+    net = build_model(name, shape)
+    largest, s = math.prod(shape), shape
+    for layer in net.layers:
+        if layer.kind == "conv":
+            largest = max(largest, layer.out * s[0] * layer.k ** 2)
+        s = _shape_after(layer, s)
+        largest = max(largest, math.prod(s))
+    conv = any(layer.kind == "conv" for layer in net.layers)
+    for M, B in ((40, 90), (5120, 110), (20480, 110), (3, 1)):
+        size = train_chunk(net, "cuda", M, B)
+        assert 1 <= size <= M
+        assert size * B * largest * 4 <= TRAIN_CHUNK_BYTES["cuda"] or size == 1
+        assert size * B * largest < 2**31
+        assert size == M or (size + 1) * B * largest * 4 > TRAIN_CHUNK_BYTES["cuda"]   # no smaller than needed
+        assert train_chunk(net, "cpu", M, B) == (max(1, 64 // B) if conv else M)
+    assert train_chunk(net, "cuda", 5120, 110) < 5120 or not conv            # the failing H100 case is split
+
+
+def test_chunked_trimmed_gradients_equal_one_padded_batch(device, monkeypatch):
+    """The engine's chunks of models (batch padding trimmed; on CPU one
+    model a chunk on threads, on CUDA chunks of 2 models here by a small
+    TRAIN_CHUNK_BYTES) give the gradients, norms and losses of one call
+    over all models' padded batches."""
+    from paretofl.fl import engine as E
+
     g = torch.Generator().manual_seed(1)
     ds = D.Dataset("synthetic", torch.randn(600, 1, 28, 28, generator=g), torch.randint(0, 10, (600,), generator=g),
                    torch.randn(20, 1, 28, 28, generator=g), torch.randint(0, 10, (20,), generator=g))
     parts = D.partition_iid(ds.y_train.numpy(), 3, seed=0)
-    eng = Engine(build_model("lenet", ds.shape), ds, parts, 2, seeds=[1, 2])
+    eng = Engine(build_model("lenet", ds.shape), ds, parts, 2, seeds=[1, 2], device=device)
     params = eng.broadcast(eng.init_global())
-    idx, w = eng.poisson_batches(torch.full((eng.M,), 0.4))               # batches of ~80, unequal
+    idx, w = eng.poisson_batches(torch.full((eng.M,), 0.4, device=device))   # batches of ~80, unequal
     assert len(set(w.sum(1).tolist())) > 1
-    clip = torch.full((eng.M,), 0.7)
+    monkeypatch.setitem(E.TRAIN_CHUNK_BYTES, "cuda", 2 * idx.shape[1] * eng.net.max_per_sample * 4)
+    assert E.train_chunk(eng.net, device, eng.M, idx.shape[1]) == (1 if device == "cpu" else 2)
+    clip = torch.full((eng.M,), 0.7, device=device)
     got = eng._grads_chunked(params, idx, w, clip)
     xb = eng.x[idx]
     want = eng.net.clipped_grads(params, xb, eng.y[idx], w, clip=clip)
