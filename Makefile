@@ -39,6 +39,7 @@ test-slow: setup
 bench: setup
 	$(BIN)/python benchmarks/design_startup.py
 	$(BIN)/python benchmarks/engine_vs_opacus.py
+	$(BIN)/python benchmarks/engine_scaling.py
 	$(BIN)/python benchmarks/engine_profile.py
 	$(BIN)/python benchmarks/pretrial_batched_vs_one_at_a_time.py
 
