@@ -7,6 +7,9 @@ client-steps per second, the wall time of one step of all N·R models and,
 on CUDA, the peak memory PyTorch allocated: what a sweep of R
 configurations × seeds costs per local step, and how large R can grow
 before the device runs out of memory (such an R is reported, not fatal).
+Beside the step it times the step's random draws alone (the noise and
+the Poisson batch sampling): each replica draws from its own generator, one
+call per replica and tensor, which on CUDA means R kernel launches a draw.
 
     .venv/bin/python benchmarks/engine_scaling.py [--device cuda] [--models lr lenet] [--replicas 4 16] [--json]
 """
@@ -40,8 +43,20 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def _timed(f, device, min_seconds):
+    f()                                                    # warm-up
+    _sync(device)
+    n, t0 = 0, time.perf_counter()
+    while n < 3 or time.perf_counter() - t0 < min_seconds:
+        f()
+        n += 1
+        _sync(device)
+    return (time.perf_counter() - t0) / n
+
+
 def measure(name, ds, replicas, device, min_seconds=1.0):
-    """Client-steps per second, seconds per step, peak bytes (CUDA; else None)."""
+    """Client-steps per second, seconds per step, seconds of its draws,
+    peak bytes (CUDA; else None)."""
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
     if device != "cpu":
         torch.cuda.empty_cache()
@@ -49,16 +64,11 @@ def measure(name, ds, replicas, device, min_seconds=1.0):
     eng = Engine(build_model(name, ds.x_train.shape[1:]), ds, parts, replicas, device=device)
     params = eng.broadcast(eng.init_global())
     kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0)
-    params, _ = eng.local_steps(params, **kw)              # warm-up
-    _sync(device)
-    steps, t0 = 0, time.perf_counter()
-    while steps < 3 or time.perf_counter() - t0 < min_seconds:
-        params, _ = eng.local_steps(params, **kw)
-        steps += 1
-        _sync(device)
-    dt = (time.perf_counter() - t0) / steps
+    dt = _timed(lambda: eng.local_steps(params, **kw), device, min_seconds)
     peak = torch.cuda.max_memory_allocated() if device != "cpu" else None
-    return eng.M / dt, dt, peak
+    rate = eng.vec(RATE)
+    draws = _timed(lambda: (eng.noise_like(params), eng.poisson_batches(rate)), device, min_seconds / 4)
+    return eng.M / dt, dt, draws, peak
 
 
 def main():
@@ -73,22 +83,24 @@ def main():
     out = {}
     if not a.json:
         print(f"one DP-SGD step of N = {N} clients x R replicas, batch ≈ 90, device {a.device}")
-        print(f"  {'model':<10}{'R':>6}{'models':>8}{'client-steps/s':>16}{'ms per step':>13}{'peak memory':>13}")
+        print(f"  {'model':<10}{'R':>6}{'models':>8}{'client-steps/s':>16}{'ms per step':>13}{'of it draws':>13}"
+              f"{'peak memory':>13}")
     for name in a.models:
         ds = fake_data(SHAPES.get(name, (1, 28, 28)))
         out[name] = {}
         for r in replicas:
             try:
-                rate, dt, peak = measure(name, ds, r, a.device)
+                rate, dt, draws, peak = measure(name, ds, r, a.device)
             except torch.cuda.OutOfMemoryError:
                 out[name][r] = "out of memory"
                 if not a.json:
                     print(f"  {name:<10}{r:>6}{N * r:>8}   out of memory")
                 break                                   # larger R will not fit either
-            out[name][r] = {"client_steps_per_s": rate, "seconds_per_step": dt, "peak_bytes": peak}
+            out[name][r] = {"client_steps_per_s": rate, "seconds_per_step": dt, "seconds_of_draws": draws,
+                            "peak_bytes": peak}
             if not a.json:
                 mem = "—" if peak is None else f"{peak / 2**30:.2f} GiB"
-                print(f"  {name:<10}{r:>6}{N * r:>8}{rate:>16.0f}{1000 * dt:>13.1f}{mem:>13}")
+                print(f"  {name:<10}{r:>6}{N * r:>8}{rate:>16.0f}{1000 * dt:>13.1f}{1000 * draws:>10.1f} ms{mem:>13}")
     if a.json:
         print(json.dumps(out))
 
