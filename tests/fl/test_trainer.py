@@ -150,6 +150,26 @@ def test_dpsgd_noise_has_the_claimed_mean_and_variance(digits, device):
     assert var == pytest.approx((sigma * C) ** 2, rel=0.02)
 
 
+def test_noise_has_gaussian_tails_past_pytorchs_float32_bound(digits, device):
+    """The engine's normals are not capped where PyTorch's float32 normal_
+    is (|Z| <= √(48 ln 2) ≈ 5.768, Box–Muller on 24-bit uniforms): over 10⁹
+    draws a Gaussian passes that bound with probability 1 − e⁻⁸, and its
+    counts beyond 4 and 5 (Gaussian tail masses from math.erfc) come out
+    within 5 standard deviations."""
+    eng = Engine(build_model("lr", digits.shape), digits, [np.arange(100)], 1, seeds=[11], device=device)
+    n, chunk = 10**9, 25 * 10**6
+    largest, beyond4, beyond5 = 0.0, 0, 0
+    for _ in range(n // chunk):
+        z = eng.normal((chunk,)).abs()
+        largest = max(largest, float(z.max()))
+        beyond4 += int((z > 4).sum())
+        beyond5 += int((z > 5).sum())
+    assert largest > math.sqrt(48 * math.log(2)) + 1e-4
+    for k, a in ((beyond4, 4.0), (beyond5, 5.0)):
+        p = math.erfc(a / math.sqrt(2))
+        assert abs(k - n * p) < 5 * math.sqrt(n * p)
+
+
 def test_dpsgd_fixed_divisor_scales_the_step(digits):
     """Paper 002's code divides the noised sum by a fixed 64 instead of the
     expected batch q·|D_i|: a round with divisor d moves the model exactly
