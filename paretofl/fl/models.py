@@ -86,9 +86,9 @@ class Net:
         self.n_params = sum(k * c + c for k, c in self.param_shapes)
         #: the largest tensor a DP-SGD step holds per sample, in values: an
         #: activation, or a convolution's per-sample weight gradient (out × Ck²)
-        self.max_per_sample = max([self.max_activation] + [k * c for (k, c), layer in
-                                   zip(self.param_shapes, [l for l in layers if l.kind in ("linear", "conv")])
-                                   if layer.kind == "conv"])
+        trainable = [layer for layer in layers if layer.kind in ("linear", "conv")]
+        self.max_per_sample = max([self.max_activation] + [k * c for (k, c), layer in zip(self.param_shapes, trainable)
+                                                           if layer.kind == "conv"])
 
     # ---------------------------------------------------------------- params
     def init(self, m: int, generator: torch.Generator, device="cpu") -> list[torch.Tensor]:
