@@ -18,29 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from paretofl.fl.data import Dataset
-from paretofl.fl.engine import Engine
-from paretofl.fl.models import build_model
+sys.path.insert(0, str(Path(__file__).parent))
+from engine_vs_opacus import N, PER_CLIENT, RATE, _sync, fake_fmnist  # noqa: E402
 
-N, PER_CLIENT, RATE = 10, 6000, 90 / 6000
+from paretofl.fl.engine import Engine  # noqa: E402
+from paretofl.fl.models import build_model  # noqa: E402
+
 SHAPES = {"cifar-cnn": (3, 32, 32)}
-
-
-def fake_data(shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(N * PER_CLIENT, *shape, generator=g)
-    y = torch.randint(0, 10, (N * PER_CLIENT,), generator=g)
-    return Dataset("bench", x, y, x[:100], y[:100])
-
-
-def _sync(device):
-    if device != "cpu":
-        torch.cuda.synchronize()
 
 
 def _timed(f, device, min_seconds):
@@ -86,7 +77,7 @@ def main():
         print(f"  {'model':<10}{'R':>6}{'models':>8}{'client-steps/s':>16}{'ms per step':>13}{'of it draws':>13}"
               f"{'peak memory':>13}")
     for name in a.models:
-        ds = fake_data(SHAPES.get(name, (1, 28, 28)))
+        ds = fake_fmnist(shape=SHAPES.get(name, (1, 28, 28)))
         out[name] = {}
         for r in replicas:
             try:

@@ -32,9 +32,10 @@ from paretofl.fl.models import build_model
 N, PER_CLIENT, RATE = 10, 6000, 90 / 6000
 
 
-def fake_fmnist(seed=0):
+def fake_fmnist(seed=0, shape=(1, 28, 28)):
+    """N·PER_CLIENT random samples of ``shape`` (FashionMNIST's by default)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(N * PER_CLIENT, 1, 28, 28, generator=g)
+    x = torch.randn(N * PER_CLIENT, *shape, generator=g)
     y = torch.randint(0, 10, (N * PER_CLIENT,), generator=g)
     return Dataset("bench", x, y, x[:100], y[:100])
 

@@ -282,8 +282,9 @@ def test_lenet_threaded_batched_run_equals_single_threaded_replica_by_replica():
 def test_a_run_repeats_bit_for_bit_and_equals_its_replicas_run_alone(name, device):
     """Reproducible for a seed on either device: the same seeds give the
     same models, history and ε, bit for bit; and the batched run equals
-    each replica run alone (on CUDA every model of a conv net goes in one
-    chunk, a different batching from the CPU's)."""
+    each replica run alone (on CUDA a conv net's models go in chunks of
+    many models — here all 12 in one — a different batching from the CPU's
+    one model a chunk)."""
     g = torch.Generator().manual_seed(0)
     ds = D.Dataset("synthetic", torch.randn(600, 1, 28, 28, generator=g), torch.randint(0, 10, (600,), generator=g),
                    torch.randn(50, 1, 28, 28, generator=g), torch.randint(0, 10, (50,), generator=g))
