@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from paretofl.fl import data as D
 from paretofl.fl.algorithms import ALGORITHMS, train
+from paretofl.fl import engine as engine_mod
 from paretofl.fl.engine import Engine
 from paretofl.fl.models import build_model
 
@@ -168,6 +169,26 @@ def test_noise_has_gaussian_tails_past_pytorchs_float32_bound(digits, device):
     for k, a in ((beyond4, 4.0), (beyond5, 5.0)):
         p = math.erfc(a / math.sqrt(2))
         assert abs(k - n * p) < 5 * math.sqrt(n * p)
+
+
+@pytest.mark.parametrize("spread_from", [0, 1 << 40])
+def test_noise_is_each_replicas_own_stream_whether_drawn_on_threads_or_not(digits, spread_from, monkeypatch):
+    """Large draws go on the CPU's threads, one replica a task: the values
+    are bit for bit what each replica's generator gives alone, on one
+    thread, drawn in the same order (each noise value from two normals,
+    (Z₁+Z₂)/√2, computed here independently of the engine)."""
+    monkeypatch.setattr(engine_mod, "SPREAD_NOISE_VALUES", spread_from)
+    assert torch.get_num_threads() > 1
+    net, seeds = build_model("lr", digits.shape), [5, 6, 7]
+    eng = Engine(net, digits, [np.arange(50), np.arange(50, 90)], 3, seeds=seeds)
+    params = eng.broadcast(eng.init_global())
+    drawn = eng.noise_like(params) + [eng.normal((33,))]
+    for r, s in enumerate(seeds):
+        gen = torch.Generator().manual_seed(s)
+        for z, shape in zip(drawn, [(2, *p.shape[1:]) for p in params] + [(33,)]):
+            pair = torch.empty((2, *shape)).normal_(generator=gen)
+            own = (pair[0] + pair[1]) * math.sqrt(0.5)
+            assert torch.equal(z.reshape(3, *shape)[r], own)
 
 
 def test_dpsgd_fixed_divisor_scales_the_step(digits):
