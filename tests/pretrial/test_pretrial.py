@@ -113,6 +113,12 @@ def test_sweep_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
     grid = {**SMALL, "sigmas": [0.05, 0.5, 2.0], "rounds": [2, 5, 30], "chunk": 1}  # 8 jobs
     ref_path = tmp_path / "ref.sqlite"
     run_sweep(Spec.from_dict(grid), ref_path, progress=False)
+    # a job's time on this machine, warm (a second sweep of the grid): the
+    # kills land within about one job of a commit however fast the machine
+    # (a fixed 0.4 s let a fast CPU finish the sweep in four starts)
+    t = time.perf_counter()
+    run_sweep(Spec.from_dict(grid), tmp_path / "timing.sqlite", progress=False)
+    job_s = (time.perf_counter() - t) / len(plan(Spec.from_dict(grid), set()))
     reference = rows_of(ref_path)
     path = tmp_path / "killed.sqlite"
     spec_file = tmp_path / "s.toml"
@@ -134,7 +140,7 @@ def test_sweep_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
         start = count()
         while p.poll() is None and count() == start:
             time.sleep(0.02)
-        time.sleep(float(rng.uniform(0.0, 0.4)))  # somewhere inside the next job (or its commit)
+        time.sleep(float(rng.uniform(0.0, job_s)))  # somewhere inside the next job (or its commit)
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
             kills += 1
