@@ -111,14 +111,15 @@ def test_sweep_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
     random instant after it committed a job; afterwards every (sigma, T, q,
     seed) is there exactly once, with the values of an uninterrupted sweep."""
     grid = {**SMALL, "sigmas": [0.05, 0.5, 2.0], "rounds": [2, 5, 30], "chunk": 1}  # 8 jobs
+    spec = Spec.from_dict(grid)
     ref_path = tmp_path / "ref.sqlite"
-    run_sweep(Spec.from_dict(grid), ref_path, progress=False)
+    run_sweep(spec, ref_path, progress=False)
     # a job's time on this machine, warm (a second sweep of the grid): the
     # kills land within about one job of a commit however fast the machine
     # (a fixed 0.4 s let a fast CPU finish the sweep in four starts)
     t = time.perf_counter()
-    run_sweep(Spec.from_dict(grid), tmp_path / "timing.sqlite", progress=False)
-    job_s = (time.perf_counter() - t) / len(plan(Spec.from_dict(grid), set()))
+    run_sweep(spec, tmp_path / "timing.sqlite", progress=False)
+    job_s = (time.perf_counter() - t) / len(plan(spec, set()))
     reference = rows_of(ref_path)
     path = tmp_path / "killed.sqlite"
     spec_file = tmp_path / "s.toml"
@@ -157,7 +158,7 @@ def test_sweep_killed_with_sigkill_resumes_to_the_same_result(tmp_path):
     total, distinct = db.execute("SELECT COUNT(*), COUNT(DISTINCT printf('%g/%d/%g/%d', sigma, rounds, q, seed)) "
                                  "FROM runs").fetchone()
     db.close()
-    assert total == distinct == len(Spec.from_dict(grid).configurations())
+    assert total == distinct == len(spec.configurations())
     got = rows_of(path)
     assert set(got) == set(reference)
     for k, (loss, _) in reference.items():
