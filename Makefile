@@ -1,18 +1,19 @@
-# paretofl — the commands of the README.  Everything runs inside .venv.
+# paretofl — the commands of the README.  Everything runs inside .venv,
+# installed from constraints.txt (the exact versions; pyproject.toml has lower bounds).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    := out
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup demo test test-slow lint bench clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	@# FashionMNIST from Debian's package when we can (root + apt); otherwise torchvision later
 	@if [ ! -d /usr/share/datasets/fashion-mnist ] && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	  (timeout 300 apt-get update -qq && timeout 300 apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \
@@ -30,7 +31,10 @@ demo: setup
 	$(BIN)/paretofl design --clients 100 --budget 2 --delta 1e-5 --max-rounds 500 \
 	  --fit $(OUT)/demo_fit.json --plot $(OUT)/design.png
 
-test: setup
+lint: setup
+	$(BIN)/ruff check paretofl tests benchmarks analysis examples
+
+test: setup lint
 	$(BIN)/python -m pytest -q
 
 test-slow: setup
@@ -44,4 +48,4 @@ bench: setup
 	$(BIN)/python benchmarks/pretrial_batched_vs_one_at_a_time.py
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis build dist

@@ -1,5 +1,5 @@
-"""A check of the engine's paper 002 figures that shares none of its training
-code: plain PyTorch (``nn.Sequential`` and ``torch.func``) trains paper 002's
+"""A check of the engine's ALI-DPFL figures that shares none of its training
+code: plain PyTorch (``nn.Sequential`` and ``torch.func``) trains ALI-DPFL's
 Table V CNN on FashionMNIST by per-sample-clipped SGD, centrally.
 
 Each step draws a Poisson batch (rate q = 0.015) from all 60,000 training
@@ -7,7 +7,7 @@ samples, clips each sample's gradient to norm C, adds N(0, σ²C²) to the sum
 (σ = 0 by default: clipping only) and divides by q·60,000 — in distribution
 the same as one-local-step FedAvg+DP on an IID split of 10 equal clients, each
 dividing by q·6,000 (the weighted mean of ten such steps).  η = 0.5 and 158
-steps, as the README's paper 002 rows.  Prints the test accuracy and the
+steps, as the README's ALI-DPFL rows.  Prints the test accuracy and the
 median per-sample gradient norm along the way (how hard C clips).
 
     .venv/bin/python analysis/central_clipped_sgd.py [--clip 1] [--sigma 0] [--steps 158] [--seeds 0 1]

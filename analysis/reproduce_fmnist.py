@@ -1,9 +1,9 @@
-"""Reproduce the FashionMNIST accuracy settings of papers 002 and 003 (10 clients).
+"""Reproduce the FashionMNIST accuracy settings of ALI-DPFL and 003 (10 clients).
 
-* paper 002 (ALI-DPFL): Dir(0.05) label skew, DP-SGD batch rate q = 0.015,
+* ALI-DPFL (ALI-DPFL): Dir(0.05) label skew, DP-SGD batch rate q = 0.015,
   η = 0.5, ε = 2, R_s = ½R_c, the Table V CNN; ALI-DPFL against fixed τ
   ("FedAvg + DP", Algorithm 1).  Its Table II–IV FMNIST column: about 80–84 %.
-* paper 003 (Adap DP-FL): label shards (400, 40 per client), lot 78, ε = 2;
+* Adap DP-FL (Fu et al.): label shards (400, 40 per client), lot 78, ε = 2;
   it reports 79.6 %.
 
 Paper 002 does not state σ, but its list of privacy budgets and the
@@ -13,7 +13,7 @@ conversion over integer orders (tests/test_privacy.py checks this): its
 "ε = 2, R_s = ½R_c" column is 317 DP-SGD steps at σ = 1.1 and 158 server
 rounds.  We run exactly that; our accountant (the improved conversion)
 reports those 317 steps as ε ≈ 1.61.  C is not stated: C = 1.0, the
-constant clipping bound paper 003 uses.  Each setting runs with --seeds
+constant clipping bound Adap DP-FL uses.  Each setting runs with --seeds
 replicas side by side in one engine.  Writes
 analysis/out/fmnist_reproduction.{csv,md}.
 
@@ -40,7 +40,7 @@ OUT = Path(__file__).resolve().parent / "out"
 
 def run(name, algo, partition, seeds, rounds, local_test=False, device="cpu", **kw):
     """One setting, ``seeds`` replicas in one engine.  ``local_test``: hold
-    out a quarter of each client's samples and also report paper 002's
+    out a quarter of each client's samples and also report ALI-DPFL's
     code's metric — the unweighted mean over clients of the global model's
     accuracy on each client's held-out quarter (label-skewed like its
     training data) — beside the accuracy on FashionMNIST's test set."""
@@ -79,7 +79,7 @@ def run(name, algo, partition, seeds, rounds, local_test=False, device="cpu", **
         pol.after_round = after_round
     t = time.perf_counter()
     # every round is evaluated where there are at most 1,000, so that the best
-    # accuracy over rounds (what paper 002's published code prints and averages
+    # accuracy over rounds (what ALI-DPFL's published code prints and averages
     # as "best") can be set beside the final one; longer runs every 1,000th
     every = 1 if rounds <= 1000 else max(1, min(rounds, 10**4) // 10)
     glob, hist, fin = train(pol, rounds=rounds, epsilon=eps, delta=1e-5, eval_every=every, progress=False)
@@ -114,11 +114,11 @@ def main():
     seeds = list(range(a.seeds))
     sigma, C, q = 1.0, 1.0, 0.015
     f = 10 if a.quick else 1
-    # paper 002: σ = 1.1, R_c = 317 and R_s = 158, as its text lists them (its
+    # ALI-DPFL: σ = 1.1, R_c = 317 and R_s = 158, as its text lists them (its
     # ε = 2 under the classic conversion); we stop at our accountant's ε of 317 steps
     sigma_002, R_c, R_s = 1.1, 317, 158
     eps_002 = compute_epsilon(q, sigma_002, R_c, 1e-5) * (1 + 1e-9)
-    assert max_steps(eps_002, q, sigma_002, 1e-5) == R_c
+    assert max_steps(eps_002, q, sigma_002, 1e-5, refine=True) == R_c
     common = dict(sigma=sigma_002, clip=C, lr=0.5, batch_rate=q, budget=eps_002)
     shards = dict(clip=C, lr=0.5, batch_rate=78 / 6000, budget=2.0)
     jobs = [
@@ -126,13 +126,13 @@ def main():
          dict(epsilon=eps_002, rounds_server=R_s // f, **common)),
         *[(f"002: FedAvg+DP tau={tau}, Dir(0.05)", "dpfedavg", "dirichlet", min(R_s, R_c // tau) // f,
            dict(local_steps=tau, **common)) for tau in (1, 2, 3, 5)],
-        # as paper 002's code: capped Dirichlet, 25 % of each client held out,
+        # as ALI-DPFL's code: capped Dirichlet, 25 % of each client held out,
         # accuracy averaged over clients' held-out quarters
         ("002 (code's split and metric): ALI-DPFL, capped Dir(0.05)", "ali-dpfl", "dirichlet-capped", R_s // f,
          dict(epsilon=eps_002, rounds_server=R_s // f, local_test=True, **common)),
         *[(f"002 (code's split and metric): FedAvg+DP tau={tau}, capped Dir(0.05)", "dpfedavg", "dirichlet-capped",
            min(R_s, R_c // tau) // f, dict(local_steps=tau, local_test=True, **common)) for tau in (1, 3)],
-        # C is not in paper 002's text; its code's default is C = 0.1 (ours: 1.0),
+        # C is not in ALI-DPFL's text; its code's default is C = 0.1 (ours: 1.0),
         # and its code divides the noised sum by a fixed 64, not by q|D_i|
         ("002 (code's C = 0.1): ALI-DPFL, Dir(0.05)", "ali-dpfl", "dirichlet", R_s // f,
          dict(common, clip=0.1, epsilon=eps_002, rounds_server=R_s // f)),
@@ -156,7 +156,7 @@ def main():
         *[(f"002 clipping only (sigma=0, C=1): FedAvg+DP tau={tau}, {part}", "dpfedavg", part,
            min(R_s, R_c // tau) // f, dict(common, sigma=0.0, local_steps=tau, budget=None))
           for tau, part in ((1, "dirichlet"), (2, "dirichlet"), (2, "iid"))],
-        # C is not in paper 002's text, and with C = 1 nearly every per-sample
+        # C is not in ALI-DPFL's text, and with C = 1 nearly every per-sample
         # gradient is clipped (median norm 3.2 at the start, 7-28 later): how the
         # figure moves with the unstated C (sensitivity, not a reading of the paper)
         *[(f"002 (C = {c:g}{suffix}, sensitivity): {lab}, {split}", algo, part, R_s // f,
@@ -172,15 +172,15 @@ def main():
         # σ decaying without a floor falls below ~0.8, where the subsampled
         # Gaussian's RDP explodes and the budget is gone in a few rounds:
         ("003: Adap DP-FL sigma0=1, beta=0.9, no floor", "adap-dpfl", "shards", 10**6 // f,
-         dict(sigma=sigma, alpha=1.0, beta=0.9, **shards)),
+         dict(sigma=sigma, alpha=1.0, noise_decay=0.9, **shards)),
         ("003: Adap DP-FL sigma0=1.5, beta=0.95, floor 1.0", "adap-dpfl", "shards", 10**6 // f,
-         dict(sigma=1.5, alpha=1.0, beta=0.95, sigma_min=1.0, **shards)),
+         dict(sigma=1.5, alpha=1.0, noise_decay=0.95, sigma_min=1.0, **shards)),
         ("003: DP-FedAvg (fixed sigma=1), shards, lot 78", "dpfedavg", "shards", 10**6 // f,
          dict(sigma=sigma, **shards)),
         # its Section V's FashionMNIST settings: Adam (lr 0.001) clients, α = 0.01,
         # σ₀ = 4 decaying by β = 0.9998, C = 1 to start; thousands of rounds
         ("003 (paper's settings): Adap DP-FL, Adam, alpha=0.01, sigma0=4, beta=0.9998", "adap-dpfl", "shards",
-         10**6 // f, dict(shards, lr=0.001, optimizer="adam", sigma=4.0, alpha=0.01, beta=0.9998)),
+         10**6 // f, dict(shards, lr=0.001, optimizer="adam", sigma=4.0, alpha=0.01, noise_decay=0.9998)),
         ("003 (paper's settings): DP-FedAvg, Adam, fixed sigma=2, C=1", "dpfedavg", "shards", 10**6 // f,
          dict(shards, lr=0.001, optimizer="adam", sigma=2.0)),
     ]
@@ -204,7 +204,8 @@ def main():
 
     for r in rows:
         lines.append(f"| {r['setting']} | {pct(r, 'accuracy')} | {pct(r, 'best_accuracy')} | "
-                     f"{pct(r, 'local_accuracy')} | {pct(r, 'local_best')} | {r['epsilon']:.2f} | {r['rounds']} | {r['seconds']:.0f} |")
+                     f"{pct(r, 'local_accuracy')} | {pct(r, 'local_best')} | {r['epsilon']:.2f} | {r['rounds']} | "
+                     f"{r['seconds']:.0f} |")
     (out / f"fmnist_reproduction{tag}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -1,4 +1,4 @@
-"""Rebuild paper 001's findings on FashionMNIST with the library (theory §2–§4).
+"""Rebuild Gu et al.'s findings on FashionMNIST with the library (docs/theory.md §2–§4).
 
 Parts (``--only`` picks some; each reuses finished runs in analysis/out/*.sqlite):
 
@@ -7,7 +7,7 @@ Parts (``--only`` picks some; each reuses finished runs in analysis/out/*.sqlite
 * ``cases``   — Theorem 3's three cases for the LR κ: T̃ above T_b, between
   T_a and T_b, below T_a.
 * ``epochs``  — local epochs E = 1, 2, 4 on the LR grid: κ and slope per E
-  (paper 001: E barely moves the front).
+  (Gu et al.: E barely moves the front).
 * ``clients`` — N = 5, 10, 20 at q = 0.5 on the LR grid: qN/κ = σ²T along
   the front should grow in proportion to N (Cor. 3).
 * ``design``  — §V-D: κ from the 10 % public fraction against the full

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_vs_opacus import N, PER_CLIENT, RATE, fake_fmnist, lenet_flops_per_client_step, matmul_rate  # noqa: E402
+from engine_vs_opacus import PER_CLIENT, RATE, N, fake_fmnist, lenet_flops_per_client_step, matmul_rate  # noqa: E402
 
 import paretofl.fl.models as models  # noqa: E402
 from paretofl.fl.engine import Engine  # noqa: E402
@@ -66,7 +66,7 @@ def lr_step(reps=100):
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
     eng = Engine(models.build_model("lr", (1, 28, 28)), ds, parts, 4)
     params = eng.broadcast(eng.init_global())
-    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0)
+    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
     eng.local_steps(params, **kw)
     tm = Timers()
     for obj, name in ((eng, "poisson_batches"), (eng, "noise_like"), (eng.net, "clipped_grads"),

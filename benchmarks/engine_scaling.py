@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_vs_opacus import N, PER_CLIENT, RATE, _sync, fake_fmnist  # noqa: E402
+from engine_vs_opacus import PER_CLIENT, RATE, N, _sync, fake_fmnist  # noqa: E402
 
 from paretofl.fl.engine import Engine  # noqa: E402
 from paretofl.fl.models import build_model  # noqa: E402
@@ -54,7 +54,7 @@ def measure(name, ds, replicas, device, min_seconds=1.0):
         torch.cuda.reset_peak_memory_stats()
     eng = Engine(build_model(name, ds.x_train.shape[1:]), ds, parts, replicas, device=device)
     params = eng.broadcast(eng.init_global())
-    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0)
+    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
     dt = _timed(lambda: eng.local_steps(params, **kw), device, min_seconds)
     peak = torch.cuda.max_memory_allocated() if device != "cpu" else None
     rate = eng.vec(RATE)

@@ -55,7 +55,7 @@ def engine_runner(name, ds, replicas, device):
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
     eng = Engine(build_model(name, (1, 28, 28)), ds, parts, replicas, device=device)
     state = {"params": eng.broadcast(eng.init_global())}
-    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0)
+    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
 
     def run(rounds):
         _sync(device)

@@ -1,1 +1,25 @@
-"""paretofl."""
+"""paretofl: how to set q, T and σ in differentially private federated learning.
+
+The Python API (the ``paretofl`` commands are thin shells over it)::
+
+    import paretofl
+    d = paretofl.design(n_clients=100, epsilon=2, delta=1e-5, max_rounds=500)
+    print(d.q, d.rounds, d.sigma, d.epsilon)
+
+* :func:`design` -- the recommendation for a budget (no torch);
+* :func:`account` -- ε of a sequence of Gaussian steps (no torch);
+* :func:`pareto_set` -- Theorem 3's closed-form Pareto set (no torch);
+* :func:`fit` -- κ and the experimental front of a pre-trial store (no torch);
+* :func:`train` -- DP federated learning on real data (imports torch when
+  called; ``pip install 'paretofl[train]'``).
+
+Integrations: :mod:`paretofl.integrations.flower`, :mod:`paretofl.integrations.opacus`.
+The mathematics: docs/theory.md.
+"""
+
+from .api import Accounting, Design, InfeasibleBudget, TrainResult, account, design, fit, pareto_set, train
+
+__version__ = "0.2.0"
+
+__all__ = ["design", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "fit", "train",
+           "TrainResult", "__version__"]

@@ -1,18 +1,24 @@
-"""matplotlib figures (Agg backend: files, never windows)."""
+"""Figures, written to files.
+
+Built on matplotlib's object API (``matplotlib.figure.Figure``), which
+renders to a file without pyplot and without choosing a backend: importing
+or calling this module changes no process-wide setting.  Legends sit beside
+the axes, never on the data.
+"""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402,F401
-import numpy as np  # noqa: E402
-
-from .theory import pareto  # noqa: E402
-from .theory.privacy import DEFAULT_ORDERS, _conversion_offset, max_steps, rdp_subsampled_gaussian  # noqa: E402
+from .theory import pareto
+from .theory.privacy import DEFAULT_ORDERS, conversion_offset, max_steps, rdp_curve
 
 COLORS = {"rounds_min": "#9467bd", "sigma_max": "#d62728", "relation": "#1f77b4",
           "rounds_max": "#2ca02c", "sigma_min": "#ff7f0e"}
@@ -20,34 +26,62 @@ LABELS = {"rounds_min": "T = T_min", "sigma_max": "σ = σ_max", "relation": "κ
           "rounds_max": "T = T̃", "sigma_min": "σ = σ_min"}
 
 
-def _exact_epsilon(sigma, rounds, q, n, delta):
-    """ε of each (σ, T) point, aggregate view (local view if qN < 1)."""
-    zf = math.sqrt(q * n) if q * n >= 1 else 1.0
+def _g(x, digits=3) -> str:
+    """A number for a title or label: a few significant digits."""
+    return f"{x:.{digits}g}"
+
+
+def _exact_epsilon(sigma, rounds, q, n, delta, sampling="poisson", zf=None):
+    """ε of each (σ, T) point (aggregate view unless told otherwise), on the order grid."""
+    zf = (math.sqrt(q * n) if q * n >= 1 else 1.0) if zf is None else zf
     sigma, rounds = np.asarray(sigma, float), np.asarray(rounds, float)
     uniq, inv = np.unique(sigma, return_inverse=True)
-    R = rdp_subsampled_gaussian(q, uniq * zf)[inv]
-    c = _conversion_offset(np.asarray(DEFAULT_ORDERS), delta, "improved")
+    R = np.atleast_2d(rdp_curve(sampling, q, uniq * zf))[inv]
+    c = conversion_offset(np.asarray(DEFAULT_ORDERS), delta, "improved")
     return np.min(rounds[:, None] * R + c[None, :], axis=1)
+
+
+def _log_ticks(axis, lo, hi):
+    """Readable ticks on a log axis: 1-2-5 steps that fit, no minor labels."""
+    cand = np.array([m * 10.0 ** e for e in range(-6, 9) for m in (1, 2, 5)])
+    ticks = cand[(cand >= lo * 0.999) & (cand <= hi * 1.001)]
+    if len(ticks) > 7:
+        ticks = cand[(cand >= lo * 0.999) & (cand <= hi * 1.001) & np.isclose(np.log10(cand) % 1, 0)]
+    if len(ticks) < 2:
+        ticks = np.array([lo, hi])
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _sigma_t_axes(ax, smin, smax, t_max, q, n, kappa):
     ax.set_xscale("log")
     ax.set_yscale("log")
     s = np.geomspace(smin / 1.5, smax * 1.5, 200)
-    ax.plot(s, pareto.relation_rounds(s, q, n, kappa), ls=":", color="grey", lw=1,
-            label="relation (unclipped)")
-    ax.add_patch(plt.Rectangle((smin, 1), smax - smin, t_max - 1, fill=False, ls="--", color="black", lw=0.8))
+    ax.plot(s, pareto.relation_rounds(s, q, n, kappa), ls=":", color="grey", lw=1, label="relation (unclipped)")
+    ax.add_patch(Rectangle((smin, 1), smax - smin, t_max - 1, fill=False, ls="--", color="black", lw=0.8,
+                           label="allowed box"))
     ax.set_xlim(smin / 1.5, smax * 1.5)
     ax.set_ylim(0.7, t_max * 1.6)
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    _log_ticks(ax.xaxis, smin / 1.5, smax * 1.5)
+    _log_ticks(ax.yaxis, 1, t_max * 1.6)
     ax.set_xlabel("noise σ (per client)")
     ax.set_ylabel("rounds T")
+
+
+def _legend_below(ax, ncol=3):
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False)
+
+
+def _save(fig, path):
+    fig.savefig(path, dpi=130, bbox_inches="tight")
 
 
 def pareto_figure(ps, q, n, kappa, smin, smax, t_max, delta, path):
     """σ–T plane with the labelled pieces of Theorem 3, and the same set in
     the (ε_u, ε_p) plane with ε_p from the exact accountant."""
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6))
+    fig = Figure(figsize=(11.5, 5.2))
+    a1, a2 = fig.subplots(1, 2)
     _sigma_t_axes(a1, smin, smax, t_max, q, n, kappa)
     for p in ps.pieces:
         pts = p.points
@@ -61,8 +95,8 @@ def pareto_figure(ps, q, n, kappa, smin, smax, t_max, delta, path):
         if 0.7 < t < t_max * 1.6:
             a1.axhline(t, color="grey", lw=0.6)
             a1.text(smax * 1.45, t, name, ha="right", va="bottom", fontsize=8, color="grey")
-    a1.set_title(f"Pareto set, case {ps.case} (q = {q:g}, N = {n}, κ = {kappa:g})")
-    a1.legend(fontsize=8, loc="lower left")
+    a1.set_title(f"Pareto set, case {ps.case} (q = {_g(q)}, N = {n}, κ = {_g(kappa)})")
+    _legend_below(a1)
     for p in ps.pieces:
         eu = pareto.utility_bound(p.points[:, 0], p.points[:, 1], q, n, kappa)
         ep = _exact_epsilon(p.points[:, 0], p.points[:, 1], q, n, delta)
@@ -73,52 +107,65 @@ def pareto_figure(ps, q, n, kappa, smin, smax, t_max, delta, path):
     a2.set_ylabel("utility-loss bound ε_u (units of A)")
     a2.set_title("front in objective space")
     a2.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    _legend_below(a2)
+    _save(fig, path)
 
 
-def design_figure(d, smin, smax, path):
+def design_figure(d, path):
     """The design at its q: Theorem 3's pieces, the budget's frontier from
     the exact accountant, the recommendation and the closed-form point; and
     the utility bound along the frontier."""
-    q, n, kappa = d.q, d.n_clients, d.kappa
-    zf = math.sqrt(q * n) if d.mechanism == "aggregate" else 1.0
+    from .recommendation import accounting
+
+    q, n, kappa, smin, smax = d.q, d.n_clients, d.kappa, d.sigma_min, d.sigma_max
+    sampling, zf = accounting(d.mechanism, q, n)
     ps = pareto.theorem3(q, n, kappa, smin, smax, d.max_rounds, n_points=200)
     s = np.geomspace(smin, smax, 300)
-    tm = np.minimum(d.max_rounds, max_steps(d.budget, q, s * zf, d.delta)).astype(float)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6))
+    tm = np.minimum(d.max_rounds, max_steps(d.budget, q, s * zf, d.delta, sampling=sampling)).astype(float)
+    fig = Figure(figsize=(11.5, 5.4))
+    a1, a2 = fig.subplots(1, 2)
     _sigma_t_axes(a1, smin, smax, d.max_rounds, q, n, kappa)
     a1.fill_between(s, np.maximum(tm, 0.7), d.max_rounds * 1.6, color="#f4cccc", alpha=0.6, step="post",
-                    label=f"over budget ε > {d.budget:g}")
+                    label=f"over budget (ε > {_g(d.budget)})")
     a1.step(s, np.maximum(tm, 0.7), where="post", color="#cc0000", lw=1)
     for p in ps.pieces:
         a1.plot(p.points[:, 0], p.points[:, 1], color=COLORS[p.kind], lw=2.5, label=LABELS[p.kind])
     if d.closed_form:
-        a1.plot(d.closed_form["sigma"], d.closed_form["rounds"], "o", mfc="none", mec="black", ms=10,
-                label="closed-form point")
-    a1.plot(d.sigma, d.rounds, "*", color="gold", mec="black", ms=16, label="recommendation")
-    a1.set_title(f"design: q = {q:.3g}, T = {d.rounds}, σ = {d.sigma:.3g}, ε = {d.epsilon:.3g}")
-    a1.legend(fontsize=8, loc="lower left")
+        a1.plot(d.closed_form["sigma"], d.closed_form["rounds"], "o", mfc="none", mec="black", ms=13, mew=1.5,
+                label="closed-form point", zorder=5)
+    a1.plot(d.sigma, d.rounds, "*", color="gold", mec="black", ms=13, label="recommendation", zorder=6)
+    a1.set_title(f"design: q = {_g(q)}, T = {d.rounds}, σ = {_g(d.sigma)}, ε = {_g(d.epsilon)}")
+    _legend_below(a1)
     ok = tm >= 1
     a2.plot(s[ok], pareto.utility_bound(s[ok], tm[ok], q, n, kappa), color="#cc0000", lw=1.5,
             label="best T within budget, per σ")
-    a2.plot(d.sigma, d.utility_bound, "*", color="gold", mec="black", ms=16, label="recommendation")
+    a2.plot(d.sigma, d.utility_bound, "*", color="gold", mec="black", ms=13, label="recommendation", zorder=6)
     a2.set_xscale("log")
     a2.set_yscale("log")
+    _log_ticks(a2.xaxis, smin, smax)
     a2.set_xlabel("noise σ (per client)")
     a2.set_ylabel("utility-loss bound (units of A)")
     a2.set_title(f"utility along the budget frontier (case {d.case})")
     a2.grid(alpha=0.3, which="both")
-    a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    _legend_below(a2, ncol=2)
+    _save(fig, path)
 
 
 # --------------------------------------------------------------------------
-# pre-trial figures (paper 001 Fig. 2–3 and 6): read the store, never a model
+# pre-trial figures (Gu et al. Fig. 2–3 and 6): read the store, never a model
 # --------------------------------------------------------------------------
+def _check_fit_matches(fr: dict, base: dict, fit_file):
+    """A fit drawn over a store must come from a store of the same pre-trial."""
+    spec = fr.get("spec")
+    if not isinstance(spec, dict):
+        return
+    keys = ("dataset", "model", "clients", "public_fraction", "partition")
+    diff = [k for k in keys if k in spec and k in base and spec[k] != base[k]]
+    if diff:
+        raise ValueError(f"fit file {fit_file} was fitted on another pre-trial (differs in {', '.join(diff)}); "
+                         "fit this store with `paretofl fit` or give its own fit")
+
+
 def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsilon="exact"):
     """Write three figures for a results store and return their paths:
 
@@ -128,19 +175,23 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
       front, and the configurations the fitted relation picks (theory);
     * ``*_theorem3``: Theorem 3's pieces for T̃ (default: the largest T run).
     """
-    import json
-    from pathlib import Path
-
     from matplotlib.colors import LogNorm
 
     from .pretrial.fit import Results, fit, front_indices
 
     if max_rounds is not None and not (1 <= max_rounds < float("inf")):
-        raise ValueError(f"max rounds must be a finite number >= 1, got {max_rounds}")
-    fr = json.loads(Path(fit_file).read_text()) if fit_file is not None else fit(results, epsilon=epsilon, bootstrap=200)
-    if "kappa" not in fr or "reference" not in fr:
-        raise ValueError(f"{fit_file} is not a paretofl fit file")
+        raise ValueError(f"max_rounds must be a finite number >= 1, got {max_rounds}")
+    if fit_file is not None:
+        try:
+            fr = json.loads(Path(fit_file).read_text())
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{fit_file} is not a paretofl fit file ({exc})") from None
+        if not isinstance(fr, dict) or "kappa" not in fr or "reference" not in fr:
+            raise ValueError(f"{fit_file} is not a paretofl fit file")
+    else:
+        fr = fit(results, epsilon=epsilon, bootstrap=200).to_dict()
     res = Results(results, fr["reference"])
+    _check_fit_matches(fr, res.base, fit_file)
     u = res.mean_utility()
     eps = res.leakage(epsilon)
     front = set(front_indices(res, u, epsilon).tolist())
@@ -152,53 +203,57 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
     paths = []
 
     # ---- σ–T plane
-    fig, axes = plt.subplots(1, len(qs), figsize=(5.6 * len(qs), 4.6), squeeze=False)
+    fig = Figure(figsize=(6.2 * len(qs), 5.6))
+    axes = np.atleast_1d(fig.subplots(1, len(qs), squeeze=False)[0])
     pos = u[np.isfinite(u) & (u > 0)]
     norm = LogNorm(vmin=max(pos.min(), 1e-4) if len(pos) else 1e-3, vmax=pos.max() if len(pos) else 1.0)
-    for ax, q in zip(axes[0], qs):
+    for ax, q in zip(axes, qs):
         m = res.q == q
+        sig_vals, t_vals = np.unique(res.sigma[m]), np.unique(res.rounds[m])
+        # cell size from the grid's own spacing (in log), so the squares do not overlap
         sc = ax.scatter(res.sigma[m], res.rounds[m], c=np.clip(u[m], norm.vmin, None), norm=norm, cmap="viridis",
-                        marker="s", s=140)
+                        marker="s", s=110, zorder=2)
         f = [i for i in np.flatnonzero(m) if i in front]
-        ax.scatter(res.sigma[f], res.rounds[f], facecolors="none", edgecolors="red", s=260, lw=1.8,
-                   label="experimental front")
-        s = np.geomspace(res.sigma[m].min() / 1.3, res.sigma[m].max() * 1.3, 200)
-        ax.plot(s, q * n / (kappa * s**2), color="red", lw=1.5, label=f"κσ²T = qN, κ = {kappa:.3g}")
+        ax.scatter(res.sigma[f], res.rounds[f], facecolors="none", edgecolors="red", s=230, lw=1.8,
+                   label="experimental front", zorder=3)
+        s = np.geomspace(sig_vals.min() / 1.3, sig_vals.max() * 1.3, 200)
+        ax.plot(s, q * n / (kappa * s**2), color="red", lw=1.5, label=f"κσ²T = qN, κ = {_g(kappa)}", zorder=4)
         if np.isfinite(k_lo) and np.isfinite(k_hi):
-            ax.fill_between(s, q * n / (k_hi * s**2), q * n / (k_lo * s**2), color="red", alpha=0.15,
-                            label="κ 95 % interval")
+            ax.fill_between(s, q * n / (k_hi * s**2), q * n / (k_lo * s**2), color="red", alpha=0.12,
+                            label="κ 95 % interval", zorder=1)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_ylim(res.rounds[m].min() / 1.5, res.rounds[m].max() * 1.5)
-        # ticks at the grid's own values, no crowded minor labels
-        for axis, vals in ((ax.xaxis, np.unique(res.sigma[m])), (ax.yaxis, np.unique(res.rounds[m]))):
-            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-            axis.set_minor_locator(matplotlib.ticker.NullLocator())
-            axis.set_ticks(vals, [f"{v:g}" for v in vals])
+        ax.set_xlim(sig_vals.min() / 1.3, sig_vals.max() * 1.3)
+        ax.set_ylim(t_vals.min() / 1.5, t_vals.max() * 1.5)
+        # ticks at the grid's own values; every other σ label when they would crowd
+        for axis, vals in ((ax.xaxis, sig_vals), (ax.yaxis, t_vals)):
+            axis.set_minor_formatter(NullFormatter())
+            axis.set_minor_locator(NullLocator())
+            step = 2 if (axis is ax.xaxis and len(vals) > 6) else 1
+            axis.set_ticks(vals, [f"{v:g}" if i % step == 0 else "" for i, v in enumerate(vals)])
         ax.set_xlabel("noise σ (per client)")
         ax.set_ylabel("rounds T")
-        ax.set_title(f"q = {q:g}, N = {n}: slope {fr['slope']:.2f} (theory −2)")
-        ax.legend(fontsize=8, loc="upper right")
+        ax.set_title(f"q = {_g(q)}, N = {n}: slope {fr['slope']:.2f} (theory −2)")
+        _legend_below(ax)
         fig.colorbar(sc, ax=ax, label="utility loss ε_u (test-loss gap)")
-    fig.tight_layout()
     paths.append(str(outdir / f"{stem}_sigma_t.{fmt}"))
-    fig.savefig(paths[-1], dpi=130)
-    plt.close(fig)
+    _save(fig, paths[-1])
 
     # ---- objective space
-    fig, axes = plt.subplots(1, len(qs), figsize=(5.6 * len(qs), 4.6), squeeze=False)
-    for ax, q in zip(axes[0], qs):
+    fig = Figure(figsize=(6.0 * len(qs), 5.2))
+    axes = np.atleast_1d(fig.subplots(1, len(qs), squeeze=False)[0])
+    for ax, q in zip(axes, qs):
         m = np.flatnonzero(res.q == q)
-        ax.scatter(eps[m], u[m], s=12, color="lightgrey", label="grid")
+        ax.scatter(eps[m], u[m], s=12, color="lightgrey", label="grid", zorder=1)
         theory = []
         for s in np.unique(res.sigma[m]):
             ms = m[res.sigma[m] == s]
             t_rel = q * n / (kappa * s**2)
             theory.append(ms[np.argmin(np.abs(np.log(res.rounds[ms]) - math.log(t_rel)))])
         f = sorted((i for i in m if i in front), key=lambda i: eps[i])
-        ax.plot(eps[f], u[f], "o-", color="black", ms=5, label="experimental front")
-        ax.scatter(eps[theory], u[theory], marker="D", s=40, facecolors="none", edgecolors="green", lw=1.5,
-                   label="theory: T nearest qN/(κσ²)")
+        ax.plot(eps[f], u[f], "o-", color="black", ms=4, label="experimental front", zorder=2)
+        ax.scatter(eps[theory], u[theory], marker="D", s=55, facecolors="none", edgecolors="green", lw=1.5,
+                   label="theory: T nearest qN/(κσ²)", zorder=3)
         ax.set_xscale("log")
         um = u[m][np.isfinite(u[m])]
         if len(um) and um.min() > 0:
@@ -207,13 +262,11 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
             ax.set_yscale("symlog", linthresh=max(1e-3, float(np.min(np.abs(um[um != 0]), initial=1e-3))))
         ax.set_xlabel("privacy leakage ε_p (exact RDP)" if epsilon == "exact" else "privacy leakage ε_p, (1.1)")
         ax.set_ylabel("utility loss ε_u")
-        ax.set_title(f"objective space, q = {q:g}")
+        ax.set_title(f"objective space, q = {_g(q)}")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+        _legend_below(ax)
     paths.append(str(outdir / f"{stem}_objectives.{fmt}"))
-    fig.savefig(paths[-1], dpi=130)
-    plt.close(fig)
+    _save(fig, paths[-1])
 
     # ---- Theorem 3 for the fitted κ
     q = float(qs[0])

@@ -54,14 +54,26 @@ def test_pareto_json_contract(capsys):
 def test_design_json_contract(capsys):
     out = run_json(capsys, "design", "--clients", "20", "--budget", "3", "--max-rounds", "100", "--q", "0.5",
                    "--kappa", "0.1")
-    for key in ("q", "rounds", "sigma", "sigma_per_client", "epsilon", "delta", "case", "utility_bound"):
+    for key in ("q", "rounds", "sigma", "epsilon", "delta", "case", "utility_bound", "noise_multiplier",
+                "sampling", "mechanism", "notes"):
         assert key in out
-    assert len(out["sigma_per_client"]) == 20 and out["epsilon"] <= 3.0 and out["case"] in ("I", "II", "III")
+    assert out["epsilon"] <= 3.0 and out["case"] in ("I", "II", "III")
     z = out["sigma"] * math.sqrt(0.5 * 20)  # aggregate view by default
+    assert out["noise_multiplier"] == pytest.approx(z) and out["mechanism"] == "client-aggregate"
     assert compute_epsilon(0.5, z, out["rounds"], out["delta"]) <= 3.0
     local = run_json(capsys, "design", "--clients", "20", "--budget", "3", "--max-rounds", "100", "--q", "0.5",
-                     "--kappa", "0.1", "--mechanism", "local")
-    assert local["mechanism"] == "local" and local["sigma"] > out["sigma"]
+                     "--kappa", "0.1", "--mechanism", "client-local")
+    assert local["mechanism"] == "client-local" and local["sampling"] == "attributed"
+    assert compute_epsilon(0.5, local["sigma"], local["rounds"], 1e-5, "attributed") <= 3.0
+
+
+def test_design_for_a_million_clients_is_small():
+    """10⁶ clients: one σ, not a list of a million equal ones."""
+    import subprocess as sp
+
+    r = sp.run([PY, "-m", "paretofl.cli", "design", "--clients", "1000000", "--budget", "2", "--max-rounds", "100",
+                "--q", "0.001", "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and len(r.stdout) < 20_000
 
 
 def test_design_and_account_do_not_import_torch():
@@ -148,7 +160,8 @@ def test_train_batch_divisor_divides_the_noised_sum(capsys):
     ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--algorithm", "nbafl", "--optimizer", "adam"],
     ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--batch-divisor", "0"],
     ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--algorithm", "nbafl", "--batch-divisor", "64"],
-    ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--mechanism", "client", "--batch-divisor", "64"],
+    ["train", "--dataset", "digits", "--model", "lr", "--rounds", "2", "--mechanism", "client-aggregate",
+     "--batch-divisor", "64"],
 ])
 def test_train_bad_input_one_line_exit_2(args):
     code, out, err = run(*args)

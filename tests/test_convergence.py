@@ -1,10 +1,11 @@
-"""Limiting cases and optima of the ALI-DPFL and NbAFL bounds (theory §6)."""
+"""Limiting cases and optima of the ALI-DPFL and NbAFL bounds (docs/theory.md §6)."""
 
 import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from paretofl.theory import convergence as cv
 

@@ -7,22 +7,26 @@ import numpy as np
 import pytest
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
-from paretofl import design as D
+from paretofl import recommendation as D
 from paretofl.theory import privacy as P
 
 
 def scan(n, eps, delta, t_cap, qs, smin, smax, kappa, mechanism, n_sigma=600):
     """Brute force: every integer T × a dense σ grid × each q; ε of every
-    point from the RDP curve composed T times; the least utility bound among
-    the points within budget."""
+    point from the RDP curve composed T times (aggregate view: Poisson at
+    σ√(qN); local view: the attributed curve at σ, its closed form written
+    out here); the least utility bound among the points within budget."""
     orders = np.array(P.DEFAULT_ORDERS)
     c = np.log((orders - 1) / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)
     best = (math.inf, None)
     sig = np.geomspace(smin, smax, n_sigma)
     T = np.arange(1, t_cap + 1)
     for q in qs:
-        zf = math.sqrt(q * n) if mechanism == "aggregate" else 1.0
-        R = P.rdp_subsampled_gaussian(q, sig * zf)                   # (n_sigma, n_orders)
+        if mechanism == "client-aggregate":
+            R = P.rdp_subsampled_gaussian(q, sig * math.sqrt(q * n))     # (n_sigma, n_orders)
+        else:
+            y = orders * (orders - 1) / (2 * sig[:, None] ** 2)
+            R = np.logaddexp(math.log1p(-q) if q < 1 else -np.inf, math.log(q) + y) / (orders - 1)
         E = np.min(T[:, None, None] * R[None] + c[None, None], axis=2)  # (n_T, n_sigma)
         U = 1 / T[:, None] + kappa * sig[None, :] ** 2 / (q * n)
         U = np.where(E <= eps, U, np.inf)
@@ -38,18 +42,31 @@ def opacus_epsilon(q, z, steps, delta):
                                                              orders=orders), delta=delta)[0]
 
 
+def independent_epsilon(mechanism, q, sigma, n, steps, delta):
+    """The design's ε by an accountant that is not paretofl's: Opacus's RDP
+    for the aggregate view; for the local view the binomial mixture's RDP
+    written out here, E[e^{(α-1)·K·α/(2σ²)}] over K ~ Bin(T, q), on
+    integer orders."""
+    if mechanism == "client-aggregate":
+        return opacus_epsilon(q, sigma * math.sqrt(q * n), steps, delta)
+    a = np.arange(2, 257, dtype=float)
+    y = a * (a - 1) / (2 * sigma**2)
+    rdp = steps * np.logaddexp(math.log1p(-q) if q < 1 else -np.inf, math.log(q) + y) / (a - 1)
+    return float(np.min(rdp + np.log((a - 1) / a) - (math.log(delta) + np.log(a)) / (a - 1)))
+
+
 def random_budgets(n_cases, seed=0):
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n_cases):
         n = int(rng.choice([10, 20, 50, 100, 400]))
-        mech = "aggregate" if i % 3 else "local"
+        mech = "client-aggregate" if i % 3 else "client-local"
         fixed_q = i % 2 == 0
         q = float(rng.integers(1, n + 1) / n) if fixed_q else None
         out.append(dict(
             n_clients=n, epsilon=float(10 ** rng.uniform(-0.5, 1)), delta=float(10 ** rng.uniform(-7, -4)),
             max_rounds=int(rng.integers(5, 150)), q=q, q_min=None if fixed_q else 1.0 / n,
-            q_max=1.0 if fixed_q else float(min(1.0, rng.integers(1, 6) / n * 2)),
+            q_max=None if fixed_q else float(min(1.0, rng.integers(1, 6) / n * 2)),
             sigma_min=float(10 ** rng.uniform(-0.5, 0.2)), sigma_max=float(10 ** rng.uniform(0.5, 1.5)),
             kappa=float(10 ** rng.uniform(-2.5, 0)), mechanism=mech))
     return out
@@ -61,29 +78,31 @@ def test_design_within_budget_and_optimal_against_scan(kw):
         d = D.design(**kw)
     except D.InfeasibleBudget as exc:
         # then no scanned point may meet the budget either
-        qs = D._q_candidates(kw["n_clients"], kw["q"], kw["q_min"], kw["q_max"], kw["mechanism"])
+        qs = D._q_candidates(kw["n_clients"], kw["q"], kw["q_min"], kw["q_max"] or 1.0, kw["mechanism"])
         u, _ = scan(kw["n_clients"], kw["epsilon"], kw["delta"], kw["max_rounds"], qs, kw["sigma_min"],
                     kw["sigma_max"], kw["kappa"], kw["mechanism"], n_sigma=50)
         assert u == math.inf and exc.min_epsilon > kw["epsilon"]
         return
     n = kw["n_clients"]
-    # never over budget, by our accountant and by Opacus's
-    z = d.sigma * (math.sqrt(d.q * n) if kw["mechanism"] == "aggregate" else 1.0)
+    # never over budget, by our accountant; and an independent one on a grid of orders agrees
+    z = d.sigma * (math.sqrt(d.q * n) if kw["mechanism"] == "client-aggregate" else 1.0)
     assert d.epsilon <= kw["epsilon"]
-    assert opacus_epsilon(d.q, z, d.rounds, kw["delta"]) <= kw["epsilon"] * (1 + 1e-9)
+    other = independent_epsilon(kw["mechanism"], d.q, d.sigma, n, d.rounds, kw["delta"])
+    assert d.epsilon <= other * (1 + 1e-9) and other <= kw["epsilon"] * 1.02
     # the reported bound is that of the reported point
     assert d.utility_bound == pytest.approx(1 / d.rounds + kw["kappa"] * d.sigma**2 / (d.q * n), rel=1e-12)
     assert kw["sigma_min"] <= d.sigma <= kw["sigma_max"] and 1 <= d.rounds <= kw["max_rounds"]
-    assert len(d.sigma_per_client) == n
     # no scanned allowed point is better
-    qs = D._q_candidates(n, kw["q"], kw["q_min"], kw["q_max"], kw["mechanism"])
+    qs = D._q_candidates(n, kw["q"], kw["q_min"], kw["q_max"] or 1.0, kw["mechanism"])
     assert d.q in qs
     u, where = scan(n, kw["epsilon"], kw["delta"], kw["max_rounds"], qs, kw["sigma_min"], kw["sigma_max"],
                     kw["kappa"], kw["mechanism"])
     assert d.utility_bound <= u * (1 + 1e-4)  # the search stops at a relative 1e-4
-    # and the design's σ is tight: a hair less noise breaks the budget (unless σ_min binds)
+    # and the design's σ is tight: a hair less noise breaks the budget on the
+    # order grid its search runs on (unless σ_min binds)
     if d.sigma > kw["sigma_min"] * (1 + 1e-6):
-        assert P.compute_epsilon(d.q, z * (1 - 1e-6), d.rounds, kw["delta"]) > kw["epsilon"] or \
+        rdp = d.rounds * P.rdp_curve(d.sampling, d.q, z * (1 - 1e-6), P.DEFAULT_ORDERS)
+        assert P.rdp_to_epsilon(P.DEFAULT_ORDERS, rdp, kw["delta"])[0] > kw["epsilon"] or \
             d.rounds == kw["max_rounds"]
 
 
@@ -113,27 +132,58 @@ def test_time_budget_equals_max_rounds():
     assert (a.rounds, a.sigma) == (b.rounds, b.sigma) and a.max_rounds == 200
 
 
+@pytest.mark.parametrize("rounds,time_budget", [(500, 10.0), (7, 100.0)])
+def test_both_efficiency_budgets_bind(rounds, time_budget):
+    """max_rounds beside time_budget/round_time: the tighter one is the cap
+    (an earlier version ignored the time budget)."""
+    d = D.design(n_clients=100, epsilon=8.0, max_rounds=rounds, time_budget=time_budget, round_time=1.0,
+                 q=1.0, kappa=18.8)
+    assert d.max_rounds == min(rounds, int(time_budget)) and d.rounds <= d.max_rounds
+
+
+def test_q_and_a_q_range_exclude_each_other():
+    with pytest.raises(ValueError, match="either q"):
+        D.design(n_clients=100, epsilon=2.0, max_rounds=50, q=0.5, q_min=0.1)
+    with pytest.raises(ValueError, match="either q"):
+        D.design(n_clients=100, epsilon=2.0, max_rounds=50, q=0.5, q_max=0.8)
+
+
+def test_notes_say_what_binds():
+    """σ on its floor, a budget not spent, δ not below 1/N, a budget too small
+    to learn: each said, with the parameter that moves it."""
+    d = D.design(n_clients=100, epsilon=8.0, max_rounds=10, q=1.0, kappa=18.8)
+    text = " ".join(d.notes)
+    assert "floor" in text and "sigma_min" in text and "not spent" in text and "max_rounds" in text
+    d = D.design(n_clients=10, epsilon=2.0, max_rounds=50, delta=0.2, q=1.0, kappa=18.8)
+    assert any("1/N" in n for n in d.notes)
+    d = D.design(n_clients=10, epsilon=0.05, max_rounds=50, q=1.0, kappa=18.8, sigma_max=1000)
+    assert any("too small to learn" in n for n in d.notes)
+    d = D.design(n_clients=100, epsilon=2.0, max_rounds=500, kappa=18.8)
+    assert not any("floor" in n or "not spent" in n for n in d.notes)
+
+
 def test_fit_file_and_placeholder(tmp_path):
     f = tmp_path / "fit.json"
     f.write_text('{"kappa": 0.2}')
     assert D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, fit=str(f)).kappa == 0.2
     d = D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5)
-    if D._SHIPPED_FIT.is_file():  # a checkout: the shipped LR pre-trial's fit is the default
-        assert d.kappa == json.loads(D._SHIPPED_FIT.read_text())["kappa"] and "shipped" in d.kappa_source
-    else:
-        assert d.kappa == D.PLACEHOLDER_KAPPA and d.kappa_source.startswith("placeholder")
+    # the shipped LR pre-trial's fit (package data) is the default
+    assert d.kappa == json.loads(D.shipped_fit().read_text())["kappa"] and "shipped" in d.kappa_source
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
     with pytest.raises(ValueError, match="not a paretofl fit"):
         D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, fit=str(bad))
     with pytest.raises(ValueError, match="does not exist"):
         D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, fit=str(tmp_path / "nope.json"))
+    with pytest.raises(ValueError, match="folder"):
+        D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, fit=str(tmp_path))
 
 
 @pytest.mark.parametrize("bad", [dict(n_clients=0), dict(epsilon=-1.0), dict(epsilon=float("nan")),
                                  dict(delta=1.0), dict(q=0.0), dict(q=1.1), dict(sigma_min=5.0, sigma_max=1.0),
-                                 dict(max_rounds=0), dict(mechanism="nope"), dict(q=0.01),
-                                 dict(max_rounds=None), dict(q=None, q_min=0.5, q_max=0.2)])
+                                 dict(max_rounds=0), dict(mechanism="aggregate"), dict(q=0.01),
+                                 dict(max_rounds=None), dict(q=None, q_min=0.5, q_max=0.2),
+                                 dict(n_clients=2.5), dict(epsilon=True), dict(time_budget=10.0)])
 def test_bad_input_is_a_valueerror(bad):
     kw = dict(n_clients=20, epsilon=2.0, max_rounds=50, q=0.5, kappa=0.1)
     kw.update(bad)

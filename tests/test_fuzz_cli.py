@@ -5,13 +5,15 @@ flag.  Whatever hypothesis draws, the command must answer with exactly one
 line on stderr, exit code 2, and leave the folder it ran in as it was (no
 store, fit, figure or history written)."""
 
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from paretofl.cli import main
 
@@ -31,51 +33,56 @@ def nums(*bad):
 # `fit.json`, `spec.toml` and a non-store `junk.sqlite` is put there)
 COMMANDS = {
     "account": (["--sigma", "1", "--q", "0.1", "--steps", "10"], {
-        "--sigma": nums("0", "-1", "1e-9"), "--q": nums("0", "1.5", "-0.1"), "--steps": nums("-1", "2.5"),
+        "--sigma": nums("0", "-1", "1e-9"), "--q": nums("0", "1.5", "-0.1"), "--steps": nums("-1", "2.5", "1e20"),
         "--delta": nums("0", "1", "-1e-5", "2"), "--accountant": ["magic", "RDP", ""],
-        "--conversion": ["tight", ""]}),
+        "--conversion": ["tight", ""], "--sampling": ["hidden", ""]}),
     "pareto": (["--clients", "10", "--q", "0.5", "--kappa", "0.1", "--sigma-min", "0.5", "--sigma-max", "3",
                 "--max-rounds", "20", "--plot", "front.png"], {
-        "--clients": nums("0", "-3", "2.5"), "--q": nums("0", "1.01"), "--kappa": nums("0", "-1"),
+        "--clients": nums("0", "-3", "2.5", "10.5"), "--q": nums("0", "1.01"), "--kappa": nums("0", "-1"),
         "--sigma-min": nums("0", "-1", "5"), "--sigma-max": nums("0", "0.1"), "--max-rounds": nums("0", "-5"),
         "--points": nums("0", "-1", "1e12"), "--delta": nums("0", "1"),
         "--plot": ["front.txt", "nofolder/front.png", ""]}),
     "design": (["--clients", "10", "--budget", "2", "--max-rounds", "20", "--q", "0.5", "--kappa", "0.1",
                 "--plot", "design.png"], {
-        "--clients": nums("0", "-1", "10000000"), "--budget": nums("0", "-2", "1e-7"),
+        "--clients": nums("0", "-1", "10000000", "1e12", "10.5"), "--budget": nums("0", "-2", "1e-7"),
         "--delta": nums("0", "1"), "--max-rounds": nums("0", "-1"), "--q": nums("0", "2"),
+        "--q-min": nums("0.2"), "--q-max": nums("0.9"),            # beside --q: a range and a fixed q
+        "--time-budget": nums("0", "-1"), "--round-time": nums("0", "-1"),
         "--sigma-min": nums("0", "-1"), "--sigma-max": nums("0", "1e9"), "--kappa": nums("0", "-0.1"),
-        "--fit": MISSING + ["junk.sqlite", "spec.toml"], "--mechanism": ["central", ""],
-        "--plot": ["design.gif", "nofolder/d.png"]}),
+        "--fit": MISSING + ["junk.sqlite", "spec.toml", "figs"], "--mechanism": ["central", "aggregate", ""],
+        "--plot": ["design.gif", "nofolder/d.png", "figs"]}),
     "train": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--rounds", "2", "--batch-rate", "0.05",
                "--history", "hist.csv"], {
-        "--sigma": nums("-1"), "--clip": nums("0", "-1"), "--lr": nums("0", "-0.5"),
-        "--batch-rate": nums("0", "1.5", "-0.1"), "--client-rate": nums("0", "2"),
-        "--clients": nums("0", "-3", "5000"), "--rounds": nums("0", "-1"), "--epsilon": nums("0", "-1"),
-        "--delta": nums("0", "1", "-1"), "--replicas": nums("0", "-2"), "--eval-every": nums("0", "-1"),
-        "--local-steps": nums("0", "-1"), "--dataset": ["imagenet", ""], "--model": ["resnet", ""],
-        "--algorithm": ["fedprox", ""], "--partition": ["zipf"], "--device": ["tpu"],
-        "--history": ["hist.txt", "nofolder/h.csv", ""]}),
+        "--sigma": nums("-1", "0"), "--clip": nums("0", "-1"), "--lr": nums("0", "-0.5"),
+        "--batch-rate": nums("0", "1.5", "-0.1"), "--client-rate": nums("0", "2", "0.01"),
+        "--clients": nums("0", "-3", "5000", "1e12", "10.5"), "--rounds": nums("0", "-1"),
+        "--epsilon": nums("0", "-1", "1e-9"), "--delta": nums("0", "1", "-1"), "--replicas": nums("0", "-2"),
+        "--eval-every": nums("0", "-1"), "--local-steps": nums("0", "-1"), "--dataset": ["imagenet", ""],
+        "--model": ["resnet", ""], "--algorithm": ["fedprox", ""], "--partition": ["zipf"], "--device": ["tpu"],
+        "--data-dir": ["/nonexistent", "hist.csv"], "--history": ["hist.txt", "nofolder/h.csv", "", "figs"],
+        # options of another algorithm than the one run (dpfedavg here): refused, not ignored
+        "--rounds-server": nums("0", "5"), "--gamma": nums("-1", "10"), "--prox-mu": nums("0.1"),
+        "--calibration": ["paper", "magic"], "--noise-decay": nums("0.5"), "--mechanism": ["client", ""]}),
     "pretrial": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--sigmas", "1", "--rounds", "2",
                   "--seeds", "1", "--q", "1", "--out", "new.sqlite"], {
-        "--clients": nums("0", "-1"), "--sigmas": nums("-1"), "--rounds": nums("0", "-2"),
-        "--seeds": nums("0", "-1"), "--q": nums("0", "1.5"), "--clip": nums("0", "-1"), "--lr": nums("0"),
-        "--public-fraction": nums("0", "1.5", "-0.5"), "--batch-size": nums("0"), "--delta": nums("0", "1"),
+        "--clients": nums("0", "-1", "5000"), "--sigmas": nums("-1"), "--rounds": nums("0", "-2"),
+        "--seeds": nums("0", "-1"), "--q": nums("0", "1.5", "0.1"), "--clip": nums("0", "-1"), "--lr": nums("0"),
+        "--public-fraction": nums("0", "1.5", "-0.5", "0.0001"), "--batch-size": nums("0"), "--delta": nums("0", "1"),
         "--local-epochs": nums("0"), "--chunk": nums("0", "-1"), "--beta": nums("0", "-1"),
-        "--dataset": ["imagenet"], "--model": ["resnet"], "--executor": ["dask"],
-        "--out": ["new.txt", "nofolder/new.sqlite", "junk.sqlite", ""]}),
+        "--dataset": ["imagenet"], "--model": ["resnet"], "--executor": ["dask"], "--device": ["tpu"],
+        "--out": ["new.txt", "nofolder/new.sqlite", "junk.sqlite", "", "figs"]}),
     "fit": (["store.sqlite", "--out", "new_fit.json", "--bootstrap", "10"], {
         "--bootstrap": nums("-1", "1e12"), "--reference": ["median", ""], "--epsilon": ["approx"],
-        "--out": ["fit.txt", "nofolder/f.json", ""]}),
+        "--out": ["fit.txt", "nofolder/f.json", "", "figs"]}),
     "plot": (["store.sqlite", "--fit", "fit.json", "--out-dir", "figs"], {
-        "--fit": MISSING + ["junk.sqlite"], "--out-dir": ["nofolder", "store.sqlite"], "--format": ["gif", ""],
-        "--max-rounds": nums("0", "-5"), "--epsilon": ["approx"]}),
+        "--fit": MISSING + ["junk.sqlite", "other_fit.json", "figs"], "--out-dir": ["store.sqlite"],
+        "--format": ["gif", ""], "--max-rounds": nums("0", "-5"), "--epsilon": ["approx"]}),
     "validate": (["spec.toml", "--out-dir", "vout", "--budget", "5"], {
         "--full-fraction": nums("0", "1.5", "-1"), "--budget": nums("0", "-1"), "--out-dir": ["nofolder"],
         "--clients": nums("0"), "--sigmas": nums("-1"), "--rounds": nums("0")}),
     "audit": (["--mechanism", "client-local", "--runs", "400"], {
-        "--runs": nums("0", "-5", "199", "100000000000", "2.5"), "--mechanism": ["laplace", "", "ALL"],
-        "--break": ["half", ""], "--seed": nums("1.5")}),
+        "--runs": nums("0", "-5", "199", "100000000000", "2.5"), "--mechanism": ["laplace", "", "ALL", "sample-dpsgd"],
+        "--break": ["half", "", "private-divisor"], "--seed": nums("1.5")}),
 }
 # positional inputs that must be refused: missing, foreign, truncated
 POSITIONAL = {"fit": MISSING + ["junk.sqlite", "truncated.sqlite", "spec.toml"],
@@ -86,7 +93,10 @@ POSITIONAL = {"fit": MISSING + ["junk.sqlite", "truncated.sqlite", "spec.toml"],
 def _workdir():
     d = Path(tempfile.mkdtemp(prefix="paretofl-fuzz-"))
     shutil.copy(STORE, d / "store.sqlite")
-    shutil.copy(ROOT / "pretrials" / "lr_fmnist_fit.json", d / "fit.json")
+    shutil.copy(ROOT / "paretofl" / "data" / "lr_fmnist_fit.json", d / "fit.json")
+    other = json.loads((ROOT / "paretofl" / "data" / "lr_fmnist_fit.json").read_text())
+    other["spec"]["model"] = "lenet"                                   # a fit of another pre-trial
+    (d / "other_fit.json").write_text(json.dumps(other))
     (d / "spec.toml").write_text('dataset = "digits"\nmodel = "lr"\nclients = 4\nsigmas = [1.0]\n'
                                  'rounds = [2]\nseeds = 1\npublic_fraction = 0.5\n')
     (d / "junk.sqlite").write_text("this is not a results store\n")

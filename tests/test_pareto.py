@@ -5,14 +5,15 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
 from paretofl.theory import pareto
 
 
 def objectives(sigma, T, kp):
-    """Independent restatement of the normalised objectives (theory §3)."""
+    """Independent restatement of the normalised objectives (docs/theory.md §3)."""
     return np.column_stack([1.0 / T + sigma**2 / kp, np.sqrt(T) / sigma])
 
 
@@ -100,7 +101,7 @@ def test_continuous_front_matches_brute_force(inst):
 
 
 def test_cases_and_pieces_as_stated():
-    """The pieces each case is made of (theory §3)."""
+    """The pieces each case is made of (docs/theory.md §3)."""
     base = dict(q=0.1, n_clients=100, kappa=0.5, sigma_min=0.5, sigma_max=3.0)  # T_a=2.22, T_b=80
     kinds = lambda s: [p.kind for p in s.pieces]
     s1 = pareto.theorem3(**base, max_rounds=500)

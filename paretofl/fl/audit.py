@@ -4,39 +4,48 @@ For each mechanism the trainer implements, the real mechanism code (the
 policy's round on the engine, with its clipping, noise and aggregation) is
 run many times — one replica per run, thousands at once — on two
 neighbouring inputs: with a canary and without.  A distinguishing test
-(a threshold on the released model's projection onto the canary's
-direction) guesses which; its false positive and false negative rates,
-bounded by Clopper–Pearson, turn into a lower bound on ε through the DP
-inequality P[test | with] ≤ e^ε P[test | without] + δ and its mirror
-(Jagielski, Ullman, Oprea 2020; Nasr et al. 2021).  The threshold is chosen
-on one half of the runs and the bound computed on the other half, so the
-choice does not bias it; the two one-sided bounds are each taken at 97.5 %,
-so the pair — and the ε bound — holds with 95 % confidence.
+guesses which; its false positive and false negative rates, bounded by
+Clopper–Pearson, turn into a lower bound on ε through the DP inequality
+P[test | with] ≤ e^ε P[test | without] + δ and its mirror (Jagielski,
+Ullman, Oprea 2020; Nasr et al. 2021).
+
+The test is a threshold on a score of what the adversary sees.  Two scores
+are tried: the release's projection onto the canary's direction (a shift in
+the mean), and its squared norm (a change in the spread: the released noise
+revealing how many clients came, or a divisor revealing a data set's size).
+The score, its direction and its threshold are chosen on one half of the
+runs and the bound computed on the other half, so the choice does not bias
+it; the two one-sided bounds are each taken at 97.5 %, so the pair — and the
+ε bound — holds with 95 % confidence.
 
 A claimed ε below the lower bound means the mechanism leaks more than its
-accountant says.  Broken variants (noise scaled down tenfold, clipping
-skipped) are built here to show the audit catches them.
+accountant says.  Broken copies are built here to show that the audit
+catches them: noise divided by ten, clipping skipped, and, per mechanism,
+the flaw each had before it was fixed (the aggregate view's top-up that let
+the noise reveal the cohort's size; DP-SGD dividing by the data's own
+count; the local view charged as if subsampling hid who took part).
 
 Each audit is one round (one release): composition over rounds is the
 accountant's arithmetic, checked against independent accountants in the
-tests.  The canaries:
+tests.  The settings (:data:`DEFAULTS`):
 
-* client-level, aggregate view (N = 10, q = 0.5): the canary client's update
-  is replaced by 10·C·u (u a coordinate no real client's update touches) in
-  one world and by zero in the other — a neighbouring pair with sensitivity C,
-  exactly the pair the subsampled Gaussian accountant bounds.  The others'
-  updates are real local training; the adversary sees the released model.
-* client-level, local view (N = 1, q = 1): the same canary, and the adversary
-  sees the client's own noised update (the local view's claim is about it).
-* sample-level DP-SGD (one client, Poisson batches at rate q_b): a sample
-  with one huge feature no other sample has (its gradient is clipped) is
-  added to the client's data or not (add/remove); one local step.
-* NbAFL (one client): the canary sample replaces an ordinary sample
-  (paper 004's replace-one relation); five local steps, parameter clipping,
+* ``client-aggregate`` (N = 4, q = 0.5): add/remove one client.  With the
+  canary, client 0 exists and, when sampled, sends 10·C·u (u a coordinate no
+  real client touches; clipped to C); without it, client 0 is not there at
+  all — it neither counts in the cohort nor adds noise.  The adversary sees
+  the released model.
+* ``client-local`` (N = 1, q = 0.05): client 0's data replaced by none (its
+  update zero) or not; it takes part with probability q either way, and the
+  adversary sees its noised update whenever it does (and that it did).
+* ``sample`` (one client of 8 samples, Poisson batches at rate q_b): a
+  sample with one huge feature no other sample has (its gradient is clipped)
+  is added to the client's data or not (add/remove); one local step; the
+  adversary sees the client's update.
+* ``nbafl`` (one client): the canary sample replaces an ordinary sample
+  (NbAFL's replace-one relation); five local steps, parameter clipping,
   uplink noise.  ``nbafl`` calibrates σ_U to the ε that parameter clipping
-  guarantees; ``nbafl-paper`` uses paper 004's calibration (sensitivity
-  2C/m), whose nominal ε the audit shows to be exceeded — paretofl reports
-  the guaranteed ε for it instead (see :mod:`.algorithms.nbafl`).
+  guarantees; ``nbafl-paper`` uses NbAFL's calibration, whose nominal ε
+  the audit shows to be exceeded — paretofl reports the guaranteed ε.
 """
 
 from __future__ import annotations
@@ -46,18 +55,26 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..theory.privacy import compute_epsilon
 from .algorithms import DPFedAvg, NbAFL
 from .algorithms.base import Ledger
 from .data import Dataset
 from .engine import Engine
 from .models import build_model
+from .options import AUDIT_APPLIES, AUDIT_BREAKS, AUDIT_MECHANISMS
 
-MECHANISMS = ("client-aggregate", "client-local", "sample-dpsgd", "nbafl", "nbafl-paper")
-BREAKS = ("none", "noise/10", "no-clip")
+MECHANISMS = AUDIT_MECHANISMS
+#: broken copies: every mechanism's two, and the flaw each had before its fix
+BREAKS = AUDIT_BREAKS
+APPLIES = AUDIT_APPLIES
 
-_D = 10            # ordinary features of the synthetic audit data; feature _D is the canary's
 _CLASSES = 10
 _BIG = 1e5         # the canary sample's value in its own feature
+
+
+def breaks_for(mechanism: str) -> list[str]:
+    """The broken copies that apply to ``mechanism`` (besides "none")."""
+    return [b for b in BREAKS[1:] if mechanism in APPLIES.get(b, MECHANISMS)]
 
 
 # --------------------------------------------------------------------------
@@ -93,25 +110,46 @@ def _counts(s_out, s_in, t):
 
 def epsilon_lower_bound(s_out, s_in, delta, alpha=0.05, seed=0):
     """Empirical ε lower bound at confidence 1 - alpha from the scores of the
-    runs without (``s_out``) and with (``s_in``) the canary; a higher score
-    means "canary present".  Threshold chosen on a random half, bound
-    computed on the other half.  Returns (ε_lower ≥ 0, details)."""
-    s_out, s_in = np.asarray(s_out, dtype=float), np.asarray(s_in, dtype=float)
+    runs without (``s_out``) and with (``s_in``) the canary.  Each may be
+    one score per run (a 1-d array) or several (a dict name -> 1-d array):
+    the score, the direction and the threshold are chosen on a random half
+    of the runs, the bound computed on the other half.  Returns
+    (ε_lower ≥ 0, details)."""
+    if not isinstance(s_out, dict):
+        s_out, s_in = {"score": s_out}, {"score": s_in}
+    # a test may call either world's scores high: each score is tried as it
+    # is and negated (with the two directions of the DP inequality below,
+    # that is every threshold test on it)
+    s_out = {**s_out, **{"-" + k: -np.asarray(v, dtype=float) for k, v in s_out.items()}}
+    s_in = {**s_in, **{"-" + k: -np.asarray(v, dtype=float) for k, v in s_in.items()}}
+    n_out, n_in = len(next(iter(s_out.values()))), len(next(iter(s_in.values())))
     rng = np.random.default_rng(seed)
-    p0, p1 = rng.permutation(len(s_out)), rng.permutation(len(s_in))
-    h0, h1 = len(s_out) // 2, len(s_in) // 2
-    sel_out, ev_out = s_out[p0[:h0]], s_out[p0[h0:]]
-    sel_in, ev_in = s_in[p1[:h1]], s_in[p1[h1:]]
-    cand = np.unique(np.concatenate([sel_out, sel_in]))
-    fp, fn = _counts(sel_out, sel_in, cand)
-    a, b = _bounds(fp, fn, len(sel_out), len(sel_in), delta, alpha)
-    i_a, i_b = int(np.argmax(a)), int(np.argmax(b))
-    direction, t = ("in>", cand[i_a]) if a[i_a] >= b[i_b] else ("out>", cand[i_b])
+    p0, p1 = rng.permutation(n_out), rng.permutation(n_in)
+    h0, h1 = n_out // 2, n_in // 2
+    best = None
+    for name in s_out:
+        so, si = np.asarray(s_out[name], dtype=float), np.asarray(s_in[name], dtype=float)
+        sel_out, sel_in = so[p0[:h0]], si[p1[:h1]]
+        cand = np.unique(np.concatenate([sel_out, sel_in]))
+        cand = cand[np.isfinite(cand)]
+        if cand.size == 0:
+            continue
+        fp, fn = _counts(sel_out, sel_in, cand)
+        a, b = _bounds(fp, fn, len(sel_out), len(sel_in), delta, alpha)
+        i_a, i_b = int(np.argmax(a)), int(np.argmax(b))
+        for val, direction, t in ((a[i_a], "in>", cand[i_a]), (b[i_b], "out>", cand[i_b])):
+            if best is None or val > best[0]:
+                best = (val, name, direction, t)
+    if best is None:
+        return 0.0, {"score": None}
+    _, name, direction, t = best
+    ev_out = np.asarray(s_out[name], dtype=float)[p0[h0:]]
+    ev_in = np.asarray(s_in[name], dtype=float)[p1[h1:]]
     fp, fn = _counts(ev_out, ev_in, np.array([t]))
     a, b = _bounds(fp, fn, len(ev_out), len(ev_in), delta, alpha)
     eps = float((a if direction == "in>" else b)[0])
-    info = {"threshold": float(t), "fpr": float(fp[0]) / len(ev_out), "fnr": float(fn[0]) / len(ev_in),
-            "evaluated": len(ev_out) + len(ev_in)}
+    info = {"score": name, "direction": direction, "threshold": float(t), "fpr": float(fp[0]) / len(ev_out),
+            "fnr": float(fn[0]) / len(ev_in), "evaluated": len(ev_out) + len(ev_in)}
     return max(eps, 0.0), info
 
 
@@ -131,32 +169,51 @@ class _UnclippedEngine(Engine):
 
 class _CanaryDPFedAvg(DPFedAvg):
     """Client-level DP-FedAvg whose client 0 sends ``canary`` (a flat update,
-    before clipping) instead of what its local training produced."""
+    before clipping) instead of what its local training produced, or, with
+    ``absent``, is not there at all (never in the cohort)."""
 
     canary = None
+    absent = False
+    legacy_topup = False
+
+    def _selection(self, active):
+        sel = super()._selection(active)
+        if self.absent:
+            sel[:, 0] = False
+        return sel
 
     def _client_updates(self, glob, sel):
         upd = super()._client_updates(glob, sel)
         upd[torch.arange(self.engine.R, device=upd.device) * self.engine.N] = self.canary
         return upd
 
+    def noise_stds(self, sel):
+        if not self.legacy_topup:
+            return super().noise_stds(sel)
+        # the release before its fix: each client adds σ²C², the server tops
+        # a small cohort up to qNσ²C² — so a large cohort shows in the noise
+        eng = self.engine
+        sc = torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
+        qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
+        return sc, sc * (qn - sel.sum(1).to(eng.dtype)).clamp(min=0).sqrt()
 
-def _synthetic(n_samples, seed, canary_label=None, replace=False):
-    """Gaussian features with a linear labelling, feature _D zero everywhere;
-    with ``canary_label``, a canary sample (feature _D = _BIG, others 0) is
-    added (or replaces the last sample when ``replace``)."""
+
+def _synthetic(n_samples, seed, features, canary_label=None, replace=False):
+    """Gaussian features with a linear labelling, the last feature zero
+    everywhere; with ``canary_label``, a canary sample (last feature _BIG,
+    others 0) is added (or replaces the last sample when ``replace``)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n_samples, _D + 1, generator=g)
-    x[:, _D] = 0
-    w_true = torch.randn(_D + 1, _CLASSES, generator=g)
+    x = torch.randn(n_samples, features + 1, generator=g)
+    x[:, features] = 0
+    w_true = torch.randn(features + 1, _CLASSES, generator=g)
     y = (x @ w_true).argmax(1)
     if canary_label is not None:
-        xc = torch.zeros(1, _D + 1)
-        xc[0, _D] = _BIG
+        xc = torch.zeros(1, features + 1)
+        xc[0, features] = _BIG
         yc = torch.tensor([canary_label])
         x, y = (torch.cat([x[:-1], xc]), torch.cat([y[:-1], yc])) if replace else \
             (torch.cat([x, xc]), torch.cat([y, yc]))
-    shape = (1, 1, _D + 1)
+    shape = (1, 1, features + 1)
     return Dataset("audit", x.reshape(-1, *shape), y, x[:50].reshape(-1, *shape), y[:50])
 
 
@@ -168,18 +225,18 @@ def _engine(ds, n_clients, replicas, first_seed, broken):
     return cls(net, ds, parts, replicas, seeds=range(first_seed, first_seed + replicas))
 
 
-def _canary_column(glob):
+def _canary_column(glob, features):
     """Flat indices of the weights of the canary feature (one per class)."""
     out = glob[0].shape[-1]
-    return torch.arange(_D * out, (_D + 1) * out)
+    return torch.arange(features * out, (features + 1) * out)
 
 
-def _initial(eng):
+def _initial(eng, features):
     """Each replica's initial model with the canary feature's weights set to
     zero: the auditor sends the model, and a canary the model already fits
     would have no gradient."""
     glob = eng.init_global()
-    glob[0][:, _D, :] = 0
+    glob[0][:, features, :] = 0
     return glob
 
 
@@ -193,101 +250,125 @@ class Setting:
     q: float = 0.5
     clients: int = 10
     samples: int = 200       # per client
+    features: int = 10       # ordinary features of the synthetic data (the model has (features+1)·10+10 weights)
     lr: float = 0.1
     epsilon: float = 1.0     # NbAFL's calibration target
     delta: float = 1e-5
-    calibration: str = "clipping"  # NbAFL: "clipping" (guaranteed) or "paper" (paper 004's)
+    calibration: str = "clipping"  # NbAFL: "clipping" (guaranteed) or "paper" (NbAFL's)
 
 
 DEFAULTS = {
     # noise multipliers chosen so one release claims ε ≈ 2 at δ = 1e-5: high
-    # enough to be measurable with 10^4 runs, low enough that breaking the
-    # mechanism pushes the truth far above it
-    "client-aggregate": Setting("client-aggregate", sigma=0.85, q=0.5, clients=10, samples=20),
-    "client-local": Setting("client-local", sigma=2.4, q=1.0, clients=1, samples=20),
-    "sample-dpsgd": Setting("sample-dpsgd", sigma=1.9, q=0.5, clients=1, samples=200),
+    # enough to be measurable with 10^5 runs, low enough that breaking the
+    # mechanism pushes the truth far above it; 50 features (520 weights)
+    # where the release's norm carries the leak a break adds
+    "client-aggregate": Setting("client-aggregate", sigma=1.1, q=0.5, clients=4, samples=20, features=50),
+    "client-local": Setting("client-local", sigma=1.75, q=0.05, clients=1, samples=20),
+    "sample": Setting("sample", sigma=1.9, q=0.5, clients=1, samples=8, features=50),
     "nbafl": Setting("nbafl", clip=10.0, clients=1, samples=64, lr=0.05, epsilon=2.0),
     "nbafl-paper": Setting("nbafl-paper", clip=10.0, clients=1, samples=64, lr=0.05, epsilon=1.0,
                            calibration="paper"),
 }
 
 
-def _policy(s: Setting, eng, broken="none"):
+def _policy(s: Setting, eng, broken="none", sizes=None):
     """The mechanism of ``s`` as the trainer builds it, on ``eng``; with
     ``broken="noise/10"`` its noise is divided by ten (the claim is not)."""
     factor = 0.1 if broken == "noise/10" else 1.0
     if s.mechanism.startswith("nbafl"):
         pol = NbAFL(eng, epsilon=s.epsilon, rounds=1, delta=s.delta, clip=s.clip, exposures=1, lr=s.lr,
-                    local_steps=5, batch_size=64, calibration=s.calibration)
+                    local_steps=5, batch_size=64, calibration=s.calibration, sizes=sizes)
         pol.sigma_u, pol.sigma_d = pol.sigma_u * factor, pol.sigma_d * factor
         return pol
-    if s.mechanism == "sample-dpsgd":
+    if s.mechanism == "sample":
         return DPFedAvg(eng, mechanism="sample", sigma=s.sigma * factor, clip=s.clip, lr=s.lr, batch_rate=s.q,
-                        local_steps=1, client_rate=1.0)
-    view = "aggregate" if s.mechanism == "client-aggregate" else "local"
-    return _CanaryDPFedAvg(eng, mechanism="client", sigma=s.sigma * factor, clip=s.clip, lr=s.lr,
-                           client_rate=s.q, view=view, batch_size=64)
+                        local_steps=1, client_rate=1.0, sizes=sizes)
+    pol = _CanaryDPFedAvg(eng, mechanism=s.mechanism, sigma=s.sigma * factor, clip=s.clip, lr=s.lr,
+                          client_rate=s.q, batch_size=64)
+    pol.legacy_topup = broken == "legacy-topup"
+    return pol
+
+
+def _flat_release(eng, new, glob):
+    return Engine.flat(new) - Engine.flat(glob)
 
 
 def _scores_client(s: Setting, world, replicas, first_seed, broken):
-    ds = _synthetic(s.samples * s.clients, seed=12345)
+    ds = _synthetic(s.samples * s.clients, 12345, s.features)
     eng = _engine(ds, s.clients, replicas, first_seed, broken)
     pol = _policy(s, eng, broken)
-    glob = _initial(eng)
-    k = int(_canary_column(glob)[0])        # W[canary feature, class 0]: untouched by real clients
+    glob = _initial(eng, s.features)
+    k = int(_canary_column(glob, s.features)[0])   # W[canary feature, class 0]: untouched by real clients
     canary = torch.zeros(eng.net.n_params)
     if world == "in":
-        canary[k] = 10 * s.clip             # 10 C before clipping
+        canary[k] = 10 * s.clip                     # 10 C before clipping
     pol.canary = canary
-    new = pol.round(0, glob, np.ones(eng.R, dtype=bool))
-    release = Engine.flat(new) - Engine.flat(glob)
-    return release[:, k].cpu().numpy()
+    active = np.ones(eng.R, dtype=bool)
+    if s.mechanism == "client-local":
+        # zero-out neighbours: client 0 takes part either way; the adversary
+        # sees its noised update when it does, and that it did
+        sel = pol._selection(active)
+        noisy, _ = pol.privatise(pol._client_updates(glob, sel), sel)
+        took_part = sel[:, 0].cpu().numpy()
+        proj = noisy[torch.arange(eng.R) * eng.N, k].cpu().numpy()
+        return {"projection": np.where(took_part, proj, -np.inf)}
+    pol.absent = world == "out"                     # add/remove neighbours: absent, not silent
+    new = pol.round(0, glob, active)
+    release = _flat_release(eng, new, glob)
+    return {"projection": release[:, k].cpu().numpy(), "norm": release.pow(2).sum(1).cpu().numpy()}
 
 
 def _scores_sample(s: Setting, world, replicas, first_seed, broken):
     label = 0
-    ds = _synthetic(s.samples, seed=12345, canary_label=label if world == "in" else None)
+    ds = _synthetic(s.samples, 12345, s.features, canary_label=label if world == "in" else None)
     eng = _engine(ds, 1, replicas, first_seed, broken)
-    pol = _policy(s, eng, broken)
-    glob = _initial(eng)
-    col = _canary_column(glob)
+    # the client's declared size is the same public number in both worlds;
+    # the broken copy divides by its own data's count instead
+    pol = _policy(s, eng, broken, sizes=None if broken == "private-divisor" else [s.samples])
+    glob = _initial(eng, s.features)
+    col = _canary_column(glob, s.features)
     # the canary's gradient on its own weights is (p - e_y) x_c: its direction
     # from each replica's initial model (the auditor knows the model it sent)
-    xc = torch.zeros(eng.R, 1, 1, 1, _D + 1)
-    xc[..., _D] = _BIG
+    xc = torch.zeros(eng.R, 1, 1, 1, s.features + 1)
+    xc[..., s.features] = _BIG
     p = torch.softmax(eng.net.forward(glob, xc)[:, 0], -1)
     v = p - torch.nn.functional.one_hot(torch.tensor(label), _CLASSES).to(p)
     v = v / v.norm(dim=1, keepdim=True)
     new = pol.round(0, glob, np.ones(eng.R, dtype=bool))
-    release = Engine.flat(new)[:, col] - Engine.flat(glob)[:, col]
-    return -(release * v).sum(1).cpu().numpy()
+    release = _flat_release(eng, new, glob)
+    return {"projection": -(release[:, col] * v).sum(1).cpu().numpy(), "norm": release.pow(2).sum(1).cpu().numpy()}
 
 
 def _scores_nbafl(s: Setting, world, replicas, first_seed, broken):
     label = 0
-    ds = _synthetic(s.samples, seed=12345, canary_label=label if world == "in" else None, replace=True)
+    ds = _synthetic(s.samples, 12345, s.features, canary_label=label if world == "in" else None, replace=True)
     eng = _engine(ds, 1, replicas, first_seed, broken)
     pol = _policy(s, eng, broken)
-    glob = _initial(eng)
-    k = int(_canary_column(glob)[label])
+    glob = _initial(eng, s.features)
+    k = int(_canary_column(glob, s.features)[label])
     new = pol.round(0, glob, np.ones(eng.R, dtype=bool))
-    return Engine.flat(new)[:, k].cpu().numpy()
+    return {"projection": Engine.flat(new)[:, k].cpu().numpy()}
 
 
 _RUNNERS = {"client-aggregate": _scores_client, "client-local": _scores_client,
-            "sample-dpsgd": _scores_sample, "nbafl": _scores_nbafl, "nbafl-paper": _scores_nbafl}
+            "sample": _scores_sample, "nbafl": _scores_nbafl, "nbafl-paper": _scores_nbafl}
 
 
-def claimed_epsilon(s: Setting) -> float:
-    """The ε the trainer reports for one round of the (unbroken) mechanism of
-    ``s``: the policy's own charge on the trainer's ledger, or NbAFL's
-    guaranteed ε."""
+def claimed_epsilon(s: Setting, broken: str = "none") -> float:
+    """The ε the trainer reports for one round of the mechanism of ``s``: the
+    policy's own charge on the trainer's ledger, or NbAFL's guaranteed ε.
+    ``broken="amplified-claim"``: the local view charged as the aggregate
+    view's subsampled Gaussian (q, σ), as paretofl did before its fix."""
+    if broken == "amplified-claim":
+        return compute_epsilon(s.q, s.sigma, 1, s.delta)
     n = s.samples * (s.clients if s.mechanism.startswith("client") else 1)
-    pol = _policy(s, _engine(_synthetic(n, seed=12345), s.clients, 1, 0, "none"))
+    pol = _policy(s, _engine(_synthetic(n, 12345, s.features), s.clients, 1, 0, "none"))
     if pol.fixed_epsilon() is not None:
         return float(pol.fixed_epsilon())
     ledger = Ledger(1, s.delta)
-    return float(ledger.epsilon(ledger.increment(pol.charges(0)))[0])
+    ch = pol.charges(0)
+    ledger.commit(ch, ledger.increment(ch), np.ones(1, dtype=bool))
+    return float(ledger.epsilon()[0])
 
 
 @dataclass
@@ -314,29 +395,38 @@ def audit(mechanism: str, runs: int = 20000, broken: str = "none", chunk: int = 
           setting: Setting | None = None, progress=None) -> AuditResult:
     """Audit one mechanism with ``runs`` releases (half with the canary).
 
-    ``broken`` = "noise/10" or "no-clip" audits a deliberately broken copy
-    against the unbroken mechanism's claimed ε.  ``progress(n)`` is called
-    after each chunk with the n runs it added (a progress bar's update).
+    ``broken`` (see :data:`BREAKS`, :func:`breaks_for`) audits a deliberately
+    broken copy against the unbroken mechanism's claimed ε (for
+    "amplified-claim", the real mechanism against the charge paretofl made
+    before its fix).  ``progress(n)`` is called after each chunk with the n
+    runs it added (a progress bar's update).
     """
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}; choose from {', '.join(MECHANISMS)}")
-    if broken not in BREAKS:
-        raise ValueError(f"unknown break {broken!r}; choose from {', '.join(BREAKS)}")
-    if not (isinstance(runs, (int, np.integer)) and 200 <= runs <= 10**7):
+    if broken != "none" and broken not in breaks_for(mechanism):
+        raise ValueError(f"unknown break {broken!r} for {mechanism}; choose from "
+                         f"{', '.join(['none', *breaks_for(mechanism)])}")
+    if isinstance(runs, bool) or not (isinstance(runs, (int, np.integer)) and 200 <= runs <= 10**7):
         raise ValueError(f"runs must be an integer in [200, 10^7], got {runs!r}")
     s = setting or DEFAULTS[mechanism]
     run = _RUNNERS[mechanism]
     half = runs // 2
     scores = {"out": [], "in": []}
     base = 1 + seed * 10**8
+    mech_break = "none" if broken == "amplified-claim" else broken
     for w, world in enumerate(("out", "in")):
         for start in range(0, half, chunk):
             n = min(chunk, half - start)
-            scores[world].append(run(s, world, n, base + w * 5 * 10**7 + start, broken))
+            scores[world].append(run(s, world, n, base + w * 5 * 10**7 + start, mech_break))
             if progress is not None:
                 progress(n)
-    s_out, s_in = np.concatenate(scores["out"]), np.concatenate(scores["in"])
+    s_out = {k: np.concatenate([c[k] for c in scores["out"]]) for k in scores["out"][0]}
+    s_in = {k: np.concatenate([c[k] for c in scores["in"]]) for k in scores["in"][0]}
     eps, info = epsilon_lower_bound(s_out, s_in, s.delta, seed=seed)
     if s.mechanism == "nbafl-paper":
         info["epsilon_paper"] = s.epsilon
-    return AuditResult(mechanism, broken, claimed_epsilon(s), eps, 2 * half, s.delta, info)
+    return AuditResult(mechanism, broken, claimed_epsilon(s, broken), eps, 2 * half, s.delta, info)
+
+
+__all__ = ["MECHANISMS", "BREAKS", "DEFAULTS", "Setting", "AuditResult", "audit", "breaks_for",
+           "claimed_epsilon", "epsilon_lower_bound", "clopper_pearson_upper"]

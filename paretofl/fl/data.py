@@ -165,13 +165,13 @@ def partition_iid(labels, n_clients: int, seed: int = 0) -> list[np.ndarray]:
 def partition_dirichlet(labels, n_clients: int, beta: float, seed: int = 0, min_size: int = 10,
                         capped: bool = False):
     """Label skew: each class is spread over clients by Dirichlet(β) shares
-    (the heterogeneous setting of paper 002, after Hsu et al. 2019).
+    (the heterogeneous setting of ALI-DPFL, after Hsu et al. 2019).
     Redrawn until every client holds at least ``min_size`` samples.
 
     ``capped``: a client that already holds ``len(labels)/n_clients``
     samples gets no share of the classes dealt after it fills up (the
     shares of the others are renormalised), as the partitioner of the
-    federated-learning library paper 002's code builds on does; client
+    federated-learning library ALI-DPFL's code builds on does; client
     sizes then stay near equal while labels stay skewed.  Uncapped, a
     Dir(0.05) split of FashionMNIST's 60,000 gives clients from a few
     hundred to over twenty thousand samples."""
@@ -198,7 +198,7 @@ def partition_dirichlet(labels, n_clients: int, beta: float, seed: int = 0, min_
 
 
 def partition_shards(labels, n_clients: int, n_shards: int = 400, seed: int = 0):
-    """Label shards (paper 003): sort by label, cut into ``n_shards`` equal
+    """Label shards (Adap DP-FL): sort by label, cut into ``n_shards`` equal
     shards, give each client n_shards/n_clients of them at random."""
     if n_shards % n_clients:
         raise ValueError(f"{n_shards} shards do not divide among {n_clients} clients")

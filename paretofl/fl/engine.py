@@ -26,37 +26,31 @@ from .data import Dataset
 from .models import Net
 
 
-_ALLOCATOR_TUNED = False
-
-
-def _keep_freed_memory():
-    """Make glibc keep freed memory in the heap instead of unmapping it.
+def keep_freed_memory() -> bool:
+    """Ask glibc to keep freed memory in the heap instead of unmapping it
+    (opt-in: it changes a process-wide setting, so the library never calls
+    it; the ``paretofl`` command does, for train, pretrial and audit).
 
     The engine allocates the same large temporaries every step (gathered
     batches, per-sample activations).  glibc serves blocks over 32 MB by
     fresh mmap and returns them on free, so each step page-faults them in
     anew: measured here, a 46 MB gather takes 22 ms into fresh memory and
     3 ms into reused memory, and a LR pre-trial job runs 1.7x faster with
-    this setting.  The cost: the process keeps its peak heap.  Set
-    PARETOFL_KEEP_MALLOC=1 to leave the allocator alone.
-    """
-    global _ALLOCATOR_TUNED
-    if _ALLOCATOR_TUNED:
-        return
-    _ALLOCATOR_TUNED = True
-    import os
+    this setting.  The cost: the process keeps its peak heap.  Returns
+    whether the setting was made (glibc on Linux only)."""
     import sys
 
-    if os.environ.get("PARETOFL_KEEP_MALLOC") or not sys.platform.startswith("linux"):
-        return
+    if not sys.platform.startswith("linux"):
+        return False
     try:
         import ctypes
 
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-4, 0)          # M_MMAP_MAX: no mmap for large blocks
         libc.mallopt(-1, 1 << 30)    # M_TRIM_THRESHOLD: keep up to 1 GiB of free heap
+        return True
     except (OSError, AttributeError):  # not glibc: nothing to tune
-        pass
+        return False
 
 
 _POOLS: dict = {}
@@ -111,7 +105,6 @@ class Engine:
     def __init__(self, net: Net, data: Dataset, parts: list, n_replicas: int, device="cpu",
                  seeds=None, dtype=torch.float32):
         self.net, self.data, self.device, self.dtype = net, data, torch.device(device), dtype
-        _keep_freed_memory()
         self.N, self.R = len(parts), int(n_replicas)
         self.M = self.N * self.R
         self.x = data.x_train.to(self.device, dtype)
@@ -130,7 +123,6 @@ class Engine:
         self.client_idx = torch.from_numpy(table).to(self.device)
         self.client_n = torch.from_numpy(sizes).to(self.device)
         self.valid = torch.arange(self.n_max, device=self.device)[None, :] < self.client_n[:, None]
-        self.p = (self.client_n / self.client_n.sum()).to(dtype)        # aggregation weights p_i
         seeds = list(range(self.R)) if seeds is None else list(seeds)
         if len(seeds) != self.R:
             raise ValueError("one seed per replica")
@@ -245,8 +237,8 @@ class Engine:
 
         * DP-SGD (``clip`` given): Poisson batches at ``batch_rate``, each
           per-sample gradient clipped to ``clip``, N(0, σ²C²) added to the
-          sum, divided by the expected batch size ``batch_rate·|D_i|`` (or
-          by ``batch_divisor``, a fixed number, as paper 002's code does).
+          sum, divided by ``batch_divisor`` (M,): a public number, e.g. the
+          expected batch of a declared size, never the data's own count.
         * plain SGD (``clip`` None): batches of ``batch_size``, mean gradient.
         ``steps`` (M,) lets models stop early (e.g. an adaptive τ per replica);
         ``prox_mu`` adds the proximal term μ/2‖w - anchor‖² (NbAFL).
@@ -255,12 +247,13 @@ class Engine:
         Returns (params, StepStats of each model's last step; zeros for a
         model that took no step).
         """
+        if clip is not None and batch_divisor is None:
+            raise ValueError("DP-SGD needs a public batch_divisor (e.g. the expected batch of a declared size)")
         steps = torch.as_tensor(steps, device=self.device).reshape(-1)
         if steps.numel() == 1:
             steps = steps.expand(self.M)
         lr = self.vec(lr)
         params = [p.clone() for p in params]
-        n_i = self.client_n.repeat(self.R).to(self.dtype)
         last_loss = torch.zeros(self.M, device=self.device, dtype=self.dtype)
         last_cns = torch.zeros(self.M, device=self.device, dtype=self.dtype)
         cl_all = self.vec(clip) if clip is not None else None
@@ -280,7 +273,7 @@ class Engine:
             cl = sub(cl_all) if cl_all is not None else None
             grads, norms, loss = self._grads_chunked(p_a, sub(idx), sub(w), cl)
             if clip is not None:
-                denom = sub(self.vec(batch_rate) * n_i if batch_divisor is None else self.vec(batch_divisor))
+                denom = sub(self.vec(batch_divisor))
                 if sigma is not None:
                     std = sub(self.vec(sigma)) * cl
                     noise = [sub(n) for n in self.noise_like(params)]

@@ -17,8 +17,8 @@ gradients are formed directly:
   samples at a time; the per-sample grads are small for these models),
   clipped sum Σ_i f_i A_iᵀ G_i.
 
-Models: logistic regression, LeNet-5, the MNIST/FashionMNIST CNN of paper 002
-Table V (also used by paper 003), the FL library CNN its published code
+Models: logistic regression, LeNet-5, the MNIST/FashionMNIST CNN of ALI-DPFL
+Table V (also used by Adap DP-FL), the FL library CNN its published code
 trains instead, and the CIFAR-10 CNN of its Table VI.
 """
 
@@ -271,7 +271,8 @@ def _conv_input_grad(G, W, layer, C, H, Wd):
     ho, wo = _out_hw(layer, H, Wd)
     g = G.reshape(M, B, c, ho, wo).transpose(0, 1).reshape(B, M * c, ho, wo)
     w = W.reshape(M, C, layer.k, layer.k, c).permute(0, 4, 1, 2, 3).reshape(M * c, C, layer.k, layer.k)
-    out_pad = (H + 2 * layer.pad - layer.k - (ho - 1) * layer.stride, Wd + 2 * layer.pad - layer.k - (wo - 1) * layer.stride)
+    out_pad = (H + 2 * layer.pad - layer.k - (ho - 1) * layer.stride,
+               Wd + 2 * layer.pad - layer.k - (wo - 1) * layer.stride)
     x = F.conv_transpose2d(g, w, stride=layer.stride, padding=layer.pad, groups=M, output_padding=out_pad)
     return x.reshape(B, M, C, H, Wd).transpose(0, 1)
 
@@ -389,8 +390,8 @@ def _maxpool(h, k, stride):
 
 
 def build_model(name: str, in_shape: tuple, n_classes: int = 10) -> Net:
-    """``lr``, ``lenet``, ``cnn`` (paper 002 Table V), ``fedavg-cnn`` (the CNN
-    paper 002's code trains) or ``cifar-cnn`` (Table VI)."""
+    """``lr``, ``lenet``, ``cnn`` (ALI-DPFL Table V), ``fedavg-cnn`` (the CNN
+    ALI-DPFL's code trains) or ``cifar-cnn`` (Table VI)."""
     L = Layer
     if name == "lr":
         layers = [L("flatten"), L("linear", n_classes)]
@@ -403,7 +404,7 @@ def build_model(name: str, in_shape: tuple, n_classes: int = 10) -> Net:
                   L("conv", 32, 4, stride=2), L("relu"), L("maxpool", k=2, stride=1), L("flatten"),
                   L("linear", 32), L("relu"), L("linear", n_classes)]
     elif name == "fedavg-cnn":
-        # the FL library CNN that paper 002's published code trains in place
+        # the FL library CNN that ALI-DPFL's published code trains in place
         # of its Table V (two 5×5 convolutions of 32 and 64 filters, 512 units)
         layers = [L("conv", 32, 5), L("relu"), L("maxpool", k=2, stride=2),
                   L("conv", 64, 5), L("relu"), L("maxpool", k=2, stride=2), L("flatten"),

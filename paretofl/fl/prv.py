@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..theory.privacy import _check_delta, check_step
+from ..theory.privacy import check_delta, check_step
 
 
 @dataclass
@@ -21,7 +21,7 @@ class PRVAccountant:
 
     name = "prv"
 
-    def step(self, noise_multiplier: float, sample_rate: float, steps: int = 1) -> "PRVAccountant":
+    def step(self, noise_multiplier: float, sample_rate: float, steps: int = 1) -> PRVAccountant:
         check_step(noise_multiplier, sample_rate, steps)
         if steps:
             self.history.append((float(noise_multiplier), float(sample_rate), int(steps)))
@@ -30,8 +30,12 @@ class PRVAccountant:
     def get_epsilon(self, delta: float) -> float:
         if not self.history:
             return 0.0
+        import warnings
+
         from opacus.accountants import PRVAccountant as _OpacusPRV
 
         acc = _OpacusPRV()
         acc.history = list(self.history)
-        return float(acc.get_epsilon(delta=_check_delta(delta), eps_error=self.eps_error))
+        with warnings.catch_warnings():   # Opacus's log(0) at q = 1 and the like: noise, not news
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return float(acc.get_epsilon(delta=check_delta(delta), eps_error=self.eps_error))

@@ -1,10 +1,10 @@
 """From a results store to the experimental Pareto front and the constant κ
-(theory §2 and §4; paper 001 Algorithm 2 and §V-D).
+(docs/theory.md §2 and §4; Gu et al. Algorithm 2 and §V-D).
 
 * utility loss of a run: its test loss minus that of the non-private run
   (σ = 0) with the same seed and q at its best T of the grid — the best
   non-private model the sweep trained, standing in for U(w_non-private) of
-  theory §1.  ``reference="final"`` takes the non-private run at the largest
+  docs/theory.md §1.  ``reference="final"`` takes the non-private run at the largest
   T, ``"same-rounds"`` the one with the same T (which removes the 1/T term
   of (1.2) from the loss, so its front is not the theory's);
 * privacy leakage: the exact ε (RDP accountant, aggregate view) by default,
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -187,9 +188,77 @@ def within_fraction(res: Results, idx, kappa_ci) -> float:
     return hits / len(idx)
 
 
-def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 1000, seed: int = 0) -> dict:
-    """The experimental front and κ of a results store, with intervals."""
-    if not (isinstance(bootstrap, int) and 0 <= bootstrap <= 100_000):
+@dataclass
+class Fit:
+    """The experimental front and κ of a results store (see :func:`fit`).
+
+    ``problems`` lists what makes κ untrustworthy (too few seeds for an
+    interval, a diverged pre-trial, a front with no slope); empty when none.
+    """
+
+    kappa: float
+    kappa_ci: list
+    slope: float
+    slope_ci: list
+    n_runs: int
+    n_seeds: int
+    n_front: int
+    n_fit: int
+    within_fraction: float
+    distance: float
+    clients: int
+    q: list
+    epsilon_model: str
+    reference: str
+    bootstrap: int
+    front: list
+    results: str
+    spec: dict
+    problems: list = field(default_factory=list)
+    format: str = FIT_FORMAT
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def save(self, path) -> None:
+        """Write the fit as JSON (what ``design(fit=...)`` reads); atomic."""
+        p = Path(path)
+        if p.suffix.lower() != ".json":
+            raise ValueError(f"fit file {path!r} must end in .json")
+        if not p.parent.exists():
+            raise ValueError(f"cannot write {path}: folder {p.parent} does not exist")
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=True) + "\n")
+        tmp.replace(p)
+
+
+def _problems(res: Results, kappa, kappa_ci, slope) -> list[str]:
+    out = []
+    n_seeds = res.U.shape[1]
+    if n_seeds < 3:
+        out.append(f"only {n_seeds} seed{'s' if n_seeds != 1 else ''}: a bootstrap over seeds cannot give an "
+                   "interval (run at least 3, better 5)")
+    elif np.all(np.isfinite(kappa_ci)) and kappa_ci[1] - kappa_ci[0] <= 1e-12 * max(abs(kappa), 1.0):
+        out.append("the kappa interval has width zero: too few seeds or grid points to measure it")
+    loss = res.loss[np.isfinite(res.loss)]
+    n_inf = int(np.sum(~np.isfinite(res.loss)))
+    if n_inf:
+        out.append(f"{n_inf} private run(s) diverged (infinite or NaN loss): lower lr or clip")
+    if loss.size and float(np.median(loss)) > 20.0:
+        out.append(f"the pre-trial diverged: median test loss {float(np.median(loss)):.3g} (chance level is a "
+                   "few units); lower lr or clip and run it again")
+    if not math.isfinite(kappa):
+        out.append("no front point to fit kappa on")
+    if not math.isfinite(slope) or abs(slope) < 0.05:
+        out.append(f"the front has no slope in the sigma-T plane (slope {slope:.2g}, theory -2): kappa does not "
+                   "describe it")
+    return out
+
+
+def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 1000, seed: int = 0) -> Fit:
+    """The experimental front and κ of a results store (a file path), with
+    bootstrap intervals over seeds: a :class:`Fit`."""
+    if isinstance(bootstrap, bool) or not (isinstance(bootstrap, int) and 0 <= bootstrap <= 100_000):
         raise ValueError(f"bootstrap must be an integer in [0, 100000], got {bootstrap!r}")
     res = Results(path, reference)
     u = res.mean_utility()
@@ -214,24 +283,17 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
     kappa_ci, slope_ci = ci(ks), ci(ss)
     eps = res.leakage(epsilon)
     front = [[float(res.sigma[i]), int(res.rounds[i]), float(res.q[i]), float(u[i]), float(eps[i])] for i in idx]
-    return {
-        "format": FIT_FORMAT,
-        "kappa": kappa, "kappa_ci": kappa_ci, "slope": slope, "slope_ci": slope_ci,
-        "n_runs": res.n_runs, "n_seeds": int(n_seeds), "n_front": len(idx), "n_fit": len(fit_idx),
-        "within_fraction": float(within_fraction(res, idx, kappa_ci)),
-        "distance": relation_distance(res, idx, kappa),
-        "clients": res.clients, "q": sorted({float(x) for x in res.q}),
-        "epsilon_model": epsilon, "reference": reference, "bootstrap": bootstrap,
-        "front": front, "results": res.path, "spec": res.base,
-    }
+    return Fit(
+        kappa=kappa, kappa_ci=kappa_ci, slope=slope, slope_ci=slope_ci,
+        n_runs=res.n_runs, n_seeds=int(n_seeds), n_front=len(idx), n_fit=len(fit_idx),
+        within_fraction=float(within_fraction(res, idx, kappa_ci)), distance=relation_distance(res, idx, kappa),
+        clients=res.clients, q=sorted({float(x) for x in res.q}), epsilon_model=epsilon, reference=reference,
+        bootstrap=bootstrap, front=front, results=res.path, spec=res.base,
+        problems=_problems(res, kappa, kappa_ci, slope))
 
 
-def write_fit(result: dict, path) -> None:
-    p = Path(path)
-    if p.suffix.lower() != ".json":
-        raise ValueError(f"fit file {path!r} must end in .json")
-    if not p.parent.exists():
-        raise ValueError(f"cannot write {path}: folder {p.parent} does not exist")
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1, allow_nan=True) + "\n")
-    tmp.replace(p)
+def write_fit(result, path) -> None:
+    """Write a :class:`Fit` (or its dict) as JSON."""
+    if isinstance(result, dict):
+        result = Fit(**{k: v for k, v in result.items() if k in Fit.__dataclass_fields__})
+    result.save(path)

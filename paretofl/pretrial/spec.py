@@ -1,5 +1,5 @@
 """A pre-trial spec: the data, the model, the fixed training settings and the
-σ × T (× q) grid with its seeds (theory §4, paper 001 Algorithm 2).
+σ × T (× q) grid with its seeds (docs/theory.md §4, Gu et al. Algorithm 2).
 
 Written as a flat TOML file (see ``pretrials/*.toml``) or given by flags;
 every field is checked here, with a sentence that says what to change.
@@ -35,10 +35,10 @@ def read_toml(path) -> dict:
 
 @dataclass
 class Spec:
-    """One pre-trial.  Client-level DP-FedAvg (paper 001's mechanism): each
+    """One pre-trial.  Client-level DP-FedAvg (Gu et al.'s mechanism): each
     round every client joins with probability ``q``, runs ``local_epochs`` of
     SGD, clips its update to ``clip`` and adds N(0, σ²·clip²); privacy is
-    accounted in the aggregate view (theory §5)."""
+    accounted in the aggregate view (docs/theory.md §5)."""
 
     dataset: str = "fashion-mnist"
     data_dir: str | None = None
@@ -62,7 +62,7 @@ class Spec:
 
     # ------------------------------------------------------------------ load
     @classmethod
-    def from_dict(cls, d: dict, where: str = "spec") -> "Spec":
+    def from_dict(cls, d: dict, where: str = "spec") -> Spec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -76,7 +76,7 @@ class Spec:
         return spec
 
     @classmethod
-    def from_toml(cls, path) -> "Spec":
+    def from_toml(cls, path) -> Spec:
         return cls.from_dict(read_toml(path), where=str(path))
 
     # ------------------------------------------------------------------ check

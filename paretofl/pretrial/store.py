@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,10 +33,15 @@ CREATE TABLE IF NOT EXISTS runs (
     epsilon REAL NOT NULL, epsilon_asymptotic REAL NOT NULL, seconds REAL NOT NULL,
     PRIMARY KEY (sigma, rounds, q, seed)
 );
+CREATE TABLE IF NOT EXISTS claims (
+    sigma REAL NOT NULL, q REAL NOT NULL, seed INTEGER NOT NULL,
+    host TEXT NOT NULL, pid INTEGER NOT NULL, since REAL NOT NULL,
+    PRIMARY KEY (sigma, q, seed)
+);
 """
 
 
-def _key(sigma, rounds, q, seed):
+def run_key(sigma, rounds, q, seed):
     """Grid values as stored (floats rounded so that 0.1 from TOML and from
     Python name the same configuration)."""
     return (round(float(sigma), 12), int(rounds), round(float(q), 12), int(seed))
@@ -46,6 +52,19 @@ def _loss(x) -> float:
     SQLite would otherwise turn NaN into NULL."""
     x = float(x)
     return math.inf if math.isnan(x) else x
+
+
+def _alive(pid: int) -> bool:
+    """Is process ``pid`` running on this host?"""
+    import os
+
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
 
 
 class Store:
@@ -77,6 +96,8 @@ class Store:
     def _check(self, base):
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not {"meta", "runs"} <= tables:
+            if not tables and base is None:
+                raise ValueError(f"{self.path} is not a paretofl results file (it is empty)")
             raise ValueError(f"{self.path} is not a paretofl results file (no runs table)")
         meta = dict(self.db.execute("SELECT key, value FROM meta"))
         if not meta and base is not None:
@@ -90,25 +111,78 @@ class Store:
             self.base = json.loads(meta["base"])
         except (KeyError, ValueError):
             raise ValueError(f"{self.path} is a damaged paretofl results file (no readable base)") from None
+        if base is not None and self.base != json.loads(json.dumps(base, sort_keys=True)) and len(self) == 0:
+            # an empty store (a run that failed before training anything) takes the new spec
+            with self.db:
+                self.db.execute("UPDATE meta SET value = ? WHERE key = 'base'", (json.dumps(base, sort_keys=True),))
+            self.base = json.loads(json.dumps(base, sort_keys=True))
         if base is not None and self.base != json.loads(json.dumps(base, sort_keys=True)):
             diff = sorted(k for k in set(base) | set(self.base) if base.get(k) != self.base.get(k))
             raise ValueError(f"{self.path} holds runs of a different spec (differs in {', '.join(diff)}); "
                              "write to another results file")
 
     # ------------------------------------------------------------------ writing
-    def add_rows(self, rows: list[dict]):
-        """Write one job's rows atomically; a row already present is kept
-        (runs are deterministic per seed, so it would be the same)."""
-        vals = [(*_key(r["sigma"], r["rounds"], r["q"], r["seed"]), _loss(r["test_loss"]), float(r["accuracy"]),
+    def add_rows(self, rows: list[dict], release=()):
+        """Write one job's rows atomically (and release the claims
+        ``release`` lists, in the same transaction); a row already present is
+        kept (runs are deterministic per seed, so it would be the same)."""
+        vals = [(*run_key(r["sigma"], r["rounds"], r["q"], r["seed"]), _loss(r["test_loss"]), float(r["accuracy"]),
                  float(r["epsilon"]), float(r["epsilon_asymptotic"]), float(r["seconds"])) for r in rows]
         with self.db:
             self.db.executemany(f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
                                 "ON CONFLICT (sigma, rounds, q, seed) DO NOTHING", vals)
+            if release:
+                self._release(release)
+
+    def add_job(self, rows: list[dict], replicas, q):
+        """A finished job's rows and the release of its claims, in one transaction."""
+        self.add_rows(rows, release=[(sg, q, sd) for sg, sd in replicas])
+
+    # ------------------------------------------------------------------ claims
+    def claim(self, q, replicas, rounds=()) -> tuple[list, int]:
+        """Claim the (σ, seed) replicas of a job at rate q for this process.
+        Returns (the replicas it got, how many another process holds).  A
+        replica whose runs at ``rounds`` are all stored already (another
+        process finished them) is neither claimed nor counted; a claim held
+        by a process no longer running on this host is taken over (a killed
+        sweep's claims); claims of live processes, or of other hosts, are
+        left to them."""
+        import os
+        import socket
+
+        host, pid = socket.gethostname(), os.getpid()
+        got, held = [], 0
+        with self.db:
+            for sg, sd in replicas:
+                key = (round(float(sg), 12), round(float(q), 12), int(sd))
+                if rounds:
+                    n = self.db.execute("SELECT COUNT(*) FROM runs WHERE sigma = ? AND q = ? AND seed = ? AND "
+                                        f"rounds IN ({', '.join('?' * len(rounds))})",
+                                        (*key, *[int(t) for t in rounds])).fetchone()[0]
+                    if n == len(set(rounds)):
+                        continue
+                row = self.db.execute("SELECT host, pid FROM claims WHERE sigma = ? AND q = ? AND seed = ?",
+                                      key).fetchone()
+                if row is not None and not (row[0] == host and (row[1] == pid or not _alive(row[1]))):
+                    held += 1
+                    continue
+                self.db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?)",
+                                (*key, host, pid, time.time()))
+                got.append((sg, sd))
+        return got, held
+
+    def release(self, q, replicas):
+        with self.db:
+            self._release([(sg, q, sd) for sg, sd in replicas])
+
+    def _release(self, keys):
+        self.db.executemany("DELETE FROM claims WHERE sigma = ? AND q = ? AND seed = ?",
+                            [(round(float(sg), 12), round(float(q), 12), int(sd)) for sg, q, sd in keys])
 
     # ------------------------------------------------------------------ reading
     def done(self) -> set:
         """Keys (σ, T, q, seed) of the finished runs."""
-        return {_key(*r) for r in self.db.execute("SELECT sigma, rounds, q, seed FROM runs")}
+        return {run_key(*r) for r in self.db.execute("SELECT sigma, rounds, q, seed FROM runs")}
 
     def table(self) -> dict:
         """All rows as numpy columns (sorted by q, σ, T, seed)."""

@@ -1,5 +1,5 @@
 """Run a pre-trial: every (σ, T, q, seed) of a spec, batched through the
-engine, each finished run a row in the store (theory §4, paper 001 Alg. 2).
+engine, each finished run a row in the store (docs/theory.md §4, Gu et al. Alg. 2).
 
 Work is cut into *jobs*: a job trains up to ``spec.chunk`` replicas — each a
 (σ, seed) at one q — side by side in one engine, for the largest T any of
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from .spec import Spec
-from .store import Store, _key
+from .store import Store, run_key
 
 
 @dataclass
@@ -45,7 +45,7 @@ def plan(spec: Spec, done: set) -> list[Job]:
         need = {}
         for s in [0.0, *spec.sigmas]:
             for seed in spec.seed_list():
-                missing = [t for t in spec.rounds if _key(s, t, q, seed) not in done]
+                missing = [t for t in spec.rounds if run_key(s, t, q, seed) not in done]
                 if missing:
                     need[(s, seed)] = missing
         # replicas needing the same rounds train together; longest first
@@ -90,7 +90,7 @@ def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
     from ..fl.algorithms.dpfedavg import DPFedAvg
     from ..fl.engine import Engine
     from ..fl.models import build_model
-    from ..theory.privacy import asymptotic_epsilon, compute_epsilon
+    from ..theory.privacy import aggregate_noise_multiplier, asymptotic_epsilon, compute_epsilon
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but no CUDA device is available")
@@ -98,8 +98,8 @@ def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
     net = build_model(spec.model, ds.shape, ds.n_classes)
     sig = np.array([s for s, _ in job.replicas])
     eng = Engine(net, ds, parts, len(job.replicas), device=spec.device, seeds=[seed for _, seed in job.replicas])
-    pol = DPFedAvg(eng, mechanism="client", sigma=sig, clip=spec.clip, lr=spec.lr, client_rate=job.q,
-                   local_epochs=spec.local_epochs, batch_size=spec.batch_size, view="aggregate")
+    pol = DPFedAvg(eng, mechanism="client-aggregate", sigma=sig, clip=spec.clip, lr=spec.lr, client_rate=job.q,
+                   local_epochs=spec.local_epochs, batch_size=spec.batch_size)
     t0 = time.perf_counter()
     _, hist, _ = train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, eval_at=job.rounds,
                        on_round=on_round)
@@ -113,7 +113,7 @@ def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
             continue
         s, seed = job.replicas[h["replica"]]
         if s > 0:
-            eps = compute_epsilon(job.q, s * math.sqrt(job.q * n), t, spec.delta)
+            eps = compute_epsilon(job.q, aggregate_noise_multiplier(job.q, s, n), t, spec.delta)
             eps_a = float(asymptotic_epsilon(s, t, job.q, n, spec.delta))
         else:
             eps = eps_a = math.inf
@@ -126,13 +126,28 @@ def _ray_job(spec_dict, q, replicas, rounds):
     return run_job(Spec.from_dict(spec_dict), Job(q, [tuple(r) for r in replicas], rounds))
 
 
+def check_runnable(spec: Spec):
+    """Fail before anything is written: the device exists and the data load
+    and split (a failed sweep must not leave a store behind)."""
+    if spec.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("device cuda asked for, but no CUDA device is available")
+    _data(spec)
+
+
 def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | None = None,
               progress: bool = True, max_jobs: int | None = None) -> dict:
     """Run what the store ``results`` lacks of ``spec``; return a summary.
 
-    ``max_jobs`` stops after that many jobs (tests of resumption use it)."""
+    Several processes may run the same spec on one store: each claims the
+    replicas of a job before training it and skips what another live
+    process has claimed.  ``max_jobs`` stops after that many jobs (tests of
+    resumption use it)."""
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    check_runnable(spec)
     store = Store(results, spec.base())
     try:
         jobs = plan(spec, store.done())
@@ -146,40 +161,89 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
             from tqdm import tqdm
 
             bar = tqdm(total=total, unit="replica-round", desc="pretrial", smoothing=0.1)
-        if executor == "local":
-            for job in jobs:
-                rows = run_job(spec, job, on_round=(lambda t, n=len(job.replicas): bar.update(n)) if bar else None)
-                store.add_rows(rows)
-        else:
-            _run_ray(spec, jobs, store, bar, ray_address)
-        if bar is not None:
-            bar.close()
+        skipped = trained = 0
+        try:
+            if executor == "local":
+                for job in jobs:
+                    mine, held = store.claim(job.q, job.replicas, job.rounds)
+                    skipped += held
+                    if not mine:
+                        if bar is not None:
+                            bar.update(job.work)
+                        continue
+                    job = Job(job.q, mine, job.rounds)
+                    width = len(job.replicas)
+                    tick = None if bar is None else (lambda t: bar.update(width))
+                    try:
+                        rows = run_job(spec, job, on_round=tick)
+                    except BaseException:
+                        store.release(job.q, job.replicas)
+                        raise
+                    store.add_job(rows, job.replicas, job.q)
+                    trained += len(rows)
+            else:
+                trained = _run_ray(spec, jobs, store, bar, ray_address)
+        finally:
+            if bar is not None:
+                bar.close()
         return {"results": str(results), "jobs": len(jobs), "runs_added": len(store) - before,
                 "runs_total": len(store), "runs_in_spec": len(spec.configurations()),
-                "seconds": time.perf_counter() - t0}
+                "runs_trained": trained, "replicas_left_to_others": skipped, "seconds": time.perf_counter() - t0}
     finally:
         store.close()
+
+
+def _check_reachable(address: str, timeout: float = 10.0):
+    """A host:port Ray address must accept a connection within ``timeout``
+    seconds (ray.init would otherwise wait minutes)."""
+    import socket
+
+    if not address or address == "auto" or "://" in address or ":" not in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot reach a Ray cluster at {address} ({exc}); start one (ray start --head) or "
+                         "check the address") from None
 
 
 def _run_ray(spec, jobs, store, bar, address):
     try:
         import ray
     except ImportError:
-        raise ValueError("--executor ray needs Ray: pip install 'paretofl[ray]'") from None
+        raise ValueError("the ray executor needs Ray: pip install 'paretofl[ray]'") from None
     address = address or os.environ.get("RAY_ADDRESS")
     started = False
     if not ray.is_initialized():
+        _check_reachable(address)
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
         started = True
     try:
         remote = ray.remote(num_cpus=1)(_ray_job)
-        pending = {remote.remote(spec.to_dict(), j.q, j.replicas, j.rounds): j for j in jobs}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            job = pending.pop(ready[0])
-            store.add_rows(ray.get(ready[0]))
-            if bar is not None:
-                bar.update(job.work)
+        pending = {}
+        for j in jobs:
+            mine, _ = store.claim(j.q, j.replicas, j.rounds)
+            if mine:
+                job = Job(j.q, mine, j.rounds)
+                pending[remote.remote(spec.to_dict(), job.q, job.replicas, job.rounds)] = job
+            elif bar is not None:
+                bar.update(j.work)
+        trained = 0
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                job = pending.pop(ready[0])
+                rows = ray.get(ready[0])
+                store.add_job(rows, job.replicas, job.q)
+                trained += len(rows)
+                if bar is not None:
+                    bar.update(job.work)
+        finally:
+            for job in pending.values():
+                store.release(job.q, job.replicas)
+        return trained
     finally:
         if started:
             ray.shutdown()

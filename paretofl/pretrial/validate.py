@@ -1,4 +1,4 @@
-"""§V-D of paper 001 end to end (theory §4): κ from a pre-trial on the public
+"""§V-D of Gu et al. end to end (docs/theory.md §4): κ from a pre-trial on the public
 fraction, then a sweep of the same grid on the full data, and the checks:
 
 * transfer: κ of the public fraction against κ of the full data;
@@ -6,7 +6,7 @@ fraction, then a sweep of the same grid on the full data, and the checks:
 * the design: the (σ, T) that κ_public recommends for a budget, trained on
   the full data (one training per seed), against the best grid point
   within the same budget (what a search by training would find);
-* cost (paper 001 Tables II–III): trainings and wall time of this method
+* cost (Gu et al. Tables II–III): trainings and wall time of this method
   (the pre-trial + one training) against "training with budget" (one
   full-data training per candidate σ, T set by the budget) and "training
   until convergence" (one per candidate σ, to the grid's largest T).  Wall
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..theory.privacy import compute_epsilon, max_steps
+from ..theory.privacy import aggregate_noise_multiplier, compute_epsilon, max_steps
 from .fit import Results, fit, front_indices, relation_distance, within_fraction
 from .spec import Spec
 from .store import read_table
@@ -45,8 +45,8 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     # wall times from the stores (a resumed sweep's own time would undercount)
     tab_full = read_table(stores["full"])
     t_public, t_full = _sweep_seconds(read_table(stores["public"])), _sweep_seconds(tab_full)
-    f_pub = fit(stores["public"], bootstrap=bootstrap)
-    f_full = fit(stores["full"], bootstrap=bootstrap)
+    f_pub = fit(stores["public"], bootstrap=bootstrap).to_dict()
+    f_full = fit(stores["full"], bootstrap=bootstrap).to_dict()
     k_pub, k_full = f_pub["kappa"], f_full["kappa"]
 
     res = Results(stores["full"])
@@ -59,7 +59,7 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
         budget = float(np.exp(np.median(np.log(fe[np.isfinite(fe)]))))
 
     # ---- the design of κ_public at the budget, trained on the full data
-    from ..design import design
+    from ..recommendation import design
 
     s_lo, s_hi, t_hi = float(res.sigma.min()), float(res.sigma.max()), int(res.rounds.max())
     d = design(n, budget, delta=spec.delta, max_rounds=t_hi, q=q, sigma_min=s_lo, sigma_max=s_hi, kappa=k_pub)
@@ -72,7 +72,8 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     # ---- cost
     per_round = float(np.median(tab_full["seconds"] / tab_full["rounds"]))
     n_sigma = len(spec.sigmas)
-    t_budget = [min(t_hi, int(max_steps(budget, q, s * math.sqrt(q * n), spec.delta))) for s in spec.sigmas]
+    t_budget = [min(t_hi, int(max_steps(budget, q, aggregate_noise_multiplier(q, s, n), spec.delta)))
+                for s in spec.sigmas]
     cost = {
         # the pre-trial trains every (σ, seed) once on the public data (its T
         # grid comes from prefixes), plus the non-private reference per seed
@@ -91,7 +92,8 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
         "full_front_within": within_fraction(res, front, f_pub["kappa_ci"]),
         "budget": budget,
         "design": {"sigma": d.sigma, "rounds": d.rounds, "epsilon": d.epsilon, "utility_loss": u_design,
-                   "epsilon_check": compute_epsilon(q, d.sigma * math.sqrt(q * n), d.rounds, spec.delta)},
+                   "epsilon_check": compute_epsilon(q, aggregate_noise_multiplier(q, d.sigma, n), d.rounds,
+                                                    spec.delta)},
         "best_grid_within_budget": None if best is None else {
             "sigma": float(res.sigma[best]), "rounds": int(res.rounds[best]), "epsilon": float(res.eps[best]),
             "utility_loss": float(u[best])},

@@ -1,4 +1,5 @@
-"""The analytic core of paretofl: pure numpy/scipy, never imports torch.
+"""The analytic core of paretofl: numpy and scipy only, never torch.
 
-Section numbers (§) refer to ``shared/design/theory.md``.
+Section numbers (§) refer to docs/theory.md, the project's account of the
+mathematics, which cites the papers.
 """

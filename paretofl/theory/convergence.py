@@ -1,15 +1,15 @@
-"""Convergence bounds of the other algorithms paretofl runs (theory §6).
+"""Convergence bounds of the other algorithms paretofl runs (docs/theory.md §6).
 
-* ALI-DPFL (paper 002, Ling, Fu et al.): the bound h(τ) of Theorem 1
+* ALI-DPFL (Ling, Fu et al.): the bound h(τ) of Theorem 1
   (Eq. 7–8), τ₀ of Lemma 1, τ* of Lemma 2 — both the published Eq. (9) and
   the general minimiser √(c/a) of G(τ) = aτ + b + c/τ (Eq. 10–11) — and the
   server-side estimates of Algorithm 2, step 4.
-* NbAFL (paper 004, Wei et al.): the Gaussian-mechanism noise of the uplink
+* NbAFL (Wei et al. 2020): the Gaussian-mechanism noise of the uplink
   and downlink (Theorem 1, Eq. 10; Eq. 13), the bound of Theorem 2 (Eq. 14)
   with Lemma 3's λ's, its optimal T (Remark 4), K-client scheduling
   (Lemma 4, Eq. 16; Theorem 3, Eq. 17) and its optimal K (Remark 5).
 
-The extracted text of paper 004 garbled fractions and roots; the forms here
+The extracted text of Wei et al. garbled fractions and roots; the forms here
 are reconstructed so that K = N gives back Theorem 1 (b = 1, threshold
 L√N), and are tested for that and for monotonicity in ε.
 """
@@ -31,7 +31,7 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------
-# ALI-DPFL (paper 002)
+# ALI-DPFL (Ling et al.)
 # --------------------------------------------------------------------------
 def ali_noise_term(C, sigma, d, B):
     """V = C² + σ²C²d/B²: second moment of one clipped, noised DP-SGD step."""
@@ -39,7 +39,7 @@ def ali_noise_term(C, sigma, d, B):
 
 
 def ali_G_coefficients(L, mu, eta, C, sigma, d, B, delta1, gamma):
-    """(a, b, c) of G(τ) = aτ + b + c/τ, paper 002 Eq. (11); h(τ) = τ/T · G(τ)."""
+    """(a, b, c) of G(τ) = aτ + b + c/τ, ALI-DPFL Eq. (11); h(τ) = τ/T · G(τ)."""
     V = ali_noise_term(C, sigma, d, B)
     K = 2 + eta * mu
     a = L * K * V / 2
@@ -49,7 +49,7 @@ def ali_G_coefficients(L, mu, eta, C, sigma, d, B, delta1, gamma):
 
 
 def ali_h(tau, T, L, mu, eta, C, sigma, d, B, delta1, gamma):
-    """Convergence bound h(τ) of paper 002, Theorem 1, Eq. (8):
+    """Convergence bound h(τ) of ALI-DPFL, Theorem 1, Eq. (8):
     E[F(w_T)] - F* <= h(τ), a quadratic in τ divided by 2T."""
     a, b, c = ali_G_coefficients(L, mu, eta, C, sigma, d, B, delta1, gamma)
     tau = np.asarray(tau, dtype=float)
@@ -57,7 +57,7 @@ def ali_h(tau, T, L, mu, eta, C, sigma, d, B, delta1, gamma):
 
 
 def ali_tau0(mu, eta, C, sigma, d, B, delta1):
-    """Vertex of h(τ) (paper 002, Lemma 1): τ₀ = 1 - Δ₁/(2(2+ημ)V) < 1,
+    """Vertex of h(τ) (ALI-DPFL, Lemma 1): τ₀ = 1 - Δ₁/(2(2+ημ)V) < 1,
     so without a round limit τ = 1 is best."""
     return 1 - delta1 / (2 * (2 + eta * mu) * ali_noise_term(C, sigma, d, B))
 
@@ -71,7 +71,7 @@ def ali_tau_star(mu, eta, C, sigma, d, B, gamma):
 
 
 def ali_tau_star_eq9(mu, C, sigma, d, B, gamma, T):
-    """τ* exactly as published, paper 002 Eq. (9): the general minimiser
+    """τ* exactly as published, ALI-DPFL Eq. (9): the general minimiser
     after substituting η = 1/(μT) (so ημ = 1/T and 2Γ/η = 2ΓTμ)."""
     V = ali_noise_term(C, sigma, d, B)
     return math.sqrt(1 + (4 / mu**2 + 3 * C**2 + 2 * gamma * T * mu + sigma**2 * C**2 * d / B**2)
@@ -108,21 +108,21 @@ def ali_next_tau(R_s, R_c, mu, C, sigma, d, B, gamma, tau_prev, eta=None):
 
 
 # --------------------------------------------------------------------------
-# NbAFL (paper 004)
+# NbAFL (Wei et al. 2020)
 # --------------------------------------------------------------------------
 def gaussian_c(delta):
     """c = √(2 ln(1.25/δ)) of the classic Gaussian mechanism σ >= cΔs/ε.
-    (That calibration is proven for ε < 1; paper 004 uses it beyond.)"""
+    (That calibration is proven for ε < 1; Wei et al. 2020 uses it beyond.)"""
     return math.sqrt(2 * math.log(1.25 / delta))
 
 
 def nbafl_sigma_uplink(C, m, L, eps, delta):
-    """σ_U = cLΔs_U/ε with Δs_U = 2C/m (paper 004, Eq. 5–6): L exposures."""
+    """σ_U = cLΔs_U/ε with Δs_U = 2C/m (Wei et al. 2020, Eq. 5–6): L exposures."""
     return gaussian_c(delta) * L * (2 * C / m) / eps
 
 
 def nbafl_sigma_downlink(C, m, N, L, T, eps, delta):
-    """σ_D of paper 004, Theorem 1, Eq. (10):
+    """σ_D of Wei et al. 2020, Theorem 1, Eq. (10):
     2cC√(T² - L²N)/(mNε) when T > L√N, else 0."""
     if T <= L * math.sqrt(N):
         return 0.0
@@ -130,7 +130,7 @@ def nbafl_sigma_downlink(C, m, N, L, T, eps, delta):
 
 
 def nbafl_sigma_aggregate(C, m, N, L, T, eps, delta):
-    """σ_A = √(σ_D² + σ_U²/N) (paper 004, Eq. 13)."""
+    """σ_A = √(σ_D² + σ_U²/N) (Wei et al. 2020, Eq. 13)."""
     su = nbafl_sigma_uplink(C, m, L, eps, delta)
     sd = nbafl_sigma_downlink(C, m, N, L, T, eps, delta)
     return math.sqrt(sd**2 + su**2 / N)

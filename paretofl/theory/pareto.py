@@ -1,6 +1,6 @@
-"""Utility bound, efficiency and the closed-form Pareto sets (theory §1–§3).
+"""Utility bound, efficiency and the closed-form Pareto sets (docs/theory.md §1–§3).
 
-The bi-objective problem of paper 001 (Gu et al., arXiv 2312.16554, Eq. 6–8):
+The bi-objective problem of Gu et al. (Gu et al., arXiv 2312.16554, Eq. 6–8):
 minimise (ε_u, ε_p) over σ ∈ [σ_min, σ_max], q, T ∈ [T_min, T̃].
 
 By Lemma 2 only strictly increasing transforms of the objectives matter, so
@@ -45,7 +45,7 @@ PIECE_KINDS = ("rounds_min", "sigma_max", "relation", "rounds_max", "sigma_min")
 def utility_bound(sigma, rounds, q, n_clients, kappa, A: float = 1.0, D: float = 0.0):
     """Upper bound (1.2) on the utility loss: ``A/T + B σ²/(qN) + D`` with B = κA.
 
-    paper 001, Lemma 1 (after Zhang et al. 2022, Cor. 3.2.1).  With the
+    Gu et al., Lemma 1 (after Zhang et al. 2022, Cor. 3.2.1).  With the
     defaults (A = 1, D = 0) this is the bound in units of A, which is what
     paretofl reports as ``utility_bound``.
     """
@@ -56,7 +56,7 @@ def utility_bound(sigma, rounds, q, n_clients, kappa, A: float = 1.0, D: float =
 
 
 def efficiency(rounds, round_time: float):
-    """Training time ε_e = T · t_r (paper 001, Eq. 4)."""
+    """Training time ε_e = T · t_r (Gu et al., Eq. 4)."""
     return np.asarray(rounds, dtype=float) * round_time
 
 
@@ -168,10 +168,10 @@ def theorem3(
     integer: bool = False,
     n_points: int = 50,
 ) -> ParetoSet:
-    """Pareto set in the (σ, T) plane with q fixed and T ≤ T̃ (theory §3).
+    """Pareto set in the (σ, T) plane with q fixed and T ≤ T̃ (docs/theory.md §3).
 
     Paper 001, Theorem 3 (Cases I–III), with the lower box edge T = T_min of
-    theory §3 added.  κ' = qN/κ, T_a = κ'/σ_max², T_b = κ'/σ_min²:
+    docs/theory.md §3 added.  κ' = qN/κ, T_a = κ'/σ_max², T_b = κ'/σ_min²:
 
     * case I  (T̃ ≥ T_b): sigma_max (T ≤ T_a), relation (T_a..T_b), sigma_min (T_b..T̃);
     * case II (T_a ≤ T̃ < T_b): sigma_max, relation (T_a..T̃), rounds_max (σ: √(κ'/T̃)→σ_min);

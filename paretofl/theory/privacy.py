@@ -1,62 +1,90 @@
-"""Privacy accounting for DP federated learning (theory §1 and §5).
-
-Everything here is numpy only; nothing here imports torch or Opacus.
+"""Privacy accounting (docs/theory.md §1 and §5).  numpy only: nothing here
+imports torch, Opacus or scipy.special (start-up time of ``paretofl design``).
 
 Contents
 --------
-* :func:`asymptotic_epsilon` -- the leakage model (1.1) of paper 001.
-* :func:`rdp_subsampled_gaussian` -- Rényi DP of the Poisson-subsampled
-  Gaussian mechanism (Mironov, Talwar, Zhang 2019, §3.3; formula (5.1)),
-  computed in log space, for integer and fractional orders, vectorised over
-  noise multipliers.
+* RDP curves of the three releases paretofl charges, each per step and
+  vectorised over noise multipliers:
+
+  - :func:`rdp_subsampled_gaussian` -- a Gaussian sum over a Poisson sample
+    whose membership the observer does not see (Mironov, Talwar, Zhang 2019,
+    §3.3; theory (5.1)); add/remove-one neighbours.
+  - :func:`rdp_attributed_gaussian` -- a Gaussian release in each step the
+    individual takes part in (probability q), the participation itself seen
+    by the observer (the local view of docs/theory.md §5): the RDP of the binomial
+    mixture, in closed form.
+  - :func:`rdp_fixed_size_gaussian` -- a Gaussian sum over m of n drawn
+    without replacement, replace-one neighbours (Wang, Balle,
+    Kasiviswanathan 2019, Theorem 27): the sampling Flower does.
+
 * :func:`rdp_to_epsilon` -- the classic (Mironov 2017, Prop. 3) and the
-  improved (Balle et al. 2020, Thm. 21) RDP -> (ε, δ) conversions.
+  improved (Balle et al. 2020, Thm. 21) RDP -> (ε, δ) conversions, and
+  :func:`best_epsilon`, which minimises over orders by a grid and then a
+  search around its best order and past its ends (docs/theory.md §5.2).
 * :class:`RDPAccountant` -- the accountant interface (``step`` /
-  ``get_epsilon``); steps with different σ compose (Adap DP-FL).  Opacus's
-  PRV accountant has the same interface in :mod:`paretofl.fl.prv` (it needs
-  torch, which this package never imports).
-* :func:`calibrate_noise` (σ for a target ε) and :func:`max_steps` (the
-  largest number of steps for a target ε; paper 002, Algorithm 3).
-* :func:`mechanism_params` -- the mechanism views of the table in §5.
+  ``get_epsilon``); steps with different σ or sampling compose.  Opacus's
+  PRV accountant has the same interface in :mod:`paretofl.fl.prv`.
+* :func:`calibrate_noise` and :func:`max_steps` (ALI-DPFL, Algorithm 3).
+* :func:`mechanism_charge` -- what each of paretofl's mechanisms charges
+  (docs/theory.md §5, table), and :func:`aggregate_noise_multiplier` (σ√(qN)), the one
+  place that formula lives.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
 __all__ = [
     "DEFAULT_ORDERS",
+    "SAMPLINGS",
+    "MECHANISMS",
     "asymptotic_epsilon",
+    "rdp_gaussian",
     "rdp_subsampled_gaussian",
+    "rdp_attributed_gaussian",
+    "rdp_fixed_size_gaussian",
+    "rdp_curve",
     "rdp_to_epsilon",
-    "compute_epsilon",
+    "conversion_offset",
+    "best_epsilon",
     "RDPAccountant",
+    "compute_epsilon",
     "calibrate_noise",
     "max_steps",
-    "mechanism_params",
-    "MECHANISMS",
+    "Charge",
+    "mechanism_charge",
+    "aggregate_noise_multiplier",
+    "check_delta",
+    "check_rate",
+    "check_step",
 ]
 
-#: RDP orders used unless the caller passes others: fractional orders where
-#: small budgets are decided, integers up to 64, a few large ones for weak
-#: privacy.  Fewer orders can only make ε larger (never under-reported).
-DEFAULT_ORDERS: tuple[float, ...] = tuple(
-    [1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.25, 2.5, 2.75, 3.5, 4.5, 5.5, 6.5, 7.5]
-    + list(range(2, 17)) + list(range(18, 33, 2)) + list(range(36, 65, 4))
-    + [80, 96, 128, 192, 256]
-)
-DEFAULT_ORDERS = tuple(sorted(float(a) for a in DEFAULT_ORDERS))
+#: RDP orders of the first pass: every 5-8 % in α − 1 from 1.01 to 64, then
+#: integers spaced about 10 % apart up to 4096.  :func:`best_epsilon` refines
+#: around the best one and goes past either end when the optimum lies there,
+#: so the grid only has to be dense enough to find the right neighbourhood.
+#: Fewer orders can only make ε larger (never under-reported).
+DEFAULT_ORDERS: tuple[float, ...] = tuple(sorted(set(
+    [round(1 + x, 4) for x in np.geomspace(0.01, 1.0, 40)[:-1]]
+    + [round(x, 2) for x in np.geomspace(2.0, 12.0, 24)]
+    + [float(int(round(x))) for x in np.geomspace(13, 4096, 60)]
+)))
 
+#: the largest order the search goes to (ε ≈ ln(1/δ)/α: certifies ε ≳ 1e-4)
+MAX_ORDER = 1 << 17
+#: fractional orders above this are rounded to integers (the quadrature's grid
+#: grows with α/σ; integer orders are an exact finite sum)
+_FRAC_MAX = 16.0
 
 
 # --------------------------------------------------------------------------
-# validation helpers
+# validation
 # --------------------------------------------------------------------------
-def _check_rate(q: float, name: str = "sampling rate q") -> float:
+def check_rate(q: float, name: str = "sampling rate q") -> float:
     q = float(q)
     if not (0.0 < q <= 1.0) or math.isnan(q):
         raise ValueError(f"{name} must lie in (0, 1], got {q}")
@@ -70,7 +98,7 @@ def _check_positive(x: float, name: str) -> float:
     return x
 
 
-def _check_delta(delta: float) -> float:
+def check_delta(delta: float) -> float:
     delta = float(delta)
     if not (0.0 < delta < 1.0):
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
@@ -79,9 +107,9 @@ def _check_delta(delta: float) -> float:
 
 def check_step(noise_multiplier: float, sample_rate: float, steps: int) -> None:
     """Validate one accountant charge (shared by every accountant)."""
-    _check_positive(noise_multiplier, "noise multiplier")
-    _check_rate(sample_rate)
-    if int(steps) != steps or steps < 0:
+    _check_positive(noise_multiplier, "noise_multiplier")
+    check_rate(sample_rate, "sample_rate")
+    if isinstance(steps, bool) or int(steps) != steps or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps}")
 
 
@@ -89,32 +117,46 @@ def _check_orders(orders: Iterable[float]) -> np.ndarray:
     a = np.asarray(list(orders), dtype=float)
     if a.ndim != 1 or a.size == 0 or np.any(~np.isfinite(a)) or np.any(a <= 1.0):
         raise ValueError("RDP orders must be a non-empty list of finite numbers > 1")
+    if np.any((a > _FRAC_MAX) & (a != np.floor(a))):
+        raise ValueError(f"RDP orders above {_FRAC_MAX:g} must be integers")
+    if a.max() > MAX_ORDER:
+        raise ValueError(f"RDP orders above {MAX_ORDER} are not supported")
     return a
+
+
+def _check_noise(noise_multiplier) -> tuple[np.ndarray, bool]:
+    scalar = np.ndim(noise_multiplier) == 0
+    z = np.atleast_1d(np.asarray(noise_multiplier, dtype=float))
+    if np.any(~(z > 0)) or np.any(~np.isfinite(z)):
+        raise ValueError("noise_multiplier must be a positive finite number")
+    if np.any(z < 1e-6):
+        raise ValueError("noise_multiplier below 1e-6: no meaningful privacy (epsilon is astronomical)")
+    return z, scalar
 
 
 # --------------------------------------------------------------------------
 # §1: the asymptotic leakage model
 # --------------------------------------------------------------------------
 def asymptotic_epsilon(sigma, rounds, q, n_clients, delta, c_p: float = 1.0):
-    """Leakage model (1.1) of theory §1 (paper 001, Eq. 2, after Abadi et al.).
+    """Leakage model (1.1) of docs/theory.md §1 (Gu et al. 2023, Eq. 2, after
+    Abadi et al. 2016): ``ε_p = c_p · sqrt(q · T · log(1/δ) / N) / σ``.
 
-    ``ε_p = c_p · sqrt(q · T · log(1/δ) / N) / σ``.  Broadcasts over arrays.
     ``c_p`` is a free constant; by Lemma 2 it never changes which
-    configurations are Pareto optimal.
+    configurations are Pareto optimal.  Broadcasts over arrays.
     """
     sigma = np.asarray(sigma, dtype=float)
     rounds = np.asarray(rounds, dtype=float)
     q = np.asarray(q, dtype=float)
-    out = c_p * np.sqrt(q * rounds * math.log(1.0 / _check_delta(delta)) / n_clients) / sigma
+    out = c_p * np.sqrt(q * rounds * math.log(1.0 / check_delta(delta)) / n_clients) / sigma
     return out if out.ndim else float(out)
 
 
 # --------------------------------------------------------------------------
-# §5: RDP of the Poisson-subsampled Gaussian
+# §5: RDP curves
 # --------------------------------------------------------------------------
 def _lse(x: np.ndarray, axis: int, b: np.ndarray | None = None):
     """log Σ b·exp(x) along ``axis`` (b = ±1 signs, default 1); returns
-    (value, sign).  A lean stand-in for scipy's logsumexp on the hot path."""
+    (value, sign)."""
     m = np.max(x, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     e = np.exp(x - m)
@@ -126,36 +168,69 @@ def _lse(x: np.ndarray, axis: int, b: np.ndarray | None = None):
 _LOG_FACT = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, 4097, dtype=float)))])
 
 
+def _log_fact(n: int) -> np.ndarray:
+    """The table of log k! for k <= n (grown on demand; scipy.special is not
+    imported on purpose: it costs 0.2 s of start-up)."""
+    global _LOG_FACT
+    if n >= len(_LOG_FACT):
+        _LOG_FACT = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, max(n, 2 * len(_LOG_FACT)) + 1,
+                                                                     dtype=float)))])
+    return _LOG_FACT
+
+
 def _log_binom(n, k):
-    """log C(n, k) for integer n, k (n <= 4096) from a table of log k!.
-    (scipy.special is avoided on purpose: it costs 0.2 s of start-up.)"""
+    """log C(n, k) for integers 0 <= k <= n."""
     n = np.asarray(n, dtype=np.int64)
     k = np.asarray(k, dtype=np.int64)
-    if np.any(n > 4096):
-        raise ValueError("integer RDP orders above 4096 are not supported")
-    return _LOG_FACT[n] - _LOG_FACT[np.clip(k, 0, None)] - _LOG_FACT[np.clip(n - k, 0, None)]
+    lf = _log_fact(int(np.max(n)))
+    return lf[n] - lf[np.clip(k, 0, None)] - lf[np.clip(n - k, 0, None)]
 
 
 def _log_a_int(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
-    """log A_α for integer orders (formula 5.1): a finite binomial sum.
+    """log A_α for integer orders (theory (5.1)): a finite binomial sum,
 
-    ``A_α = Σ_k C(α,k) (1-q)^(α-k) q^k exp((k²-k)/(2σ²))``, summed in log space
-    for all orders at once (terms beyond k = α are masked).  Returns an
-    array of shape (len(z), len(alphas)).
+    ``A_α = Σ_k C(α,k) (1-q)^(α-k) q^k exp((k²-k)/(2σ²))``,
+
+    in log space.  Orders are summed in blocks of similar size (each padded to
+    its own largest order) so that an order of 10⁵ does not pad the others.
+    Returns an array of shape (len(z), len(alphas)).
     """
-    amax = int(alphas.max())
-    k = np.arange(amax + 1, dtype=float)
-    A = alphas[:, None]
-    with np.errstate(invalid="ignore"):
-        base = _log_binom(A, k[None, :]) + k * math.log(q) + (A - k) * math.log1p(-q)
-    base = np.where(k[None, :] <= A, base, -np.inf)            # (n_a, amax+1)
-    quad = (k * k - k)[None, :] / (2.0 * z[:, None] ** 2)      # (n_z, amax+1)
-    return _lse(base[None, :, :] + quad[:, None, :], axis=2)[0]
+    out = np.empty((z.size, alphas.size))
+    order = np.argsort(alphas)
+    start = 0
+    while start < len(order):
+        top = alphas[order[start]]
+        stop = start
+        while stop < len(order) and alphas[order[stop]] <= max(64.0, 2.0 * top):
+            stop += 1
+        idx = order[start:stop]
+        A = alphas[idx]
+        amax = int(A.max())
+        k = np.arange(amax + 1, dtype=float)
+        with np.errstate(invalid="ignore"):
+            base = _log_binom(A[:, None], k[None, :]) + k * math.log(q) + (A[:, None] - k) * math.log1p(-q)
+        base = np.where(k[None, :] <= A[:, None], base, -np.inf)     # (n_a, amax+1)
+        quad = (k * k - k)[None, :] / (2.0 * z[:, None] ** 2)         # (n_z, amax+1)
+        if len(idx) * z.size * (amax + 1) > 4_000_000:                # large orders: one z at a time
+            for j in range(z.size):
+                out[j, idx] = _lse(base + quad[j][None, :], axis=1)[0]
+        else:
+            out[:, idx] = _lse(base[None, :, :] + quad[:, None, :], axis=2)[0]
+        start = stop
+    return out
 
 
-_QUAD_STEP = 0.25   # largest trapezoid spacing, in standard units of x/σ
-_QUAD_MIN_SIGMA = 0.02  # below this, fractional orders are skipped (RDP = +inf)
-_QUAD_TAIL = 13.0   # integrate this many standard units beyond the mass (e^-84)
+_QUAD_STEP = 0.25       # largest trapezoid spacing, in standard units of x/σ
+_QUAD_MIN_SIGMA = 0.02  # below this, fractional orders are skipped (RDP = +inf, a valid bound)
+_QUAD_TAIL = 13.0       # integrate this many standard units beyond the mass (e^-84)
+
+
+def _log_w(q: float, y: np.ndarray) -> np.ndarray:
+    """log(1 - q + q·e^y), accurate for tiny and for huge y (no overflow)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        small = np.log1p(q * np.expm1(np.minimum(y, 700.0)))
+    large = y + math.log(q) + np.log1p((1.0 - q) / q * np.exp(-np.maximum(y, 700.0)))
+    return np.where(y < 700.0, small, large)
 
 
 def _log_a_frac(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
@@ -165,48 +240,53 @@ def _log_a_frac(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
     Zhang 2019, §3.3, with x = σu).  The integrand is analytic in a strip of
     half-width πσ around the real axis, so the trapezoid rule converges
     exponentially, with relative error about exp(-2π²σ/h); the step
-    h = min(0.25, 0.3σ) keeps that below e^-65.  To avoid cancellation the sum is taken of
-    ``(…)^α - 1`` (whose mean is A_α - 1, since the first-order term has mean
-    zero), in log space with signs, so that tiny and huge RDP values are both
-    accurate.  Returns an array of shape (len(z), len(alphas)).
+    h = min(0.25, 0.3σ) keeps that below e^-65.  To avoid cancellation the
+    sum is taken of ``(…)^α - 1`` (whose mean is A_α - 1, since the
+    first-order term has mean zero), in log space with signs.  The grid is
+    built per noise multiplier, so that a small σ in a batch does not
+    stretch the others' grids.  Returns an array (len(z), len(alphas)).
     """
-    h = min(_QUAD_STEP, 0.3 * float(np.min(z)))
-    top = _QUAD_TAIL + float(np.max(alphas)) / float(np.min(z))
-    u = np.arange(-_QUAD_TAIL, top + h, h)                       # (n_u,)
-    y = u[None, :] / z[:, None] - 1.0 / (2.0 * z[:, None] ** 2)  # (n_z, n_u)
-    w = np.log1p(q * np.expm1(y))                                # log(1-q+q e^y)
-    aw = alphas[None, :, None] * w[:, None, :]                   # (n_z, n_a, n_u)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        log_abs = np.where(aw > 0, aw + np.log(-np.expm1(-aw)), np.log(-np.expm1(aw)))
-    sign = np.sign(aw)
-    log_phi = -0.5 * u**2 - 0.5 * math.log(2 * math.pi) + math.log(h)
-    log_s, s = _lse(log_abs + log_phi, axis=2, b=sign)
-    # A_α - 1 >= 0 (Jensen); a negative sum is round-off around zero
-    return np.where(s > 0, np.logaddexp(0.0, log_s), 0.0)
+    out = np.empty((z.size, alphas.size))
+    log_q = None
+    for j, zj in enumerate(z):
+        h = min(_QUAD_STEP, 0.3 * float(zj))
+        top = _QUAD_TAIL + float(np.max(alphas)) / float(zj)
+        u = np.arange(-_QUAD_TAIL, top + h, h)                    # (n_u,)
+        w = _log_w(q, u / zj - 1.0 / (2.0 * zj * zj))              # log(1-q+q e^y)
+        aw = alphas[:, None] * w[None, :]                          # (n_a, n_u)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            log_abs = np.where(aw > 0, aw + np.log(-np.expm1(-aw)), np.log(-np.expm1(aw)))
+        log_phi = -0.5 * u**2 - 0.5 * math.log(2 * math.pi) + math.log(h)
+        log_s, s = _lse(log_abs + log_phi, axis=1, b=np.sign(aw))
+        # A_α - 1 >= 0 (Jensen); a negative sum is round-off around zero
+        out[j] = np.where(s > 0, np.logaddexp(0.0, log_s), 0.0)
+    del log_q
+    return out
+
+
+def rdp_gaussian(noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
+    """RDP of the Gaussian mechanism, α/(2σ²) (Mironov 2017, Prop. 7)."""
+    a = _check_orders(orders)
+    z, scalar = _check_noise(noise_multiplier)
+    with np.errstate(over="ignore"):
+        out = a[None, :] / (2.0 * z[:, None] ** 2)
+    return out[0] if scalar else out
 
 
 def rdp_subsampled_gaussian(q: float, noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
-    """Per-step RDP of the Poisson-subsampled Gaussian mechanism (theory §5).
+    """Per-step RDP of the Poisson-subsampled Gaussian mechanism (docs/theory.md §5).
 
-    Parameters
-    ----------
-    q : sampling rate in (0, 1].
-    noise_multiplier : noise std / L2 sensitivity; a scalar or a 1-d array.
-    orders : RDP orders α > 1 (integer and fractional).
+    Each individual is in the step's sample with probability ``q``,
+    independently; the observer sees the noised sum, not who was in it.
+    Neighbours: one individual added or removed (its contribution bounded by
+    the sensitivity the noise multiplier is relative to).
 
-    Returns
-    -------
-    ndarray of shape ``(len(orders),)`` for a scalar noise multiplier, else
+    Returns an array ``(len(orders),)`` for a scalar noise multiplier, else
     ``(len(noise_multiplier), len(orders))``.  RDP(α) = log(A_α)/(α-1).
     """
-    q = _check_rate(q)
+    q = check_rate(q)
     a = _check_orders(orders)
-    scalar = np.ndim(noise_multiplier) == 0
-    z = np.atleast_1d(np.asarray(noise_multiplier, dtype=float))
-    if np.any(~(z > 0)) or np.any(~np.isfinite(z)):
-        raise ValueError("noise multiplier must be a positive finite number")
-    if np.any(z < 1e-6):
-        raise ValueError("noise multiplier below 1e-6: no meaningful privacy (epsilon is astronomical)")
+    z, scalar = _check_noise(noise_multiplier)
     with np.errstate(over="ignore", under="ignore"):  # σ² may overflow to inf: RDP -> 0, correctly
         out = _rdp_matrix(q, z, a)
     return out[0] if scalar else out
@@ -216,25 +296,219 @@ def _rdp_matrix(q: float, z: np.ndarray, a: np.ndarray) -> np.ndarray:
     out = np.empty((z.size, a.size))
     if q == 1.0:
         out[:] = a[None, :] / (2.0 * z[:, None] ** 2)
-    else:
-        is_int = a == np.floor(a)
-        for block in (is_int & (a <= 64), is_int & (a > 64)):  # pad each block to its own size
-            if block.any():
-                out[:, block] = _log_a_int(q, z, a[block]) / (a[block] - 1.0)
-        frac = ~is_int
-        if frac.any():
-            # below σ = 0.02 the quadrature grid grows as 1/σ²; there ε is
-            # astronomically large anyway, so fractional orders are reported
-            # as +inf (the bound stays valid: ε minimises over the others)
-            out[:, frac] = np.inf
-            ok = z >= _QUAD_MIN_SIGMA
-            if ok.any():
-                out[np.ix_(ok, frac)] = _log_a_frac(q, z[ok], a[frac]) / (a[frac] - 1.0)
+        return out
+    is_int = a == np.floor(a)
+    if is_int.any():
+        out[:, is_int] = _log_a_int(q, z, a[is_int]) / (a[is_int] - 1.0)
+    frac = ~is_int
+    if frac.any():
+        # below σ = 0.02 the quadrature grid grows as 1/σ²; there ε is
+        # astronomically large anyway, so fractional orders are reported as
+        # +inf (the bound stays valid: ε minimises over the others)
+        out[:, frac] = np.inf
+        ok = z >= _QUAD_MIN_SIGMA
+        if ok.any():
+            out[np.ix_(ok, frac)] = _log_a_frac(q, z[ok], a[frac]) / (a[frac] - 1.0)
     return np.maximum(out, 0.0)  # RDP is non-negative; clears -1e-17 round-off
 
 
-def _conversion_offset(orders: np.ndarray, delta: float, conversion: str) -> np.ndarray:
+def rdp_attributed_gaussian(q: float, noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
+    """Per-step RDP of a Gaussian release in each step an individual takes
+    part in, with probability ``q``, where the observer sees whether it took
+    part (the local view of docs/theory.md §5: the server receives each update with
+    its sender, so subsampling hides nothing).
+
+    Taking part is independent of the data, so the two neighbours' outputs
+    are the mixtures (1-q)·[absent] + q·N(μ, σ²) and (1-q)·[absent] +
+    q·N(0, σ²), whose Rényi divergence is exactly
+    ``RDP(α) = log(1 - q + q·exp(α(α-1)/(2σ²))) / (α-1)``;
+    T steps compose by addition, which is the exact RDP of the Bin(T, q)
+    participations.  q = 1 is the Gaussian mechanism.
+    """
+    q = check_rate(q)
+    a = _check_orders(orders)
+    z, scalar = _check_noise(noise_multiplier)
+    with np.errstate(over="ignore"):
+        y = (a[None, :] * (a[None, :] - 1.0)) / (2.0 * z[:, None] ** 2)
+    out = _log_w(q, y) / (a[None, :] - 1.0)
+    out = np.maximum(out, 0.0)
+    return out[0] if scalar else out
+
+
+def _log_sub(x: float, y: float) -> float:
+    """log(e^x - e^y) for x >= y."""
+    if y == -np.inf:
+        return x
+    if x <= y:
+        return -np.inf
+    return x + math.log(-math.expm1(y - x))
+
+
+_WOR_TOP = 257          # forward differences up to this order (Theorem 27's exact terms for α <= 256)
+_WOR_LOG_B = None      # log b[n, p]: (k(k-1))^n = Σ_p b[n, p] k^(p), k^(p) the falling factorial
+_EPS = float(np.finfo(float).eps)
+
+
+def _wor_log_b() -> np.ndarray:
+    """log of the coefficients b[n, p] of (k(k-1))^n in falling factorials,
+    n, p <= _WOR_TOP, by k^(p)·k^(2) = k^(p+2) + 2p·k^(p+1) + p(p-1)·k^(p):
+    b[n+1, p] = b[n, p-2] + 2(p-1)·b[n, p-1] + p(p-1)·b[n, p].  All >= 0."""
+    global _WOR_LOG_B
+    if _WOR_LOG_B is None:
+        top = _WOR_TOP
+        p = np.arange(top + 1, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lin = np.where(p >= 2, np.log(np.maximum(2 * (p - 1), 1e-300)), -np.inf)
+            quad = np.where(p >= 2, np.log(np.maximum(p * (p - 1), 1e-300)), -np.inf)
+        b = np.full((top + 1, top + 1), -np.inf)
+        b[0, 0] = 0.0
+        ninf2 = np.array([-np.inf, -np.inf])
+        for n in range(top):
+            prev = b[n]
+            t2 = np.concatenate([ninf2, prev[:-2]])
+            t1 = np.concatenate([ninf2[:1], prev[:-1]]) + lin
+            t0 = prev + quad
+            b[n + 1] = np.logaddexp(np.logaddexp(t2, t1), t0)
+        _WOR_LOG_B = b
+    return _WOR_LOG_B
+
+
+def _wor_diffs_upper(z: float, top: int) -> np.ndarray:
+    """Upper bounds on log Δ^m g(0), m = 0..top, g(k) = exp(k(k-1)/(2σ²)) =
+    e^{(k-1)ε(k)} of the Gaussian mechanism: the forward differences of
+    Wang, Balle, Kasiviswanathan 2019, Theorem 27.  They are used in a
+    minimum with a term that needs none, so an upper bound is safe; an
+    under-estimate would not be.  Two ways, the smaller bound kept:
+
+    * the alternating binomial sum Σ_i (-1)^(m-i) C(m,i) g(i) in floating
+      point, plus a bound on its rounding error (exact when g grows fast,
+      small σ; it loses every digit for σ ≳ 20 at m ≳ 12);
+    * with c = 1/(2σ²) and the exponential series, Δ^m g(0) = m!·Σ_n
+      c^n/n!·b[n, m] (Δ^m of the falling factorial k^(p) at 0 is m! when
+      p = m, else 0): positive terms, summed to n = _WOR_TOP, plus a bound on
+      the rest from b[n, m] <= 2^m (m(m-1))^n / m! (accurate for large σ).
+    """
+    top = min(top, _WOR_TOP)
+    c = 1.0 / (2.0 * z * z)
+    out = np.full(top + 1, np.inf)
+    out[0] = 0.0
+    lf = _log_fact(2 * _WOR_TOP + 2)
+    # series
+    b = _wor_log_b()[:, : top + 1]
+    n = np.arange(b.shape[0], dtype=float)
+    series = _lse(b + (n * math.log(c) - lf[: b.shape[0]])[:, None], axis=0)[0] + lf[: top + 1]
+    series = series + 4 * _WOR_TOP * _EPS                      # the table's own rounding
+    N = b.shape[0] - 1
+    for m in range(2, top + 1):
+        lam = c * m * (m - 1)
+        up = series[m]
+        if lam < N + 2:
+            tail = m * math.log(2) + (N + 1) * math.log(lam) - lf[N + 1] - math.log1p(-lam / (N + 2))
+            up = float(np.logaddexp(up, tail))
+        else:
+            up = np.inf
+        # alternating sum with its rounding error
+        i = np.arange(m + 1)
+        vals = _log_binom(np.full(m + 1, m), i) + c * i * (i - 1.0)
+        top_v = vals.max()
+        mags = np.exp(vals - top_v)
+        signs = np.where((m - i) % 2 == 0, 1.0, -1.0)
+        s = float(np.sum(signs * mags))
+        err = (m + 2) * _EPS * float(mags.sum()) * (8.0 + 2.0 * float(np.abs(vals).max()))
+        if s + err > 0:
+            up = min(up, top_v + math.log(s + err))
+        out[m] = up
+    out = out + 1e-12 * (1.0 + np.abs(out))   # a last ulp of slack on the logs
+    out[0], out[1] = 0.0, -np.inf             # Δg(0) = g(1) - g(0) = 0
+    return out
+
+
+def _wor_log_a(q: float, z: float, alpha: int, diffs: np.ndarray) -> float:
+    """log of Wang, Balle, Kasiviswanathan 2019, Theorem 27's bound on
+    E[(p/p')^α] for sampling without replacement, for the Gaussian mechanism
+    (ε(j) = j/(2σ²), replace-one neighbours, sensitivity 1):
+
+    1 + q² C(α,2) min{4(e^{ε(2)} - 1), 2e^{ε(2)}}
+      + Σ_{j=3..α} q^j C(α,j) min{4 (Δ^{2⌊j/2⌋} g(0) · Δ^{2⌈j/2⌉} g(0))^{1/2}, 2e^{(j-1)ε(j)}}
+
+    ``diffs`` from :func:`_wor_diffs_upper` (up to order 256 at least where
+    used; beyond it only the second term of each min is used, which is
+    larger, hence still a bound)."""
+    eps2 = 1.0 / (z * z)
+    log_f2m1 = eps2 + math.log(-math.expm1(-eps2))
+    first = 2 * math.log(q) + float(_log_binom(alpha, 2)) + min(math.log(4) + log_f2m1, eps2 + math.log(2))
+    if alpha < 3:
+        return float(np.logaddexp(0.0, first))
+    j = np.arange(3, alpha + 1)
+    second = math.log(2) + (j - 1.0) * j / (2.0 * z * z)
+    lo_i, hi_i = 2 * (j // 2), 2 * ((j + 1) // 2)
+    ok = hi_i < len(diffs)
+    lo = np.where(ok, diffs[np.minimum(lo_i, len(diffs) - 1)], np.inf)
+    hi = np.where(ok, diffs[np.minimum(hi_i, len(diffs) - 1)], np.inf)
+    with np.errstate(invalid="ignore"):
+        diff_term = math.log(4) + 0.5 * (lo + hi)
+    s = np.minimum(np.where(np.isnan(diff_term), np.inf, diff_term), second)
+    s = s + j * math.log(q) + _log_binom(np.full(j.size, alpha), j)
+    t = np.concatenate([[0.0, first], s])
+    m = t.max()
+    return float(m + math.log(np.exp(t - m).sum()))
+
+
+def rdp_fixed_size_gaussian(q: float, noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
+    """Per-step RDP bound of a Gaussian sum over a sample of m = q·n of n
+    individuals drawn uniformly without replacement (Flower's client
+    sampling), replace-one neighbours (n public), Wang, Balle,
+    Kasiviswanathan 2019, Theorem 27.  The noise multiplier is relative to
+    the replace-one sensitivity (2C for a sum of updates clipped to C).
+    Fractional orders interpolate the cumulant linearly between integers
+    (their Corollary 10), which is an upper bound since the cumulant is
+    convex.  Checked against Google's dp-accounting in the tests.
+    """
+    q = check_rate(q)
+    a = _check_orders(orders)
+    z, scalar = _check_noise(noise_multiplier)
+    out = np.empty((z.size, a.size))
+    for i, zi in enumerate(z):
+        if q == 1.0:
+            out[i] = a / (2.0 * zi * zi)
+            continue
+        cache = {}
+        diffs = _wor_diffs_upper(float(zi), min(_WOR_TOP, int(math.ceil(a.max())) + 1))
+
+        def log_a(k):
+            if k not in cache:
+                cache[k] = 0.0 if k == 1 else _wor_log_a(q, float(zi), k, diffs)
+            return cache[k]
+
+        for j, al in enumerate(a):
+            f, c = math.floor(al), math.ceil(al)
+            t = al - f
+            out[i, j] = ((1 - t) * log_a(f) + t * log_a(c)) / (al - 1.0) if f != c else log_a(int(al)) / (al - 1.0)
+    out = np.maximum(out, 0.0)
+    return out[0] if scalar else out
+
+
+#: sampling schemes the accountant knows: what the observer can see of who took part
+SAMPLINGS: dict[str, Callable] = {
+    "poisson": rdp_subsampled_gaussian,       # hidden Poisson sample (add/remove)
+    "attributed": rdp_attributed_gaussian,    # participation seen (local view)
+    "fixed-size": rdp_fixed_size_gaussian,    # hidden sample of fixed size (replace-one)
+}
+
+
+def rdp_curve(sampling: str, q: float, noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
+    """The per-step RDP curve of one of :data:`SAMPLINGS`."""
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"unknown sampling {sampling!r}; use one of {', '.join(SAMPLINGS)}")
+    return SAMPLINGS[sampling](q, noise_multiplier, orders)
+
+
+# --------------------------------------------------------------------------
+# RDP -> (ε, δ)
+# --------------------------------------------------------------------------
+def conversion_offset(orders, delta: float, conversion: str = "improved") -> np.ndarray:
     """The additive term c_α with ε = RDP(α) + c_α, for each order."""
+    orders = np.asarray(orders, dtype=float)
     if conversion == "classic":  # Mironov 2017, Prop. 3
         return math.log(1.0 / delta) / (orders - 1.0)
     if conversion == "improved":  # Balle et al. 2020, Thm. 21 (as Opacus)
@@ -243,17 +517,61 @@ def _conversion_offset(orders: np.ndarray, delta: float, conversion: str) -> np.
 
 
 def rdp_to_epsilon(orders, rdp, delta: float, conversion: str = "improved") -> tuple[float, float]:
-    """Convert accumulated RDP to (ε, δ)-DP: ``ε = min_α [RDP(α) + c_α(δ)]``.
-
-    Returns ``(epsilon, best_order)``.
-    """
+    """Convert accumulated RDP at fixed orders to (ε, δ)-DP:
+    ``ε = min_α [RDP(α) + c_α(δ)]``.  Returns ``(epsilon, best_order)``."""
     a = _check_orders(orders)
-    delta = _check_delta(delta)
+    delta = check_delta(delta)
     r = np.asarray(rdp, dtype=float)
-    eps = r + _conversion_offset(a, delta, conversion)
+    eps = r + conversion_offset(a, delta, conversion)
     eps = np.where(np.isnan(eps), np.inf, eps)
     idx = int(np.argmin(eps))
     return float(max(eps[idx], 0.0)), float(a[idx])
+
+
+def _legal(a: np.ndarray) -> np.ndarray:
+    """Orders the curves accept: fractional ones above _FRAC_MAX rounded."""
+    a = np.where(a > _FRAC_MAX, np.round(a), a)
+    return a[(a > 1.0) & (a <= MAX_ORDER)]
+
+
+def best_epsilon(total_rdp: Callable[[np.ndarray], np.ndarray], delta: float, conversion: str = "improved",
+                 orders: Sequence[float] = DEFAULT_ORDERS, refine: bool = True) -> tuple[float, float]:
+    """min over orders α > 1 of ``total_rdp(α) + c_α(δ)``: first on ``orders``,
+    then (``refine``) by a search around the best order and past the ends of
+    the grid while the minimum lies there (up to α = MAX_ORDER, down to
+    α = 1 + 1e-6).  Every order gives a valid bound, so searching can only
+    lower ε towards the RDP optimum, never below it.  Returns (ε, order)."""
+    delta = check_delta(delta)
+    a = np.unique(_check_orders(orders))
+    e = np.asarray(total_rdp(a), dtype=float) + conversion_offset(a, delta, conversion)
+    e = np.where(np.isnan(e), np.inf, e)
+    for _ in range(24 if refine else 0):
+        i = int(np.argmin(e))
+        if not np.isfinite(e[i]):
+            break
+        interior = False
+        if i == len(a) - 1 and a[i] < MAX_ORDER:
+            new = a[i] * np.array([1.25, 1.6, 2.0, 3.0, 4.0])
+        elif i == 0 and a[0] > 1 + 1e-6:
+            new = 1 + (a[0] - 1) * np.array([0.8, 0.6, 0.4, 0.2, 0.1])
+        else:
+            lo, hi = a[max(i - 1, 0)], a[min(i + 1, len(a) - 1)]
+            new = 1 + np.geomspace(lo - 1, hi - 1, 10)[1:-1]
+            interior = (hi - 1) / (lo - 1) < 1.05     # a narrow bracket: stop once it gains nothing
+        new = _legal(new)
+        new = new[~np.isin(new, a)]
+        if new.size == 0:
+            break
+        en = np.asarray(total_rdp(new), dtype=float) + conversion_offset(new, delta, conversion)
+        en = np.where(np.isnan(en), np.inf, en)
+        before = e[i]
+        a, e = np.concatenate([a, new]), np.concatenate([e, en])
+        k = np.argsort(a)
+        a, e = a[k], e[k]
+        if interior and before - e.min() <= 1e-6 * abs(before):
+            break
+    i = int(np.argmin(e))
+    return float(max(e[i], 0.0)), float(a[i])
 
 
 # --------------------------------------------------------------------------
@@ -261,11 +579,13 @@ def rdp_to_epsilon(orders, rdp, delta: float, conversion: str = "improved") -> t
 # --------------------------------------------------------------------------
 @dataclass
 class RDPAccountant:
-    """RDP accountant for (possibly heterogeneous) subsampled Gaussian steps.
+    """RDP accountant for a sequence of Gaussian steps.
 
-    ``step`` records ``steps`` applications of the mechanism with a given
-    noise multiplier and sampling rate; steps with different σ compose by
-    adding their RDP curves (paper 003, Eq. 10).
+    ``step`` records ``steps`` applications of a Gaussian mechanism with a
+    noise multiplier, a sampling rate and a sampling scheme (one of
+    :data:`SAMPLINGS`); different steps compose by adding their RDP curves
+    (heterogeneous σ: Adap DP-FL, Adap DP-FL Eq. 10).  ``get_epsilon``
+    minimises over orders with :func:`best_epsilon`.
     """
 
     orders: tuple[float, ...] = DEFAULT_ORDERS
@@ -276,98 +596,147 @@ class RDPAccountant:
 
     def __post_init__(self):
         self.orders = tuple(_check_orders(self.orders))
-        _conversion_offset(np.asarray(self.orders), 0.5, self.conversion)  # validates
+        conversion_offset(np.asarray(self.orders), 0.5, self.conversion)  # validates
 
-    def step(self, noise_multiplier: float, sample_rate: float, steps: int = 1) -> "RDPAccountant":
+    def step(self, noise_multiplier: float, sample_rate: float, steps: int = 1,
+             sampling: str = "poisson") -> RDPAccountant:
         check_step(noise_multiplier, sample_rate, steps)
-        if self.history and self.history[-1][:2] == (float(noise_multiplier), float(sample_rate)):
-            z, q, n = self.history[-1]
-            self.history[-1] = (z, q, n + int(steps))
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"unknown sampling {sampling!r}; use one of {', '.join(SAMPLINGS)}")
+        entry = (float(noise_multiplier), float(sample_rate), int(steps), sampling)
+        if self.history and self.history[-1][:2] == entry[:2] and self.history[-1][3] == sampling:
+            z, q, n, s = self.history[-1]
+            self.history[-1] = (z, q, n + int(steps), s)
         elif steps:
-            self.history.append((float(noise_multiplier), float(sample_rate), int(steps)))
+            self.history.append(entry)
         return self
 
-    def rdp(self) -> np.ndarray:
-        total = np.zeros(len(self.orders))
-        for z, q, n in self.history:
-            total += n * rdp_subsampled_gaussian(q, z, self.orders)
+    def rdp(self, orders=None) -> np.ndarray:
+        """The composed RDP at ``orders`` (default: the accountant's).  Sums
+        over all but the last history entry are kept per order, so a long
+        history with many different σ costs only its new entries."""
+        a = np.asarray(self.orders if orders is None else orders, dtype=float)
+        cache = self.__dict__.setdefault("_sums", {})
+        settled = max(len(self.history) - 1, 0)    # the last entry may still grow (step merges)
+        total = np.zeros(len(a))
+        for j, al in enumerate(a):
+            s, k = cache.get(al, (0.0, 0))
+            total[j] = s
+        start = np.array([cache.get(al, (0.0, 0))[1] for al in a], dtype=int)
+        for i, (z, q, n, smp) in enumerate(self.history[:settled]):
+            need = start <= i
+            if need.any():
+                total[need] += n * rdp_curve(smp, q, z, a[need])
+        for j, al in enumerate(a):
+            cache[al] = (total[j], settled)
+        if len(self.history) > settled:
+            z, q, n, smp = self.history[-1]
+            total = total + n * rdp_curve(smp, q, z, a)
         return total
 
     def get_epsilon(self, delta: float) -> float:
+        return self.epsilon_and_order(delta)[0]
+
+    def epsilon_and_order(self, delta: float) -> tuple[float, float]:
         if not self.history:
-            return 0.0
-        return rdp_to_epsilon(self.orders, self.rdp(), delta, self.conversion)[0]
+            return 0.0, math.nan
+        return best_epsilon(self.rdp, delta, self.conversion, self.orders)
 
 
-def compute_epsilon(q: float, noise_multiplier: float, steps: int, delta: float, **kwargs) -> float:
-    """ε (RDP accountant) after ``steps`` compositions of the subsampled
-    Gaussian (q, σ); ``kwargs`` go to :class:`RDPAccountant` (orders, conversion)."""
-    return RDPAccountant(**kwargs).step(noise_multiplier, q, steps).get_epsilon(delta)
+def compute_epsilon(q: float, noise_multiplier: float, steps: int, delta: float, sampling: str = "poisson",
+                    **kwargs) -> float:
+    """ε (RDP accountant) after ``steps`` Gaussian steps of noise multiplier
+    ``noise_multiplier`` at sampling rate ``q``; ``kwargs`` go to
+    :class:`RDPAccountant` (orders, conversion)."""
+    return RDPAccountant(**kwargs).step(noise_multiplier, q, steps, sampling).get_epsilon(delta)
 
 
 # --------------------------------------------------------------------------
 # calibration
 # --------------------------------------------------------------------------
-def max_steps(
-    target_epsilon: float,
-    q: float,
-    noise_multiplier,
-    delta: float,
-    orders: Sequence[float] = DEFAULT_ORDERS,
-    conversion: str = "improved",
-):
+def max_steps(target_epsilon: float, q: float, noise_multiplier, delta: float,
+              orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved", sampling: str = "poisson",
+              refine: bool = False):
     """The largest number of steps whose ε stays within ``target_epsilon``.
 
-    Paper 002's Algorithm 3 finds R_c by binary search on the steps; with RDP
-    the answer has a closed form, because ε(T) = min_α [T·RDP(α) + c_α]:
-    ``T_max = max_α floor((ε - c_α) / RDP(α))``.  Vectorised over the noise
-    multiplier.  Returns 0 where even one step exceeds the budget.
+    ALI-DPFL's Algorithm 3 finds R_c by binary search on the steps; with RDP
+    the answer has a closed form on a set of orders, because
+    ε(T) = min_α [T·RDP(α) + c_α]: ``T_max = max_α floor((ε - c_α) / RDP(α))``.
+    Vectorised over the noise multiplier; where the best order is the grid's
+    largest (small budgets), larger orders are tried.  That is the answer on
+    the order grid (what the design's search uses: fast, and conservative).
+    ``refine``: the answer for the order-searched ε that
+    :func:`compute_epsilon` reports (a few more steps, at most), found by
+    stepping up from the grid's answer.  Returns 0 where even one step
+    exceeds the budget.
     """
-    _check_positive(target_epsilon, "target epsilon")
-    delta = _check_delta(delta)
+    t = _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling)
+    if not refine:
+        return t
+    z_all = np.atleast_1d(np.asarray(noise_multiplier, dtype=float))
+    t_all = np.atleast_1d(t).copy()
+
+    def ok(z, n):
+        return n == 0 or compute_epsilon(q, z, int(n), delta, sampling, orders=orders,
+                                         conversion=conversion) <= target_epsilon
+
+    for i, (z, lo) in enumerate(zip(z_all, t_all)):
+        lo = int(lo)
+        hi = lo + max(1, lo // 1000)
+        while ok(z, hi):
+            lo, hi = hi, hi + 2 * (hi - lo)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if ok(z, mid) else (lo, mid)
+        t_all[i] = lo
+    return t_all if np.ndim(noise_multiplier) else int(t_all[0])
+
+
+def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling):
+    _check_positive(target_epsilon, "target_epsilon")
+    delta = check_delta(delta)
     a = _check_orders(orders)
-    rdp = rdp_subsampled_gaussian(q, noise_multiplier, a)
-    c = _conversion_offset(a, delta, conversion)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        room = (target_epsilon - c) / rdp
-    room = np.where(np.isnan(room), -1.0, room)
+    rdp = np.atleast_2d(rdp_curve(sampling, q, noise_multiplier, a))
+    c = conversion_offset(a, delta, conversion)
+    for _ in range(8):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            room = (target_epsilon - c) / rdp
+        room = np.where(np.isnan(room), -1.0, room)
+        at_top = (np.argmax(room, axis=1) == len(a) - 1) & (np.max(room, axis=1) >= 1)
+        if not at_top.any() or a[-1] >= MAX_ORDER or len(orders) != len(DEFAULT_ORDERS):
+            break
+        new = _legal(a[-1] * np.array([1.5, 2.0, 3.0, 4.0]))
+        a = np.concatenate([a, new])
+        c = conversion_offset(a, delta, conversion)
+        rdp = np.concatenate([rdp, np.atleast_2d(rdp_curve(sampling, q, noise_multiplier, new))], axis=1)
     t = np.floor(np.max(room, axis=-1) * (1 + 1e-12))
     t = np.clip(t, 0, 1e15)
     # guard the floor against round-off: the answer must satisfy ε(T) <= target
     with np.errstate(invalid="ignore", over="ignore"):
-        over = np.min(np.atleast_2d(rdp) * np.atleast_1d(t)[:, None] + c, axis=-1) > target_epsilon
-    t = np.where(np.reshape(over, np.shape(t)) & (t > 0), t - 1, t)
-    return t.astype(np.int64) if np.ndim(t) else int(t)
+        over = np.min(rdp * t[:, None] + c, axis=-1) > target_epsilon
+    t = np.where(over & (t > 0), t - 1, t)
+    t = t.astype(np.int64)
+    return t if np.ndim(noise_multiplier) else int(t[0])
 
 
-def calibrate_noise(
-    target_epsilon: float,
-    q: float,
-    steps: int,
-    delta: float,
-    orders: Sequence[float] = DEFAULT_ORDERS,
-    conversion: str = "improved",
-    lo: float = 1e-3,
-    hi: float = 1e4,
-    rtol: float = 1e-7,
-) -> float:
+def calibrate_noise(target_epsilon: float, q: float, steps: int, delta: float,
+                    orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
+                    sampling: str = "poisson", lo: float = 1e-3, hi: float = 1e5, rtol: float = 1e-7) -> float:
     """The smallest noise multiplier with ε(q, σ, steps, δ) <= target (bisection).
 
     Returns the upper end of the final bracket, so the result always meets
     the target.  Raises ``ValueError`` if even ``hi`` does not.
     """
-    _check_positive(target_epsilon, "target epsilon")
-    _check_rate(q)
-    if int(steps) != steps or steps < 1:
+    _check_positive(target_epsilon, "target_epsilon")
+    check_rate(q)
+    if isinstance(steps, bool) or int(steps) != steps or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps}")
 
     def eps(z):
-        return rdp_to_epsilon(orders, steps * rdp_subsampled_gaussian(q, z, orders), delta, conversion)[0]
+        return compute_epsilon(q, z, int(steps), delta, sampling, orders=orders, conversion=conversion)
 
     if eps(hi) > target_epsilon:
-        raise ValueError(
-            f"no noise multiplier up to {hi:g} reaches epsilon {target_epsilon:g}; raise the budget"
-        )
+        raise ValueError(f"no noise multiplier up to {hi:g} reaches epsilon {target_epsilon:g}; raise the budget")
     if eps(lo) <= target_epsilon:
         return lo
     while hi / lo > 1 + rtol:
@@ -380,37 +749,58 @@ def calibrate_noise(
 
 
 # --------------------------------------------------------------------------
-# mechanism views (table of §5)
+# mechanisms (docs/theory.md §5, table)
 # --------------------------------------------------------------------------
-MECHANISMS = ("aggregate", "local", "sample")
+#: paretofl's mechanisms, one vocabulary in design, train and audit
+MECHANISMS = ("client-aggregate", "client-local", "sample")
 
 
-def mechanism_params(view: str, q: float, sigma: float, n_clients: int | None = None) -> tuple[float, float]:
-    """(sampling rate, noise multiplier) to charge the accountant, per §5.
+@dataclass(frozen=True)
+class Charge:
+    """What one round (or step) of a mechanism charges the accountant."""
 
-    * ``aggregate`` -- client-level DP of the sum the server releases: each of
-      the selected clients adds N(0, σ²C²), so the sum carries noise σC√(qN)
-      in expectation.  paretofl makes this rigorous by *topping up*: whenever
-      the Poisson cohort |S| is smaller than qN, the server adds the missing
-      N(0, (qN - |S|)σ²C²) before release, so the released sum always carries
-      at least σC√(qN); the accountant charges noise multiplier σ√(qN).
-      Requires qN >= 1 (below that the aggregate view is not meaningful).
-    * ``local`` -- client-level DP of each update the server sees: (q, σ).
-    * ``sample`` -- sample-level DP-SGD inside a client: (batch/|D_i|, σ),
-      charged once per local iteration (``q`` is then the batch rate).
+    sampling: str            # one of SAMPLINGS
+    rate: float              # sampling rate
+    noise_multiplier: float  # noise std / sensitivity of the released quantity
 
-    NbAFL (paper 004) calibrates its own Gaussian mechanism: see
-    :func:`paretofl.theory.convergence.nbafl_sigma_uplink`.
+
+def aggregate_noise_multiplier(q, sigma, n_clients):
+    """σ√(qN): the noise multiplier of the released sum in the aggregate view,
+    whose noise is N(0, qN·σ²C²) (docs/theory.md §1 and §5).  Broadcasts."""
+    return np.asarray(sigma, dtype=float) * np.sqrt(np.asarray(q, dtype=float) * n_clients) \
+        if np.ndim(sigma) or np.ndim(q) else float(sigma) * math.sqrt(float(q) * n_clients)
+
+
+def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | None = None) -> Charge:
+    """What each round of ``mechanism`` charges (docs/theory.md §5):
+
+    * ``client-aggregate`` -- client-level DP of the model the server
+      releases.  Trusted: the server (it sees updates).  Neighbours: one
+      client added or removed, among at most N.  Released: the sum of the
+      Poisson(q) cohort's clipped updates plus N(0, qN·σ²C²), a fixed total
+      whatever the cohort's size.  Charged: Poisson-subsampled Gaussian, rate
+      q, noise multiplier σ√(qN).  Needs qN >= 1.
+    * ``client-local`` -- client-level DP of each update the server receives.
+      Trusted: nobody.  Neighbours: one client's data replaced by none (its
+      clipped update by zero).  Released: each participating client's
+      update plus N(0, σ²C²), with its sender.  Charged: a Gaussian
+      (noise multiplier σ) at each participation, participations seen
+      (:func:`rdp_attributed_gaussian`).
+    * ``sample`` -- sample-level DP-SGD inside a client: rate = the Poisson
+      batch rate, noise multiplier σ, charged once per local step.
     """
-    q = _check_rate(q)
+    q = check_rate(q, "q")
     sigma = _check_positive(sigma, "sigma")
-    if view == "aggregate":
+    if mechanism == "client-aggregate":
         if n_clients is None or int(n_clients) < 1:
-            raise ValueError("the aggregate view needs the number of clients N >= 1")
+            raise ValueError("the client-aggregate mechanism needs the number of clients n_clients >= 1")
         m = q * int(n_clients)
-        if m < 1.0:
-            raise ValueError(f"aggregate view needs q*N >= 1 (expected cohort), got q*N = {m:g}")
-        return q, sigma * math.sqrt(m)
-    if view in ("local", "sample"):
-        return q, sigma
-    raise ValueError(f"unknown mechanism view {view!r}; use one of {', '.join(MECHANISMS)}")
+        if m < 1.0 - 1e-9:
+            raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort), "
+                             f"got {m:g}")
+        return Charge("poisson", q, aggregate_noise_multiplier(q, sigma, int(n_clients)))
+    if mechanism == "client-local":
+        return Charge("attributed", q, sigma)
+    if mechanism == "sample":
+        return Charge("poisson", q, sigma)
+    raise ValueError(f"unknown mechanism {mechanism!r}; use one of {', '.join(MECHANISMS)}")

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import binom, norm
 from scipy.optimize import brentq
+from scipy.stats import binom, norm
 
 from paretofl.cli import main
 from paretofl.fl import audit as A
@@ -67,24 +67,70 @@ def test_canary_pair_is_the_pair_the_accountant_bounds():
     exactly 0 there), and in the in-world it is C/(qN) exactly when the
     canary client was sampled, which happens at rate q."""
     s = A.Setting("client-aggregate", sigma=0.0, q=0.5, clients=10, samples=20, clip=1.0)
-    out = A._scores_client(s, "out", 2000, 1, "none")
-    inn = A._scores_client(s, "in", 2000, 10**6, "none")
+    out = A._scores_client(s, "out", 2000, 1, "none")["projection"]
+    inn = A._scores_client(s, "in", 2000, 10**6, "none")["projection"]
     assert np.all(out == 0)
     assert np.all(np.isclose(inn, 0) | np.isclose(inn, 1.0 / 5))
     assert abs(np.mean(inn > 0) - 0.5) < 0.04
-    broken = A._scores_client(s, "in", 2000, 10**6, "no-clip")
+    broken = A._scores_client(s, "in", 2000, 10**6, "no-clip")["projection"]
     assert np.isclose(broken.max(), 10.0 / 5)        # unclipped, the canary's 10 C goes through
 
 
-@pytest.mark.parametrize("mechanism", ["client-aggregate", "client-local", "sample-dpsgd", "nbafl"])
-def test_real_mechanisms_pass_and_broken_ones_are_caught(mechanism):
+def _noise_only(s, world, broken, n=3000):
+    """The release's squared norm per coordinate when every update is ~0
+    (lr ≈ 0, a zero canary): the released noise alone."""
+    from dataclasses import replace
+
+    s = replace(s, lr=1e-12, clip=1.0)
+    pol_scores = A._scores_client(replace(s), world, n, 7 if world == "out" else 10**6, broken)
+    return pol_scores["norm"]
+
+
+def test_released_noise_does_not_depend_on_the_cohort():
+    """The aggregate view releases N(0, qN σ²C²) whatever the cohort's size:
+    the noise alone has the same spread whether the canary client exists or
+    not.  The release before the fix (each client adding σ²C², the server
+    topping small cohorts up to qN) spreads more when the client is there,
+    because its norm counts the cohort."""
+    s = A.Setting("client-aggregate", sigma=1.0, q=0.5, clients=4, samples=20, features=50)
+    d = (s.features + 1) * 10 + 10
+    qn = s.q * s.clients
+    expected = d * qn / qn**2                       # σ = C = 1: per coordinate qN σ²C² / (qN)²
+    for world in ("out", "in"):
+        assert np.mean(_noise_only(s, world, "none")) == pytest.approx(expected, rel=0.02)
+    legacy_out = np.mean(_noise_only(s, "out", "legacy-topup"))
+    legacy_in = np.mean(_noise_only(s, "in", "legacy-topup"))
+    assert legacy_in > legacy_out * 1.05 and legacy_out > expected * 1.05
+
+
+CASES = [(m, b) for m in ("client-aggregate", "client-local", "sample", "nbafl") for b in A.breaks_for(m)]
+
+
+@pytest.mark.parametrize("mechanism", ["client-aggregate", "client-local", "sample", "nbafl"])
+def test_real_mechanisms_pass(mechanism):
     real = A.audit(mechanism, runs=20000)
     assert 0 < real.epsilon_claimed < 2.5
     assert not real.violated
-    for broken in ("noise/10", "no-clip"):
-        r = A.audit(mechanism, runs=20000, broken=broken)
-        assert r.epsilon_claimed == real.epsilon_claimed   # claimed for the unbroken mechanism
-        assert r.violated, (broken, r)
+
+
+@pytest.mark.parametrize("mechanism,broken", CASES)
+def test_broken_copies_are_caught(mechanism, broken):
+    """Every broken copy is caught: noise ÷ 10 and skipped clipping on every
+    mechanism, and each mechanism's flaw before its fix — the aggregate
+    view's top-up (caught by the release's norm), DP-SGD dividing by the
+    data's own count (norm too), the local view charged as if subsampling
+    hid who took part (its claim below what one release shows)."""
+    runs = 200000 if broken == "amplified-claim" else 20000
+    r = A.audit(mechanism, runs=runs, broken=broken)
+    real_claim = A.claimed_epsilon(A.DEFAULTS[mechanism])
+    if broken == "amplified-claim":
+        assert r.epsilon_claimed < real_claim              # the old charge under-reported
+        assert r.epsilon_lower <= real_claim               # what is charged now holds
+    else:
+        assert r.epsilon_claimed == real_claim             # claimed for the unbroken mechanism
+    assert r.violated, (broken, r)
+    if broken in ("legacy-topup", "private-divisor"):
+        assert r.details["score"] in ("norm", "-norm")     # the spread, not the mean, gives it away
 
 
 def test_nbafl_paper_calibration_exceeds_its_nominal_epsilon_but_not_what_paretofl_reports():
@@ -94,13 +140,14 @@ def test_nbafl_paper_calibration_exceeds_its_nominal_epsilon_but_not_what_pareto
 
 
 def test_nbafl_reports_the_epsilon_clipping_guarantees():
-    eng = A._engine(A._synthetic(64, seed=1), 1, 1, 0, "none")
-    paper = NbAFL(eng, epsilon=2.0, rounds=3, delta=1e-5, clip=10.0)
-    z = paper.sigma_u / 20.0                                   # sensitivity 2C
+    eng = A._engine(A._synthetic(64, 1, 10), 1, 1, 0, "none")
+    honest = NbAFL(eng, epsilon=2.0, rounds=3, delta=1e-5, clip=10.0)          # the default calibration
+    assert honest.fixed_epsilon() == pytest.approx(2.0, rel=1e-4)
+    assert compute_epsilon(1.0, honest.sigma_u / 20.0, 3, 1e-5) <= 2.0 + 1e-9  # sensitivity 2C
+    paper = NbAFL(eng, epsilon=2.0, rounds=3, delta=1e-5, clip=10.0, calibration="paper")
+    z = paper.sigma_u / 20.0
     assert paper.fixed_epsilon() == pytest.approx(compute_epsilon(1.0, z, 3, 1e-5))
     assert paper.fixed_epsilon() > 2.0 and paper.epsilon_paper == 2.0
-    honest = NbAFL(eng, epsilon=2.0, rounds=3, delta=1e-5, clip=10.0, calibration="clipping")
-    assert honest.fixed_epsilon() == pytest.approx(2.0, rel=1e-4)
     assert honest.sigma_u > 10 * paper.sigma_u
     with pytest.raises(ValueError, match="calibration"):
         NbAFL(eng, epsilon=2.0, rounds=3, calibration="magic")
@@ -111,17 +158,19 @@ def test_audit_rejects_bad_arguments():
         A.audit("magic")
     with pytest.raises(ValueError, match="break"):
         A.audit("nbafl", broken="half")
+    with pytest.raises(ValueError, match="break"):
+        A.audit("nbafl", broken="legacy-topup")             # a break of another mechanism
     with pytest.raises(ValueError, match="runs"):
         A.audit("nbafl", runs=10)
 
 
 def test_audit_command_json_contract(capsys):
-    assert main(["audit", "--mechanism", "client-local", "sample-dpsgd", "--runs", "2000", "--json"]) == 0
+    assert main(["audit", "--mechanism", "client-local", "sample", "--runs", "2000", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["mechanism"] for r in rows] == ["client-local", "sample-dpsgd"]
+    assert [r["mechanism"] for r in rows] == ["client-local", "sample"]
     for r in rows:
-        assert {"mechanism", "epsilon_claimed", "epsilon_lower"} <= set(r)
+        assert {"mechanism", "epsilon_claimed", "epsilon_lower", "score"} <= set(r)
         assert 0 <= r["epsilon_lower"] <= r["epsilon_claimed"] and r["runs"] == 2000
-    assert main(["audit", "--mechanism", "client-local", "--runs", "2000", "--break", "noise/10", "--json"]) == 0
+    assert main(["audit", "--mechanism", "sample", "--runs", "4000", "--break", "noise/10", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["broken"] == "noise/10" and row["epsilon_lower"] > row["epsilon_claimed"]

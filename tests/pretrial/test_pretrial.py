@@ -19,6 +19,7 @@ from paretofl.pretrial.fit import Results, fit, front_indices
 from paretofl.pretrial.spec import Spec
 from paretofl.pretrial.store import Store, read_table
 from paretofl.pretrial.sweep import Job, plan, run_job, run_sweep
+from paretofl.theory import privacy as P
 from paretofl.theory.privacy import asymptotic_epsilon, compute_epsilon
 
 PY = sys.executable
@@ -212,9 +213,11 @@ def synthetic_store(path, kappa, q=0.5, n=20, seeds=3, noise=0.0, sigmas=None, r
     sigmas = np.geomspace(0.3, 3, 25) if sigmas is None else sigmas
     rounds = np.unique(np.geomspace(2, 400, 30).astype(int)) if rounds is None else rounds
     rows = []
+    orders = P.DEFAULT_ORDERS
+    curves = {s: P.rdp_subsampled_gaussian(q, s * math.sqrt(q * n), orders) for s in sigmas}
     for s, t, k in itertools.product([0.0, *sigmas], rounds, range(seeds)):
         loss = 0.0 if s == 0 else 1 / t + kappa * s * s / (q * n) + noise * rng.standard_normal()
-        eps = math.inf if s == 0 else compute_epsilon(q, s * math.sqrt(q * n), int(t), 1e-5)
+        eps = math.inf if s == 0 else P.rdp_to_epsilon(orders, int(t) * curves[s], 1e-5)[0]
         rows.append(dict(sigma=s, rounds=int(t), q=q, seed=k, test_loss=loss, accuracy=0.5, epsilon=eps,
                          epsilon_asymptotic=math.inf if s == 0 else asymptotic_epsilon(s, t, q, n, 1e-5),
                          seconds=0.0))
@@ -239,8 +242,8 @@ def test_fit_recovers_kappa_and_slope_from_the_bound(tmp_path, kappa):
                                                                                         .astype(int)))
     r = fit(path, epsilon="asymptotic", bootstrap=0)
     # the grid's resolution bounds the error: 40 sigmas and ~55 T over these ranges
-    assert abs(math.log(r["kappa"] / kappa)) < 0.15
-    assert r["slope"] == pytest.approx(-2.0, abs=0.15)
+    assert abs(math.log(r.kappa / kappa)) < 0.15
+    assert r.slope == pytest.approx(-2.0, abs=0.15)
 
 
 def test_front_is_the_set_of_non_dominated_configurations(tmp_path):
@@ -258,13 +261,13 @@ def test_bootstrap_interval_covers_the_estimate_and_shrinks_with_seeds(tmp_path)
     synthetic_store(noisy, 0.3, noise=0.02, seeds=8, sigmas=np.geomspace(0.3, 3, 10),
                     rounds=[2, 4, 8, 16, 32, 64, 128])
     r = fit(noisy, bootstrap=300)
-    lo, hi = r["kappa_ci"]
-    assert lo <= r["kappa"] <= hi and lo < hi
+    lo, hi = r.kappa_ci
+    assert lo <= r.kappa <= hi and lo < hi
     exact = tmp_path / "exact.sqlite"
     synthetic_store(exact, 0.3, noise=0.0, seeds=4, sigmas=np.geomspace(0.3, 3, 10),
                     rounds=[2, 4, 8, 16, 32, 64, 128])
     r0 = fit(exact, bootstrap=100)
-    assert r0["kappa_ci"][0] == pytest.approx(r0["kappa_ci"][1])  # seeds agree: no spread
+    assert r0.kappa_ci[0] == pytest.approx(r0.kappa_ci[1])  # seeds agree: no spread
 
 
 def test_utility_loss_is_taken_against_the_same_seed(tmp_path):
@@ -347,7 +350,8 @@ def test_a_diverged_run_is_kept_as_infinitely_bad(tmp_path):
 
 
 # ---------------------------------------------------------------- fuzzing the spec
-from hypothesis import given, settings, strategies as hs  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as hs  # noqa: E402
 
 _values = hs.one_of(hs.none(), hs.booleans(), hs.integers(-10**6, 10**6),
                     hs.floats(allow_nan=True, allow_infinity=True), hs.text(max_size=8),
@@ -395,3 +399,140 @@ def test_fit_never_imports_torch(tmp_path):
             "assert rc == 0; assert 'torch' not in sys.modules, 'torch imported'")
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- issue-19 regressions
+def test_two_processes_on_one_store_share_the_work(tmp_path):
+    """Two `paretofl pretrial` processes started together on one store: each
+    claims the replicas of a job before training it, so together they train
+    every run exactly once (an earlier version had both train everything)."""
+    grid = {**SMALL, "sigmas": [0.05, 0.2, 0.5, 1.0, 2.0], "rounds": [2, 5, 15], "chunk": 1}
+    spec_file = tmp_path / "s.toml"
+    spec_file.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in grid.items()))
+    path = tmp_path / "shared.sqlite"
+    run_sweep(Spec.from_dict(grid), tmp_path / "empty.sqlite", progress=False, max_jobs=0)  # warm the data cache
+    cmd = [PY, "-m", "paretofl.cli", "pretrial", str(spec_file), "--out", str(path), "--json"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    summaries = [json.loads(o[0]) for o in outs]
+    n = len(Spec.from_dict(grid).configurations())
+    assert sum(s["runs_trained"] for s in summaries) == n        # nothing trained twice
+    assert len(rows_of(path)) == n
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0   # every claim released
+    db.close()
+
+
+def test_a_dead_processs_claims_are_taken_over(tmp_path):
+    """A claim left by a process that is gone (SIGKILL) does not block the work."""
+    spec = small()
+    path = tmp_path / "c.sqlite"
+    st = Store(path, spec.base())
+    job = plan(spec, set())[0]
+    st.db.execute("INSERT INTO claims VALUES (?, ?, ?, ?, ?, ?)",
+                  (round(job.replicas[0][0], 12), job.q, job.replicas[0][1], __import__("socket").gethostname(),
+                   2**22 + 12345, 0.0))                                    # a pid that is not running
+    st.db.commit()
+    st.close()
+    s = run_sweep(spec, path, progress=False)
+    assert s["runs_total"] == len(spec.configurations()) and s["replicas_left_to_others"] == 0
+
+
+@pytest.mark.parametrize("override", [{"device": "cuda"}, {"clients": 5000}])
+def test_a_failed_pretrial_leaves_no_store(tmp_path, override):
+    """A spec that cannot run (no GPU for device cuda; more clients than
+    samples) fails before the store is made, so the corrected spec can use
+    the same file."""
+    import torch
+
+    if override.get("device") == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    path = tmp_path / "p.sqlite"
+    with pytest.raises(ValueError):
+        run_sweep(small(**override), path, progress=False)
+    assert not path.exists()
+    run_sweep(small(), path, progress=False)
+    assert len(rows_of(path)) == len(small().configurations())
+
+
+def test_an_empty_store_takes_another_spec(tmp_path):
+    path = tmp_path / "e.sqlite"
+    Store(path, small(lr=0.3).base()).close()            # made, then nothing trained
+    run_sweep(small(), path, progress=False)
+    assert len(rows_of(path)) == len(small().configurations())
+
+
+def test_an_unreachable_ray_cluster_is_refused_quickly(tmp_path):
+    pytest.importorskip("ray")
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match="cannot reach a Ray cluster"):
+        run_sweep(small(), tmp_path / "r.sqlite", executor="ray", ray_address="127.0.0.1:1", progress=False)
+    assert time.perf_counter() - t < 30
+
+
+@pytest.mark.parametrize("command", ["train", "pretrial"])
+def test_ctrl_c_is_one_line_exit_130_and_keeps_what_was_done(tmp_path, command):
+    """SIGINT in the middle: one line on stderr, exit code 130; train's
+    history keeps the rounds it finished, pretrial's store the jobs."""
+    if command == "train":
+        out = tmp_path / "h.csv"
+        cmd = [PY, "-m", "paretofl.cli", "train", "--dataset", "digits", "--model", "lr", "--clients", "4",
+               "--rounds", "100000", "--epsilon", "1e6", "--batch-rate", "0.2", "--history", str(out)]
+
+        def progress():
+            return len(out.read_text().splitlines()) - 1 if out.exists() else 0
+    else:
+        out = tmp_path / "p.sqlite"
+        grid = {**SMALL, "sigmas": [0.05, 0.2, 0.5, 1.0, 2.0], "rounds": [2, 5, 400], "chunk": 1}
+        spec_file = tmp_path / "s.toml"
+        spec_file.write_text("\n".join(f"{k} = {json.dumps(v)}" for k, v in grid.items()))
+        cmd = [PY, "-m", "paretofl.cli", "pretrial", str(spec_file), "--out", str(out)]
+
+        def progress():
+            try:
+                return len(rows_of(out)) if out.exists() else 0
+            except ValueError:
+                return 0
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while progress() < 3 and time.time() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    done = progress()
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "interrupted" in lines[0] and "Traceback" not in err
+    assert progress() >= done >= 3
+
+
+def test_fit_names_what_is_wrong_with_a_degenerate_store(tmp_path):
+    """Two seeds (no interval), a diverged pre-trial, infinite losses: the
+    fit says what is wrong instead of recommending."""
+    from paretofl.cli import main
+
+    two = tmp_path / "two.sqlite"
+    synthetic_store(two, 0.3, noise=0.01, seeds=2, sigmas=np.geomspace(0.3, 3, 6), rounds=[2, 4, 8, 16, 32])
+    r = fit(two, bootstrap=50)
+    assert any("2 seeds" in p for p in r.problems)
+    diverged = tmp_path / "div.sqlite"
+    synthetic_store(diverged, 0.3, noise=0.01, seeds=4, sigmas=np.geomspace(0.3, 3, 6), rounds=[2, 4, 8, 16, 32])
+    db = sqlite3.connect(diverged)
+    db.execute("UPDATE runs SET test_loss = 400 + 0.001 * rounds WHERE sigma > 0")
+    db.execute("UPDATE runs SET test_loss = 'Infinity' WHERE sigma > 2 AND rounds = 32")
+    db.commit()
+    db.close()
+    r = fit(diverged, bootstrap=50)
+    text = " ".join(r.problems)
+    assert "diverged" in text and "infinite" in text
+    good = tmp_path / "good.sqlite"
+    synthetic_store(good, 0.3, noise=0.01, seeds=5, sigmas=np.geomspace(0.3, 3, 8), rounds=[2, 4, 8, 16, 32, 64])
+    assert fit(good, bootstrap=100).problems == []
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["fit", str(diverged), "--out", str(tmp_path / "d_fit.json"), "--bootstrap", "20"]) == 0
+    assert "problem:" in buf.getvalue() and "paretofl design --fit" not in buf.getvalue()

@@ -1,13 +1,13 @@
-"""ALI-DPFL (paper 002, Algorithm 2): DP-SGD clients with an adaptive number
+"""ALI-DPFL (Ling et al., Algorithm 2): DP-SGD clients with an adaptive number
 of local iterations τ*, recomputed every round on the server.
 
 * R_c, the most DP-SGD iterations the budget allows, comes from the
   accountant (Algorithm 3, :func:`paretofl.theory.privacy.max_steps`);
   R_s is the round limit.  A replica stops at R_s rounds or R_c iterations.
 * τ* = 1 when R_s >= R_c (Lemma 1), else Eq. (9) with T = min(R_s τ*, R_c),
-  B̂ = min_i q|D_i|, d the model size, Γ (default 10, as the paper).  B̂
-  stands for the batch the noised sum is divided by, so with a fixed
-  ``batch_divisor`` (paper 002's code) B̂ is that divisor.
+  B̂ = min_i q·|D_i| over the declared sizes, d the model size, Γ (default
+  10, as the paper).  B̂ stands for the batch the noised sum is divided by,
+  so with a fixed ``batch_divisor`` (ALI-DPFL's code) B̂ is that divisor.
 * μ, the strong-convexity estimate, is formed on the server from two
   consecutive global models and the aggregated (already privatised) update
   directions: μ ≈ ‖g_t - g_{t-1}‖ / ‖w_t - w_{t-1}‖.  The paper's step 4.1
@@ -23,26 +23,30 @@ import torch
 
 from ...theory.convergence import ali_batch_hat, ali_next_tau
 from ...theory.privacy import max_steps
+from ..options import ALIDPFLConfig
 from .dpfedavg import DPFedAvg
 
 
 class ALIDPFL(DPFedAvg):
     name = "ali-dpfl"
+    Config = ALIDPFLConfig
 
-    def __init__(self, engine, epsilon, delta=1e-5, rounds_server=None, gamma=10.0, mu_default=1.0,
-                 tau_max=50, **kw):
-        kw.setdefault("mechanism", "sample")
-        super().__init__(engine, **kw)
-        R = engine.R
-        self.delta, self.gamma, self.tau_max = delta, float(gamma), int(tau_max)
-        self.R_c = np.array([max_steps(epsilon, self.batch_rate[r], self.sigma[r], delta) for r in range(R)])
-        self.R_s = np.full(R, int(rounds_server)) if rounds_server is not None else np.full(R, 10**9)
+    def __init__(self, engine, config=None, **kw):
+        super().__init__(engine, config, **kw)
+        if self.epsilon is None:
+            raise ValueError("ali-dpfl calibrates its iterations R_c to the budget: give epsilon")
+        c, R = self.config, engine.R
+        self.gamma, self.tau_max = float(c.gamma), int(c.tau_max)
+        self.R_c = np.array([max_steps(self.epsilon, self.batch_rate[r], self.sigma[r], self.delta, refine=True)
+                             for r in range(R)])
+        rs = c.rounds_server if c.rounds_server is not None else self.rounds
+        self.R_s = np.full(R, int(rs) if rs is not None else 10**9)
         self.t_iter = np.zeros(R, dtype=int)
         self.tau = np.ones(R, dtype=int)
-        self.mu = np.full(R, float(mu_default))
+        self.mu = np.full(R, float(c.mu_default))
         self._prev = None   # (flat global model, aggregated direction)
         self.B_hat = self.batch_divisor if self.batch_divisor is not None else \
-            np.array([ali_batch_hat(self.batch_rate[r], engine.client_n.cpu().numpy()) for r in range(R)])
+            np.array([ali_batch_hat(self.batch_rate[r], self.sizes) for r in range(R)])
 
     def max_rounds(self):
         return self.R_s

@@ -1,86 +1,159 @@
-"""The shared round loop and the privacy ledger of every replica."""
+"""The shared round loop, the privacy ledger of every replica, and what an
+algorithm declares: its options (a typed config) and its charges."""
 
 from __future__ import annotations
 
+import csv
+import math
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from ...theory.privacy import DEFAULT_ORDERS, rdp_subsampled_gaussian, rdp_to_epsilon
+from ...theory.privacy import DEFAULT_ORDERS, RDPAccountant, conversion_offset, rdp_curve
 from ..engine import Engine
+from ..options import options_of
 
 
 class Ledger:
-    """One RDP accountant per replica (vectorised): charges (σ, q, steps)
-    per round, and says which replicas can afford a round."""
+    """One RDP accountant per replica (vectorised).  ``increment`` prices a
+    round's charges on the grid of orders (the stop rule: conservative);
+    ``epsilon(refined=True)`` is each replica's accountant's ε with its
+    order searched (what is reported)."""
 
     def __init__(self, n_replicas: int, delta: float, orders=DEFAULT_ORDERS):
         self.orders = np.asarray(orders)
         self.delta = delta
         self.rdp = np.zeros((n_replicas, len(self.orders)))
+        self.accountants = [RDPAccountant(orders=tuple(orders)) for _ in range(n_replicas)]
+        self.unlimited = np.zeros(n_replicas, dtype=bool)  # ran without noise: ε = inf
         self._cache = {}
+        self._offset = conversion_offset(self.orders, delta)
 
-    def _curve(self, z, q):
-        key = (round(float(z), 12), round(float(q), 12))
+    def _curve(self, sampling, z, q):
+        key = (sampling, round(float(z), 12), round(float(q), 12))
         if key not in self._cache:
-            # z = 0 is a run without noise (the non-private reference of a
-            # pre-trial): no privacy at all, infinite ε
-            self._cache[key] = (np.full(len(self.orders), np.inf) if z == 0
-                                else rdp_subsampled_gaussian(float(q), float(z), self.orders))
+            self._cache[key] = rdp_curve(sampling, float(q), float(z), self.orders)
         return self._cache[key]
 
     def increment(self, charges) -> np.ndarray:
-        """charges: list of (z (R,), q (R,), steps (R,)) -> RDP increment (R, n_orders)."""
+        """charges: list of (sampling, z (R,), q (R,), steps (R,)) -> RDP increment (R, n_orders)."""
         inc = np.zeros_like(self.rdp)
-        for z, q, s in charges:
+        for sampling, z, q, s in charges:
             for r in range(self.rdp.shape[0]):
                 if s[r] > 0:
-                    inc[r] += s[r] * self._curve(z[r], q[r])
+                    # z = 0 is a run without noise (the non-private reference of a pre-trial)
+                    inc[r] += np.inf if z[r] == 0 else s[r] * self._curve(sampling, z[r], q[r])
         return inc
 
-    def epsilon(self, rdp=None) -> np.ndarray:
+    def commit(self, charges, inc, active):
+        self.rdp[active] += inc[active]
+        for sampling, z, q, s in charges:
+            for r in np.flatnonzero(active):
+                if s[r] > 0:
+                    if z[r] == 0:
+                        self.unlimited[r] = True
+                    else:
+                        self.accountants[r].step(float(z[r]), float(q[r]), int(s[r]), sampling)
+
+    def affordable(self, charges, inc, epsilon, active=None) -> np.ndarray:
+        """Which replicas can pay for a round (charges, priced as ``inc``)
+        within ``epsilon``: on the order grid first; a replica the grid
+        refuses is asked again with its orders searched (the ε reported),
+        so a run stops where the reported ε would pass the budget."""
+        ok = self.grid_epsilon(self.rdp + inc) <= epsilon
+        ask = ~ok & ~self.unlimited & (True if active is None else np.asarray(active, dtype=bool))
+        for r in np.flatnonzero(ask):
+            trial = RDPAccountant(orders=self.accountants[r].orders, history=list(self.accountants[r].history))
+            free = True
+            for sampling, z, q, s in charges:
+                if s[r] > 0:
+                    if z[r] == 0:
+                        free = False
+                        break
+                    trial.step(float(z[r]), float(q[r]), int(s[r]), sampling)
+            ok[r] = free and trial.get_epsilon(self.delta) <= epsilon
+        return ok
+
+    def grid_epsilon(self, rdp=None) -> np.ndarray:
+        """ε on the grid of orders (an upper bound on the reported one)."""
         rdp = self.rdp if rdp is None else rdp
-        return np.array([rdp_to_epsilon(self.orders, row, self.delta)[0] if row.any() else 0.0 for row in rdp])
+        with np.errstate(invalid="ignore"):
+            e = np.min(rdp + self._offset[None, :], axis=1)
+        e = np.where(np.isnan(e), np.inf, np.maximum(e, 0.0))
+        return np.where(np.any(rdp != 0, axis=1), e, 0.0)
+
+    def epsilon(self) -> np.ndarray:
+        return np.array([math.inf if u else a.get_epsilon(self.delta)
+                         for a, u in zip(self.accountants, self.unlimited)])
 
 
-@dataclass
 class History:
-    """Per-round records, one row per (round, replica)."""
+    """Per-round records, one row per (round, replica).  With ``path`` every
+    row is written to that CSV file as it comes (flushed), so an interrupted
+    run keeps the rounds it finished."""
 
-    rows: list = field(default_factory=list)
+    def __init__(self, path=None):
+        self.rows, self.path = [], path
+        self._file = self._writer = None
 
     def add(self, **kw):
         self.rows.append(kw)
+        if self.path is not None:
+            if self._writer is None:
+                self._file = open(self.path, "w", newline="")
+                self._writer = csv.DictWriter(self._file, fieldnames=list(kw))
+                self._writer.writeheader()
+            self._writer.writerow(kw)
+            self._file.flush()
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def to_csv(self, path):
-        import csv
-
         if not self.rows:
             return
-        keys = list(self.rows[0].keys())
         with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=keys)
+            w = csv.DictWriter(f, fieldnames=list(self.rows[0]))
             w.writeheader()
             w.writerows(self.rows)
 
 
 class Policy:
-    """Base class: subclasses set what a round does.
+    """Base class of the algorithms.
 
-    ``charges(t)`` returns what the accountant must be charged for round t
-    (list of (noise multiplier (R,), sampling rate (R,), steps (R,))), or None
-    when the policy accounts for itself (NbAFL: fixed ε by calibration).
-    ``round(t, glob, active)`` returns the new global models (R, ...).
-    ``after_round`` adapts the policy's settings from what was observed.
+    A subclass declares ``Config``, a dataclass of its options (each an
+    :func:`option`, validated in ``__post_init__`` with errors that name the
+    parameter), and sets what a round does:
+
+    * ``charges(t)`` -- what the accountant is charged for round t: a list of
+      (sampling, noise multiplier (R,), rate (R,), steps (R,)), or None when
+      the policy reports its own ε (:meth:`fixed_epsilon`);
+    * ``round(t, glob, active)`` -- the new global models (R, ...);
+    * ``after_round`` -- adapts settings from what was observed.
+
+    ``epsilon``, ``delta`` and ``rounds`` are the run's budget, for
+    policies that calibrate to it (ALI-DPFL, NbAFL).
     """
 
     name = "policy"
+    Config = None
     needs_validation = False  # does after_round use the server's validation loss?
 
-    def __init__(self, engine: Engine):
-        self.engine = engine
+    def __init__(self, engine: Engine, config=None, *, epsilon=None, delta=1e-5, rounds=None, **options):
+        if config is None:
+            config = self.Config(**options)
+        elif options:
+            raise ValueError("give either a config or options, not both")
+        self.engine, self.config = engine, config
+        self.epsilon, self.delta, self.rounds = epsilon, delta, rounds
+
+    @classmethod
+    def options(cls) -> dict:
+        """name -> (default, help, choices, per_replica) of the algorithm's options."""
+        return options_of(cls.Config)
 
     def charges(self, t):
         return None
@@ -101,6 +174,10 @@ class Policy:
     def fixed_epsilon(self):
         return None
 
+    def vec(self, v, dtype=float):
+        """A setting (scalar or per replica) as an (R,) numpy array."""
+        return np.broadcast_to(np.asarray(v, dtype=dtype), (self.engine.R,)).copy()
+
 
 def _freeze(new, old, active):
     """Keep the old model for replicas that did not run this round."""
@@ -109,7 +186,7 @@ def _freeze(new, old, active):
 
 
 def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_every: int = 1,
-          progress: bool = False, val_size: int = 2000, eval_at=None, on_round=None):
+          progress: bool = False, val_size: int = 2000, eval_at=None, on_round=None, history: History | None = None):
     """Run up to ``rounds`` rounds for every replica; a replica stops early
     when its next round would spend more than ``epsilon`` (RDP accountant,
     charged every round before the round runs) or when its policy says so.
@@ -117,7 +194,8 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     The test set is evaluated every ``eval_every`` rounds, or exactly after
     the rounds listed in ``eval_at`` (a pre-trial's T grid: a run of T rounds
     is the first T rounds of a longer run with the same seed).  ``on_round(t)``
-    is called after each round (progress of an outer sweep).
+    is called after each round (progress of an outer sweep).  ``history``
+    (a :class:`History`, e.g. one writing to a file) receives the rows.
 
     Returns (global models (R, ...), History, final dict of numpy arrays).
     """
@@ -127,7 +205,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     glob = eng.init_global()
     active = np.ones(R, dtype=bool)
     done_rounds = np.zeros(R, dtype=int)
-    hist = History()
+    hist = history if history is not None else History()
     cap = policy.max_rounds()
     eval_at = None if eval_at is None else {int(x) for x in eval_at}
     bar, last_acc = None, float("nan")
@@ -136,47 +214,50 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
         from tqdm import tqdm
 
         bar = tqdm(total=rounds, desc=policy.name, unit="round", leave=False)
+
+    def reported():
+        return ledger.epsilon() if policy.fixed_epsilon() is None else np.full(R, policy.fixed_epsilon())
+
     t0 = time.perf_counter()
-    for t in range(rounds):
-        if cap is not None:
-            active &= t < np.asarray(cap)
-        ch = policy.charges(t)
-        inc = ledger.increment(ch) if ch is not None else None
-        if inc is not None and epsilon is not None:
-            active &= ledger.epsilon(ledger.rdp + inc) <= epsilon
-        if not active.any():
-            break
-        new = policy.round(t, glob, active)
-        glob = _freeze(new, glob, active)
-        fresh = None
-        if inc is not None:
-            ledger.rdp[active] += inc[active]
-        done_rounds[active] += 1
-        last = t == rounds - 1
-        # the policy adapts every round (ALI-DPFL's τ*, Adap DP-FL's C and σ);
-        # the server's validation loss is computed only for those that use it
-        val_loss = eng.evaluate(glob, val_size)[0].cpu().numpy() if policy.needs_validation else None
-        policy.after_round(t, glob, val_loss)
-        due = (t + 1) in eval_at if eval_at is not None else (t + 1) % eval_every == 0
-        if due or last:
-            with torch.no_grad():
-                test_loss, acc = fresh = eng.evaluate(glob)
-                last_acc = float(acc.max())
-            eps = ledger.epsilon() if policy.fixed_epsilon() is None else np.full(R, policy.fixed_epsilon())
-            for r in range(R):
-                hist.add(round=t + 1, replica=r, active=bool(active[r]), test_loss=float(test_loss[r]),
-                         accuracy=float(acc[r]), epsilon=float(eps[r]), **policy.info_row(r))
-        if on_round is not None:
-            on_round(t)
+    try:
+        for t in range(rounds):
+            if cap is not None:
+                active &= t < np.asarray(cap)
+            ch = policy.charges(t)
+            inc = ledger.increment(ch) if ch is not None else None
+            if inc is not None and epsilon is not None:
+                active &= ledger.affordable(ch, inc, epsilon, active)
+            if not active.any():
+                break
+            new = policy.round(t, glob, active)
+            glob = _freeze(new, glob, active)
+            fresh = None
+            if inc is not None:
+                ledger.commit(ch, inc, active)
+            done_rounds[active] += 1
+            last = t == rounds - 1
+            # the policy adapts every round (ALI-DPFL's τ*, Adap DP-FL's C and σ);
+            # the server's validation loss is computed only for those that use it
+            val_loss = eng.evaluate(glob, val_size)[0].cpu().numpy() if policy.needs_validation else None
+            policy.after_round(t, glob, val_loss)
+            due = (t + 1) in eval_at if eval_at is not None else (t + 1) % eval_every == 0
+            if due or last:
+                with torch.no_grad():
+                    test_loss, acc = fresh = eng.evaluate(glob)
+                    last_acc = float(acc.max())
+                eps = reported()
+                for r in range(R):
+                    hist.add(round=t + 1, replica=r, active=bool(active[r]), test_loss=float(test_loss[r]),
+                             accuracy=float(acc[r]), epsilon=float(eps[r]), **policy.info_row(r))
+            if on_round is not None:
+                on_round(t)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(best_acc=f"{last_acc:.3f}", active=int(active.sum()))
+    finally:
         if bar is not None:
-            bar.update(1)
-            bar.set_postfix(best_acc=f"{last_acc:.3f}", active=int(active.sum()))
-    if bar is not None:
-        bar.close()
+            bar.close()
     test_loss, acc = fresh if fresh is not None else eng.evaluate(glob)
-    eps = ledger.epsilon() if policy.fixed_epsilon() is None else np.full(R, policy.fixed_epsilon())
-    final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": eps,
+    final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": reported(),
              "rounds": done_rounds, "delta": delta, "seconds": time.perf_counter() - t0}
     return glob, hist, final
-
-

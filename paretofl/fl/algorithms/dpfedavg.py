@@ -1,16 +1,22 @@
-"""DP-FedAvg, two ways.
+"""DP-FedAvg under each of paretofl's mechanisms (docs/theory.md §5).
 
-* ``mechanism="sample"`` — "FedAvg + DP" of paper 002, Algorithm 1: every
-  (selected) client runs τ DP-SGD steps (Poisson batches at rate q_b,
-  per-sample clipping C, noise σC), the server takes the p_i-weighted
-  average.  Charged (σ, q_b) × τ per round (a client is charged every round,
-  selected or not: conservative).
-* ``mechanism="client"`` — client-level DP-FedAvg of paper 001 (after
-  McMahan et al. 2018): clients are selected with probability q, run local
-  epochs of plain SGD, clip their update to C and add N(0, σ²C²); the server
-  sums, tops the noise up to N(0, qN·σ²C²) when fewer than qN clients came
-  (theory §5), and divides by qN.  Charged (q, σ√(qN)) per round (aggregate
-  view) or (q, σ) (``view="local"``).
+* ``sample`` -- "FedAvg + DP" of ALI-DPFL, Algorithm 1: every selected
+  client runs τ DP-SGD steps (Poisson batches at rate q_b, per-sample
+  clipping C, noise N(0, σ²C²) on the clipped sum, divided by a public
+  number: q_b times the client's declared size, or ``batch_divisor``); the
+  server averages with weights from the declared sizes.  Charged (q_b, σ)
+  per local step, every round, selected or not (conservative).
+* ``client-aggregate`` -- client-level DP-FedAvg of Gu et al. (after McMahan
+  et al. 2018): clients join with probability q, run local epochs of plain
+  SGD, clip their update to C; the released sum carries N(0, qN·σ²C²)
+  whatever the cohort's size — each selected client adds N(0, q·σ²C²) (its
+  share of the total over N clients) and the server adds the rest,
+  N(0, (N - |S|)·q·σ²C²) — and is divided by qN.  Charged: rate q, noise
+  multiplier σ√(qN), per round.
+* ``client-local`` -- the same clients, each adding N(0, σ²C²) to its
+  clipped update, which the server receives with its sender; no top-up.
+  Charged: a Gaussian of noise multiplier σ at each participation
+  (participations seen).
 """
 
 from __future__ import annotations
@@ -18,52 +24,37 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...theory.privacy import mechanism_charge
 from ..engine import AdamState
+from ..options import DPFedAvgConfig
 from .base import Policy
 
 
 class DPFedAvg(Policy):
     name = "dpfedavg"
+    Config = DPFedAvgConfig
 
-    def __init__(self, engine, mechanism="sample", sigma=1.0, clip=1.0, lr=0.5, batch_rate=0.015,
-                 local_steps=1, client_rate=1.0, local_epochs=1, batch_size=64, view="aggregate",
-                 batch_divisor=None, optimizer="sgd"):
-        super().__init__(engine)
-        R = engine.R
-        vec = lambda v: np.broadcast_to(np.asarray(v, dtype=float), (R,)).copy()  # noqa: E731
-        if mechanism not in ("sample", "client"):
-            raise ValueError(f"mechanism must be 'sample' or 'client', got {mechanism!r}")
-        if view not in ("aggregate", "local"):
-            raise ValueError(f"view must be 'aggregate' or 'local', got {view!r}")
-        if optimizer not in ("sgd", "adam"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
-        self.mechanism, self.view = mechanism, view
-        # clients' optimizer: SGD, or Adam whose moments each client keeps
-        # across rounds (paper 003 trains its clients with Adam)
-        self.optimizer, self.adam = optimizer, None
-        self.sigma, self.clip, self.lr = vec(sigma), vec(clip), vec(lr)
-        self.batch_rate, self.client_rate = vec(batch_rate), vec(client_rate)
-        self.tau = vec(local_steps).astype(int)
-        self.local_epochs, self.batch_size = int(local_epochs), int(batch_size)
-        # DP-SGD's divisor of the noised sum: the expected batch q_b|D_i|
-        # (None), or a fixed number (paper 002's code divides by 64)
-        self.batch_divisor = None if batch_divisor is None else vec(batch_divisor)
-        if self.batch_divisor is not None and np.any(~(self.batch_divisor > 0)):
-            raise ValueError(f"batch divisor must be > 0, got {self.batch_divisor}")
-        if self.batch_divisor is not None and mechanism != "sample":
-            raise ValueError("a batch divisor applies to DP-SGD clients (mechanism 'sample'); "
-                             "client-level clients run plain SGD on batches of batch_size")
-        if np.any(self.tau < 1) or self.local_epochs < 1 or self.batch_size < 1:
-            raise ValueError("local steps, local epochs and batch size must be at least 1")
-        if np.any(~(self.sigma >= 0)) or np.any(np.isinf(self.sigma)):
-            raise ValueError(f"sigma must be finite and >= 0 (0: no noise, no privacy), got {self.sigma}")
-        for name, v, lo, hi in (("clip", self.clip, 0, np.inf),
-                                ("lr", self.lr, 0, np.inf), ("batch rate", self.batch_rate, 0, 1),
-                                ("client rate", self.client_rate, 0, 1)):
-            if np.any(~(v > lo)) or np.any(v > hi):
-                raise ValueError(f"{name} must lie in ({lo}, {hi}], got {v}")
-        if mechanism == "client" and view == "aggregate" and np.any(self.client_rate * engine.N < 1):
-            raise ValueError("the aggregate view needs client rate q with q*N >= 1")
+    def __init__(self, engine, config=None, *, sizes=None, **kw):
+        super().__init__(engine, config, **kw)
+        c = self.config
+        N = engine.N
+        self.mechanism = c.mechanism
+        self.sigma, self.clip, self.lr = self.vec(c.sigma), self.vec(c.clip), self.vec(c.lr)
+        self.batch_rate, self.client_rate = self.vec(c.batch_rate), self.vec(c.client_rate)
+        self.tau = self.vec(c.local_steps, int)
+        self.local_epochs, self.batch_size = int(c.local_epochs), int(c.batch_size)
+        self.optimizer, self.adam = c.optimizer, None
+        self.batch_divisor = None if c.batch_divisor is None else self.vec(c.batch_divisor)
+        # the clients' declared data set sizes: public numbers of the mechanism
+        # (DP-SGD's divisor, the aggregation weights), never recounted from
+        # the data, so that adding or removing a sample changes no scale
+        self.sizes = np.asarray(engine.client_n.cpu().numpy() if sizes is None else sizes, dtype=float)
+        if self.sizes.shape != (N,) or np.any(~(self.sizes > 0)):
+            raise ValueError(f"sizes must list a positive declared size for each of the {N} clients")
+        self.weights = torch.as_tensor(self.sizes / self.sizes.sum(), dtype=engine.dtype, device=engine.device)
+        if self.mechanism == "client-aggregate" and np.any(self.client_rate * N < 1 - 1e-9):
+            raise ValueError(f"the client-aggregate mechanism needs client_rate * clients >= 1 (here "
+                             f"{float(np.min(self.client_rate * N)):g}): raise client_rate or use client-local")
 
     # ------------------------------------------------------------- privacy
     def steps_this_round(self):
@@ -71,9 +62,13 @@ class DPFedAvg(Policy):
 
     def charges(self, t):
         if self.mechanism == "sample":
-            return [(self.sigma, self.batch_rate, self.steps_this_round())]
-        z = self.sigma * np.sqrt(self.client_rate * self.engine.N) if self.view == "aggregate" else self.sigma
-        return [(z, self.client_rate, np.ones(self.engine.R, dtype=int))]
+            return [("poisson", self.sigma, self.batch_rate, self.steps_this_round())]
+        ones = np.ones(self.engine.R, dtype=int)
+        N = self.engine.N
+        z = np.array([0.0 if s == 0 else mechanism_charge(self.mechanism, q, s, N).noise_multiplier
+                      for s, q in zip(self.sigma, self.client_rate)])
+        sampling = "poisson" if self.mechanism == "client-aggregate" else "attributed"
+        return [(sampling, z, self.client_rate, ones)]
 
     # ------------------------------------------------------------- a round
     def round(self, t, glob, active):
@@ -89,6 +84,14 @@ class DPFedAvg(Policy):
             sel = eng.sample_clients(torch.as_tensor(self.client_rate, device=eng.device))
         return sel & torch.as_tensor(active, device=eng.device)[:, None]
 
+    def divisor(self):
+        """DP-SGD's divisor of each model's noised sum (M,): a public number."""
+        eng = self.engine
+        if self.batch_divisor is not None:
+            return eng.vec(self.batch_divisor)
+        n = torch.as_tensor(np.tile(self.sizes, eng.R), dtype=eng.dtype, device=eng.device)
+        return eng.vec(self.batch_rate) * n
+
     def _sample_round(self, glob, active):
         eng = self.engine
         sel = self._selection(active)
@@ -97,10 +100,9 @@ class DPFedAvg(Policy):
         params = eng.broadcast(glob)
         new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_rate=eng.vec(self.batch_rate),
                                      sigma=eng.vec(self.sigma), clip=eng.vec(self.clip),
-                                     batch_divisor=None if self.batch_divisor is None else eng.vec(self.batch_divisor),
-                                     adam=self._adam_state(params))
+                                     batch_divisor=self.divisor(), adam=self._adam_state(params))
         self.last_stats = stats
-        w = eng.p.reshape(1, -1) * sel
+        w = self.weights.reshape(1, -1) * sel
         w = w / w.sum(1, keepdim=True).clamp(min=1e-12)
         agg = eng.aggregate(eng.flat(new), w)
         out = eng.unflat(agg, glob)
@@ -130,25 +132,43 @@ class DPFedAvg(Policy):
         self.last_stats = stats
         return eng.flat(new) - eng.flat(params)
 
-    def _release(self, glob, update, sel):
-        """The privatisation: clip each update to C, add each client's
-        N(0, σ²C²), sum the selected, top the noise up to N(0, qNσ²C²) in the
-        aggregate view, divide by qN.  Everything the accountant's charge
-        covers happens here (the audit drives this code with canaries)."""
+    def noise_stds(self, sel):
+        """(each client's noise std (R,), the server's top-up std (R,)) per
+        coordinate, in units of the update (docs/theory.md §5): client-aggregate
+        releases N(0, qN σ²C²) in total, whatever |S| is — each of the
+        selected clients adds its share qσ²C² of that total over the N
+        clients, the server the rest (N - |S|)qσ²C² >= 0; client-local has
+        each client add σ²C² and no top-up."""
+        eng = self.engine
+        sc = torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
+        if self.mechanism == "client-local":
+            return sc, torch.zeros_like(sc)
+        q = torch.as_tensor(self.client_rate, dtype=eng.dtype, device=eng.device)
+        rest = (eng.N - sel.sum(1).to(eng.dtype)).clamp(min=0)
+        return sc * q.sqrt(), sc * (q * rest).sqrt()
+
+    def privatise(self, update, sel):
+        """Each client's noisy clipped update (M, d), zero where not selected,
+        and the server's top-up (R, d): what the mechanism adds before
+        anything leaves a client or the server."""
         eng = self.engine
         delta, _ = eng.clip_rows(update, eng.vec(self.clip))
-        std = eng.vec(self.sigma * self.clip)
-        noise = eng.noise_like([delta])[0] * std[:, None]
-        contrib = (delta + noise) * sel.reshape(-1, 1)
+        client_std, top_std = self.noise_stds(sel)
+        noise = eng.noise_like([delta])[0] * client_std.repeat_interleave(eng.N)[:, None]
+        noisy = (delta + noise) * sel.reshape(-1, 1)
+        top = top_std[:, None] * eng.normal((delta.shape[1],))
+        return noisy, top
+
+    def _release(self, glob, update, sel):
+        """The privatisation: clip each update to C, add the clients' noise,
+        sum the selected, add the server's top-up, divide by qN (a public
+        number).  Everything the accountant's charge covers happens here
+        (the audit drives this code with canaries)."""
+        eng = self.engine
+        noisy, top = self.privatise(update, sel)
+        total = eng.aggregate(noisy, torch.ones(eng.R, eng.N, device=eng.device)) + top
         qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
-        total = eng.aggregate(contrib, torch.ones(eng.R, eng.N, device=eng.device))
-        if self.view == "aggregate":
-            # top-up: the released sum carries at least N(0, qN σ²C²)
-            missing = torch.clamp(qn - sel.sum(1).to(eng.dtype), min=0)
-            top = torch.sqrt(missing) * torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
-            total = total + top[:, None] * eng.normal((total.shape[1],))
-        avg = total / qn[:, None]
-        return eng.unflat(eng.flat(glob) + avg, glob)
+        return eng.unflat(eng.flat(glob) + total / qn[:, None], glob)
 
     def info_row(self, r):
         return {"sigma": float(self.sigma[r]), "clip": float(self.clip[r]), "tau": int(self.tau[r])}

@@ -1,21 +1,24 @@
-"""NbAFL (paper 004): noise before aggregation.
+"""NbAFL (Wei et al. 2020): noise before aggregation.
 
 Each scheduled client trains locally with the proximal term μ/2‖w - w_t‖²,
 clips its *parameters* to norm C (w / max(1, ‖w‖/C)), and uploads them with
-Gaussian noise σ_U = cLΔs_U/ε (Δs_U = 2C/m, m the smallest local data set).
-The server averages and, past the threshold T > L√N (Theorem 1; Lemma 4 for
-K-client scheduling), adds downlink noise σ_D before broadcasting.
+Gaussian noise σ_U.  The server averages and, past the threshold T > L√N
+(Theorem 1; Lemma 4 for K-client scheduling), adds downlink noise σ_D before
+broadcasting.
 
-The ε reported is not the paper's target.  Paper 004's sensitivity 2C/m
-holds for a local model that averages m per-sample terms each bounded by C;
-local SGD gives no such bound, and one sample can move the clipped
-parameters by up to 2C (``paretofl audit`` shows a single canary sample
-doing so: its empirical lower bound exceeds the paper's ε).  What clipping
-does guarantee is sensitivity 2C (replace-one), so each upload is a Gaussian
-mechanism with noise multiplier σ_U/(2C), and a client uploads at most T
-times: :meth:`fixed_epsilon` is the RDP ε of that (the paper's target is kept
-as ``epsilon_paper``).  ``calibration="clipping"`` instead calibrates σ_U so
-that this guaranteed ε meets the target (far more noise).
+What is guaranteed.  Parameter clipping bounds how far any change of a
+client's data can move its upload: by 2C (replace-one, at the client level
+and so at the sample level too).  Each upload is then a Gaussian mechanism
+with noise multiplier σ_U/(2C), seen with its sender, at most T times per
+client: :meth:`fixed_epsilon` is the RDP ε of that, the ε paretofl reports.
+
+Calibration.  ``clipping`` (the default) sets σ_U so that this guaranteed ε
+meets the run's budget.  ``paper`` is NbAFL's σ_U = cLΔs_U/ε with
+Δs_U = 2C/m (m the smallest declared data set): it assumes a local model
+averages m per-sample terms each bounded by C, which local SGD does not
+guarantee — ``paretofl audit`` shows one canary sample moving the upload
+far more — so its guaranteed ε is far above the budget; it is offered for
+reproducing the paper only, and ``paretofl train`` says so first.
 """
 
 from __future__ import annotations
@@ -23,36 +26,41 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...theory.privacy import calibrate_noise, compute_epsilon
 from ...theory.convergence import nbafl_sigma_downlink, nbafl_sigma_downlink_k, nbafl_sigma_uplink
+from ...theory.privacy import calibrate_noise, compute_epsilon
+from ..options import NbAFLConfig
 from .base import Policy
 
 
 class NbAFL(Policy):
     name = "nbafl"
+    Config = NbAFLConfig
 
-    def __init__(self, engine, epsilon, rounds, delta=1e-2, clip=10.0, exposures=None, clients_per_round=None,
-                 prox_mu=0.01, lr=0.05, local_steps=5, batch_size=64, calibration="paper"):
-        super().__init__(engine)
-        N = engine.N
-        self.eps, self.delta, self.T = float(epsilon), float(delta), int(rounds)
-        self.C = float(clip)
-        self.L = int(exposures) if exposures is not None else self.T
-        self.K = int(clients_per_round) if clients_per_round is not None else N
-        if not (1 <= self.K <= N):
-            raise ValueError(f"clients per round K must lie in 1..{N}")
-        if calibration not in ("paper", "clipping"):
-            raise ValueError(f"calibration must be 'paper' or 'clipping', got {calibration!r}")
-        m = int(engine.client_n.min())
-        if calibration == "paper":
+    def __init__(self, engine, config=None, *, sizes=None, **kw):
+        super().__init__(engine, config, **kw)
+        c, N = self.config, engine.N
+        if self.epsilon is None or self.rounds is None:
+            raise ValueError("nbafl calibrates its noise to the budget: give epsilon and rounds")
+        self.eps, self.T = float(self.epsilon), int(self.rounds)
+        self.C = float(c.clip)
+        self.L = int(c.exposures) if c.exposures is not None else self.T
+        self.K = int(c.clients_per_round) if c.clients_per_round is not None else N
+        if self.K > N:
+            raise ValueError(f"clients_per_round must lie in 1..{N}, got {self.K}")
+        self.calibration = c.calibration
+        sizes = np.asarray(engine.client_n.cpu().numpy() if sizes is None else sizes, dtype=float)
+        self.weights = torch.as_tensor(sizes / sizes.sum(), dtype=engine.dtype, device=engine.device)
+        m = int(sizes.min())
+        if self.calibration == "paper":
             self.sigma_u = nbafl_sigma_uplink(self.C, m, self.L, self.eps, self.delta)
-        else:  # T uploads of a Gaussian mechanism with sensitivity 2C meet the target
+        else:  # T uploads of a Gaussian mechanism with sensitivity 2C meet the budget
             self.sigma_u = 2 * self.C * calibrate_noise(self.eps, 1.0, self.T, self.delta)
         if self.K == N:
             self.sigma_d = nbafl_sigma_downlink(self.C, m, N, self.L, self.T, self.eps, self.delta)
         else:
             self.sigma_d = nbafl_sigma_downlink_k(self.C, m, N, self.K, self.L, self.T, self.eps, self.delta)
-        self.prox_mu, self.lr, self.local_steps, self.batch_size = prox_mu, lr, int(local_steps), int(batch_size)
+        self.prox_mu, self.lr = float(c.prox_mu), float(c.lr)
+        self.local_steps, self.batch_size = int(c.local_steps), int(c.batch_size)
 
     @property
     def epsilon_paper(self):
@@ -60,7 +68,7 @@ class NbAFL(Policy):
 
     def fixed_epsilon(self):
         """The ε the uploads guarantee: T releases of a Gaussian mechanism with
-        sensitivity 2C and noise σ_U (RDP), never less than the target."""
+        sensitivity 2C and noise σ_U (RDP), never less than the budget."""
         z = self.sigma_u / (2 * self.C)
         guaranteed = compute_epsilon(1.0, z, self.T, self.delta) if z >= 1e-6 else float("inf")
         return max(guaranteed, self.eps)
@@ -82,7 +90,7 @@ class NbAFL(Policy):
                                  prox_mu=self.prox_mu, anchor=params)
         w, _ = eng.clip_rows(eng.flat(new), self.C)                              # clip parameters
         w = w + self.sigma_u * eng.noise_like([w])[0]                            # uplink noise
-        weights = eng.p.reshape(1, -1) * sel
+        weights = self.weights.reshape(1, -1) * sel
         weights = weights / weights.sum(1, keepdim=True)
         agg = eng.aggregate(w, weights, noise_std=self.sigma_d if self.sigma_d > 0 else None)  # downlink
         return eng.unflat(agg, glob)

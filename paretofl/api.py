@@ -1,0 +1,226 @@
+"""The Python API: what the ``paretofl`` commands call.
+
+Everything a command does is a function here or in the modules it names;
+torch is imported only by :func:`train` (and the audit), when called.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from .recommendation import Design, InfeasibleBudget, design  # noqa: F401  (re-exported)
+from .theory.pareto import ParetoSet, theorem3
+from .theory.privacy import SAMPLINGS, RDPAccountant, check_delta, check_step
+
+__all__ = ["design", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "ParetoSet", "fit",
+           "train", "TrainResult", "PRV_LIMITS"]
+
+#: where Opacus's PRV accountant is run at all: beyond these its grid grows
+#: past gigabytes and minutes (measured: 26 GiB at small σ and many steps)
+PRV_LIMITS = {"steps": 20_000, "rdp_epsilon": 50.0}
+
+
+@dataclass
+class Accounting:
+    """ε of a sequence of Gaussian steps; ``by_accountant`` when two ran."""
+
+    epsilon: float
+    delta: float
+    accountant: str
+    noise_multiplier: float
+    sample_rate: float
+    steps: int
+    sampling: str
+    order: float = math.nan
+    by_accountant: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def account(noise_multiplier: float, sample_rate: float, steps: int, delta: float = 1e-5,
+            sampling: str = "poisson", accountant: str = "rdp", conversion: str = "improved") -> Accounting:
+    """ε after ``steps`` Gaussian steps (docs/theory.md §5).
+
+    Parameters
+    ----------
+    noise_multiplier : noise std / sensitivity of each step's release.
+    sample_rate : the sampling rate q.
+    sampling : "poisson" (membership hidden, add/remove neighbours),
+        "attributed" (participation seen: the local view) or "fixed-size"
+        (m of n without replacement, replace-one neighbours).
+    accountant : "rdp" (paretofl's, no torch), "prv" (Opacus's PRV
+        accountant, Poisson sampling only, needs ``paretofl[train]``) or
+        "both" (the larger ε is reported).
+    """
+    check_step(noise_multiplier, sample_rate, steps)
+    check_delta(delta)
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+    if accountant not in ("rdp", "prv", "both"):
+        raise ValueError(f"accountant must be rdp, prv or both, got {accountant!r}")
+    rdp = RDPAccountant(conversion=conversion).step(noise_multiplier, sample_rate, steps, sampling)
+    eps_rdp, order = rdp.epsilon_and_order(delta)
+    values, notes = {}, []
+    if accountant in ("rdp", "both"):
+        values["rdp"] = eps_rdp
+    if accountant in ("prv", "both"):
+        why = None
+        if sampling != "poisson":
+            why = f"Opacus's PRV accountant covers Poisson sampling only, not {sampling!r}"
+        elif steps > PRV_LIMITS["steps"]:
+            why = f"the PRV accountant is run for at most {PRV_LIMITS['steps']:,} steps (its grid grows with them)"
+        elif eps_rdp > PRV_LIMITS["rdp_epsilon"]:
+            why = (f"the PRV accountant is run where epsilon is at most {PRV_LIMITS['rdp_epsilon']:g} "
+                   f"(RDP gives {eps_rdp:.4g} here; its grid would take gigabytes)")
+        if why is None:
+            from .fl.prv import PRVAccountant  # Opacus, hence torch: only when asked for
+
+            values["prv"] = PRVAccountant().step(noise_multiplier, sample_rate, steps).get_epsilon(delta)
+        elif accountant == "prv":
+            raise ValueError(why + "; use accountant rdp")
+        else:
+            notes.append(f"prv not run: {why}")
+    eps = max(values.values())  # two accountants: the larger epsilon is the one reported
+    return Accounting(eps, delta, accountant, float(noise_multiplier), float(sample_rate), int(steps), sampling,
+                      order if "rdp" in values else math.nan, values if len(values) > 1 else {}, notes)
+
+
+def pareto_set(n_clients: int, q: float, kappa: float, sigma_min: float, sigma_max: float, max_rounds: float,
+               integer: bool = False, points: int = 50) -> ParetoSet:
+    """The closed-form Pareto set in the (σ, T) plane for a fixed q
+    (Theorem 3 of Gu et al., docs/theory.md §3): its case, T_a, T_b and
+    labelled pieces.  ``integer``: T takes integer values, each with the
+    interval of σ that is Pareto optimal there."""
+    return theorem3(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, integer=integer, n_points=points)
+
+
+def fit(store, epsilon: str = "exact", reference: str = "best", bootstrap: int = 1000, seed: int = 0):
+    """The experimental Pareto front and κ of a pre-trial's results store:
+    a :class:`paretofl.pretrial.fit.Fit` (``.kappa``, ``.kappa_ci``,
+    ``.slope``, ``.front``, ``.problems``, ``.save(path)``)."""
+    from .pretrial.fit import fit as _fit
+
+    return _fit(store, epsilon=epsilon, reference=reference, bootstrap=bootstrap, seed=seed)
+
+
+@dataclass
+class TrainResult:
+    """A training's outcome: means over replicas, and each replica's."""
+
+    accuracy: float
+    test_loss: float
+    epsilon: float
+    delta: float
+    rounds: int
+    per_replica: dict
+    seconds: float
+    algorithm: str
+    dataset: str
+    model: str
+    options: dict
+    history: list = field(default_factory=list, repr=False)
+
+    def to_dict(self, with_history: bool = False) -> dict:
+        d = asdict(self)
+        if not with_history:
+            d.pop("history")
+        return d
+
+
+def train(algorithm: str = "dpfedavg", dataset: str = "fashion-mnist", model: str = "lr", clients: int = 10,
+          epsilon: float = 2.0, delta: float = 1e-5, rounds: int = 100, partition: str = "iid", beta: float = 0.05,
+          replicas: int = 1, seed: int = 0, device: str = "cpu", data_dir: str | None = None, eval_every: int = 1,
+          history: str | None = None, progress: bool = False, design: Design | None = None,
+          **options) -> TrainResult:
+    """Train DP federated learning on real data (torch is imported here).
+
+    ``algorithm`` is one of ``paretofl.fl.algorithms.ALGORITHMS``
+    (dpfedavg, ali-dpfl, adap-dpfl, nbafl); ``options`` are its config's
+    fields (e.g. ``sigma``, ``clip``, ``client_rate``, ``mechanism``; see
+    ``ALGORITHMS[name].options()``).  A replica stops when its next round
+    would spend more than ``epsilon``.  ``history``: a CSV path that gets a
+    row per (round, replica) as they finish.  ``design``: apply a
+    :class:`Design` (its q, T, σ, mechanism and budget) to client-level
+    DP-FedAvg.
+    """
+    import numpy as np
+    import torch
+
+    from .fl.algorithms import ALGORITHMS, History
+    from .fl.algorithms import train as run
+    from .fl.data import load_dataset, make_partition
+    from .fl.engine import Engine
+    from .fl.models import build_model
+
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    if design is not None:
+        if algorithm != "dpfedavg":
+            raise ValueError("a design applies to client-level dpfedavg")
+        if clients != design.n_clients:
+            raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
+        options = {"mechanism": design.mechanism, "client_rate": design.q, "sigma": design.sigma, **options}
+        epsilon, delta, rounds = design.budget, design.delta, design.rounds
+    for name, v in (("clients", clients), ("rounds", rounds), ("replicas", replicas), ("eval_every", eval_every)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (epsilon > 0) \
+            or not math.isfinite(epsilon):
+        raise ValueError(f"epsilon must be a positive finite number, got {epsilon}")
+    check_delta(delta)
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device cuda asked for, but no CUDA device is available")
+    if data_dir is not None:
+        from pathlib import Path
+
+        if not Path(data_dir).is_dir():
+            raise ValueError(f"data_dir {data_dir} does not exist or is not a folder")
+    cls = ALGORITHMS[algorithm]
+    known = cls.options()
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(f"{algorithm} has no option {', '.join(unknown)}; its options: {', '.join(known)}")
+    config = cls.Config(**options)
+    sigma = getattr(config, "sigma", None)
+    if sigma is not None and np.any(np.asarray(sigma, dtype=float) == 0):
+        raise ValueError("sigma = 0 adds no noise: epsilon would be infinite; give sigma > 0")
+    rate = getattr(config, "client_rate", 1.0)
+    if np.any(np.asarray(rate, dtype=float) * clients < 1 - 1e-9):
+        raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * clients)):g} < 1: most rounds "
+                         "would select no client; raise client_rate or clients")
+    ds = load_dataset(dataset, data_dir)
+    if len(ds.y_train) < clients:
+        raise ValueError(f"{len(ds.y_train)} training samples cannot be split over {clients} clients")
+    parts = make_partition(partition, ds.y_train.numpy(), clients, seed=seed, beta=beta)
+    net = build_model(model, ds.shape, ds.n_classes)
+    eng = Engine(net, ds, parts, replicas, device=device, seeds=[seed + r for r in range(replicas)])
+    pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds)
+    first = pol.charges(0)
+    if first is not None:
+        from .fl.algorithms.base import Ledger
+
+        ledger = Ledger(replicas, delta)
+        inc = ledger.increment(first)
+        if not ledger.affordable(first, inc, epsilon).any():
+            one = ledger.grid_epsilon(inc)
+            raise ValueError(f"the budget allows not one round: one round spends epsilon {float(np.min(one)):.4g} "
+                             f"> {epsilon:g}; raise epsilon or sigma")
+    hist = History(history)
+    try:
+        _, hist, fin = run(pol, rounds=rounds, epsilon=epsilon, delta=delta, eval_every=eval_every,
+                           progress=progress, history=hist)
+    finally:
+        hist.close()
+    mean = lambda v: float(np.mean(v))  # noqa: E731
+    return TrainResult(
+        accuracy=mean(fin["accuracy"]), test_loss=mean(fin["test_loss"]), epsilon=float(np.max(fin["epsilon"])),
+        delta=delta, rounds=int(np.max(fin["rounds"])),
+        per_replica={k: np.asarray(fin[k]).tolist() for k in ("accuracy", "test_loss", "epsilon", "rounds")},
+        seconds=float(fin["seconds"]), algorithm=algorithm, dataset=dataset, model=model,
+        options={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in asdict(config).items()},
+        history=hist.rows)

@@ -1,0 +1,160 @@
+"""What each algorithm can be told: its options as typed configs (dataclasses
+whose fields carry a default and a help line), validated with errors that
+name the parameter.  No torch here: the command line builds its flags from
+these, and ``paretofl design`` never loads the trainer.  The audit's names
+live here for the same reason."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+
+import numpy as np
+
+__all__ = ["option", "check_range", "check_choice", "options_of", "DPFedAvgConfig", "ALIDPFLConfig",
+           "AdapDPFLConfig", "NbAFLConfig", "CONFIGS", "DPFEDAVG_MECHANISMS", "CALIBRATIONS",
+           "AUDIT_MECHANISMS", "AUDIT_BREAKS", "AUDIT_APPLIES"]
+
+
+def option(default, help: str, *, choices=None, per_replica: bool = False):
+    """A field of an algorithm's config: its default and its help line (the
+    CLI builds its flags from these).  ``per_replica``: a list of one value
+    per replica is accepted too (pre-trials run many σ side by side)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "per_replica": per_replica})
+
+
+def check_range(name, value, lo, hi, lo_open=True, integer=False):
+    """Every value of ``value`` (a number or a per-replica list) in the range,
+    else a ValueError that names the parameter."""
+    v = np.asarray(value, dtype=float)
+    if isinstance(value, bool) or v.size == 0 or np.any(~np.isfinite(v)) \
+            or np.any(v <= lo if lo_open else v < lo) or np.any(v > hi) \
+            or (integer and np.any(v != np.round(v))):
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"{name} must be {kind} in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value}")
+
+
+def check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
+def options_of(config_cls) -> dict:
+    """name -> (default, help, choices, per_replica) of a config's fields."""
+    return {f.name: (None if f.default is MISSING else f.default, f.metadata.get("help", ""),
+                     f.metadata.get("choices"), f.metadata.get("per_replica", False))
+            for f in fields(config_cls)}
+
+
+DPFEDAVG_MECHANISMS = ("sample", "client-aggregate", "client-local")
+
+
+@dataclass
+class DPFedAvgConfig:
+    mechanism: str = option("sample", "sample (DP-SGD in clients), client-aggregate or client-local",
+                            choices=DPFEDAVG_MECHANISMS)
+    sigma: float = option(1.0, "noise multiplier σ (0: no noise, no privacy)", per_replica=True)
+    clip: float = option(1.0, "clipping bound C", per_replica=True)
+    lr: float = option(0.5, "clients' learning rate", per_replica=True)
+    client_rate: float = option(1.0, "client sampling ratio q", per_replica=True)
+    batch_rate: float = option(0.015, "sample: DP-SGD Poisson batch rate q_b", per_replica=True)
+    local_steps: int = option(1, "sample: local DP-SGD iterations τ per round", per_replica=True)
+    batch_divisor: float | None = option(None, "sample: divide the noised sum by this fixed number instead of "
+                                               "q_b times the client's declared size (ALI-DPFL's code: 64)")
+    local_epochs: int = option(1, "client-*: local epochs of plain SGD")
+    batch_size: int = option(64, "client-*: batch size of the local SGD")
+    optimizer: str = option("sgd", "clients' optimizer; adam keeps each client's moments across rounds",
+                            choices=("sgd", "adam"))
+
+    def __post_init__(self):
+        check_choice("mechanism", self.mechanism, DPFEDAVG_MECHANISMS)
+        check_choice("optimizer", self.optimizer, ("sgd", "adam"))
+        check_range("sigma", self.sigma, 0, 1e6, lo_open=False)
+        check_range("clip", self.clip, 0, 1e12)
+        check_range("lr", self.lr, 0, 1e6)
+        check_range("client_rate", self.client_rate, 0, 1)
+        check_range("batch_rate", self.batch_rate, 0, 1)
+        check_range("local_steps", self.local_steps, 1, 1e6, lo_open=False, integer=True)
+        check_range("local_epochs", self.local_epochs, 1, 1e6, lo_open=False, integer=True)
+        check_range("batch_size", self.batch_size, 1, 1e9, lo_open=False, integer=True)
+        if self.batch_divisor is not None:
+            check_range("batch_divisor", self.batch_divisor, 0, 1e12)
+            if self.mechanism != "sample":
+                raise ValueError("batch_divisor applies to DP-SGD clients (mechanism 'sample'); client-level "
+                                 "clients run plain SGD on batches of batch_size")
+
+
+@dataclass
+class ALIDPFLConfig(DPFedAvgConfig):
+    rounds_server: int | None = option(None, "R_s, the server's round limit (default: the run's rounds)")
+    gamma: float = option(10.0, "heterogeneity Γ of Eq. (9)")
+    mu_default: float = option(1.0, "μ before two rounds have given an estimate")
+    tau_max: int = option(50, "largest τ* a round may use")
+
+    def __post_init__(self):
+        if self.mechanism != "sample":
+            raise ValueError("ali-dpfl runs DP-SGD clients: its mechanism is 'sample'")
+        if self.local_steps != 1:
+            raise ValueError("ali-dpfl chooses its local steps itself (τ*): do not set local_steps")
+        super().__post_init__()
+        if self.rounds_server is not None:
+            check_range("rounds_server", self.rounds_server, 1, 1e9, lo_open=False, integer=True)
+        check_range("gamma", self.gamma, 0, 1e12, lo_open=False)
+        check_range("mu_default", self.mu_default, 0, 1e12)
+        check_range("tau_max", self.tau_max, 1, 1e6, lo_open=False, integer=True)
+
+
+@dataclass
+class AdapDPFLConfig(DPFedAvgConfig):
+    alpha: float = option(1.0, "clipping multiplier α of Eq. (8)")
+    noise_decay: float = option(0.9, "noise decay β of Eq. (9), in (0, 1]")
+    patience: int = option(3, "validation-loss drops before σ decays")
+    sigma_min: float = option(0.0, "floor σ never decays below")
+
+    def __post_init__(self):
+        if self.mechanism != "sample":
+            raise ValueError("adap-dpfl runs DP-SGD clients: its mechanism is 'sample'")
+        super().__post_init__()
+        check_range("alpha", self.alpha, 0, 1e12)
+        check_range("noise_decay", self.noise_decay, 0, 1)
+        check_range("patience", self.patience, 1, 1e9, lo_open=False, integer=True)
+        check_range("sigma_min", self.sigma_min, 0, 1e6, lo_open=False)
+
+
+CALIBRATIONS = ("clipping", "paper")
+
+
+@dataclass
+class NbAFLConfig:
+    clip: float = option(10.0, "parameter clipping bound C")
+    lr: float = option(0.05, "clients' learning rate")
+    local_steps: int = option(5, "local SGD steps per round")
+    batch_size: int = option(64, "batch size of the local SGD")
+    prox_mu: float = option(0.01, "proximal term μ")
+    exposures: int | None = option(None, "L, the uploads NbAFL's calibration assumes (default: rounds)")
+    clients_per_round: int | None = option(None, "K scheduled clients a round (default: all N)")
+    calibration: str = option("clipping", "uplink noise for the epsilon clipping guarantees (clipping), or "
+                                          "NbAFL's, whose guarantee is far above the budget (paper)",
+                              choices=CALIBRATIONS)
+
+    def __post_init__(self):
+        check_choice("calibration", self.calibration, CALIBRATIONS)
+        check_range("clip", self.clip, 0, 1e12)
+        check_range("lr", self.lr, 0, 1e6)
+        check_range("local_steps", self.local_steps, 1, 1e6, lo_open=False, integer=True)
+        check_range("batch_size", self.batch_size, 1, 1e9, lo_open=False, integer=True)
+        check_range("prox_mu", self.prox_mu, 0, 1e12, lo_open=False)
+        if self.exposures is not None:
+            check_range("exposures", self.exposures, 1, 1e9, lo_open=False, integer=True)
+        if self.clients_per_round is not None:
+            check_range("clients_per_round", self.clients_per_round, 1, 1e9, lo_open=False, integer=True)
+
+
+CONFIGS = {"dpfedavg": DPFedAvgConfig, "ali-dpfl": ALIDPFLConfig, "adap-dpfl": AdapDPFLConfig,
+           "nbafl": NbAFLConfig}
+
+#: the audit's mechanisms and broken copies (docs/results.md); see paretofl.fl.audit
+AUDIT_MECHANISMS = ("client-aggregate", "client-local", "sample", "nbafl", "nbafl-paper")
+AUDIT_BREAKS = ("none", "noise/10", "no-clip", "legacy-topup", "private-divisor", "amplified-claim")
+#: breaks that apply to some mechanisms only (the rest apply to all)
+AUDIT_APPLIES = {"legacy-topup": ("client-aggregate",), "private-divisor": ("sample",),
+                 "amplified-claim": ("client-local",)}

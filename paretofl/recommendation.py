@@ -1,0 +1,435 @@
+"""The recommendation: privacy budget in, (q, T, σ) out (docs/theory.md §4).
+
+Given N clients, a budget (ε, δ), an efficiency budget T̃ and the constant κ
+of the relation κσ²T = qN, :func:`design` returns the (q, T, σ) with the
+lowest utility bound (1.2) whose *exact* ε (RDP accountant, docs/theory.md §5) stays
+within the budget.  The closed form (Theorem 3, walked along its pieces until
+the budget is spent) is the map; the accountant is the law: the search runs
+on the accountant directly, and the result reports how far it lies from the
+closed-form point.
+
+No torch here: ``paretofl design`` must start fast.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from .theory import pareto
+from .theory.privacy import DEFAULT_ORDERS, aggregate_noise_multiplier, check_delta, compute_epsilon, max_steps
+
+__all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
+           "DESIGN_MECHANISMS", "accounting", "shipped_fit"]
+
+#: PLACEHOLDER, not a measurement: the κ used when neither kappa nor fit is
+#: given and no shipped pre-trial fit can be read.  κ = 0.05 pairs σ = 1 with
+#: T = 20·qN rounds on the relation κσ²T = qN.
+PLACEHOLDER_KAPPA = 0.05
+
+MAX_CLIENTS = 1_000_000
+
+#: the mechanisms a design can be made for (docs/theory.md §5)
+DESIGN_MECHANISMS = ("client-aggregate", "client-local")
+
+
+def shipped_fit(name: str = "lr_fmnist") -> Path:
+    """Path of a fit shipped with the package (``paretofl/data/NAME_fit.json``):
+    ``lr_fmnist`` (the default κ) or ``lenet_fmnist``."""
+    return Path(str(resources.files("paretofl") / "data" / f"{name}_fit.json"))
+
+
+class InfeasibleBudget(ValueError):
+    """No allowed (q, T, σ) meets the budget; carries the smallest ε reachable."""
+
+    def __init__(self, epsilon: float, min_epsilon: float, where: dict):
+        self.epsilon, self.min_epsilon, self.where = epsilon, min_epsilon, where
+        super().__init__(
+            f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any allowed (q, T, sigma) "
+            f"reaches is {min_epsilon:.4g} (q={where['q']:g}, T=1, sigma={where['sigma']:g}); "
+            "raise epsilon or sigma_max, or lower q"
+        )
+
+
+def load_kappa(path) -> float:
+    """κ from a fit file written by ``paretofl fit`` (JSON with key ``kappa``)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"fit file {p} is a folder, not a fit file")
+    if not p.is_file():
+        raise ValueError(f"fit file {p} does not exist")
+    try:
+        data = json.loads(p.read_text())
+        kappa = float(data["kappa"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"fit file {p} is not a paretofl fit (needs a numeric 'kappa'): {exc}") from None
+    if not (kappa > 0) or math.isinf(kappa):
+        raise ValueError(f"fit file {p} holds an invalid kappa {kappa}")
+    return kappa
+
+
+def default_kappa() -> tuple[float, str]:
+    """The shipped LR pre-trial's κ (package data), else the placeholder."""
+    p = shipped_fit()
+    if p.is_file():
+        return load_kappa(p), "shipped fit lr_fmnist_fit.json"
+    return PLACEHOLDER_KAPPA, "placeholder (no fit given; see PLACEHOLDER_KAPPA)"
+
+
+def accounting(mechanism: str, q: float, n_clients: int) -> tuple[str, float]:
+    """(sampling, noise multiplier per unit σ) that ``mechanism`` charges at
+    rate q with N clients (docs/theory.md §5): client-aggregate charges a
+    Poisson-subsampled Gaussian of σ√(qN), client-local a Gaussian of σ at
+    each participation, seen."""
+    if mechanism == "client-aggregate":
+        if q * n_clients < 1 - 1e-9:
+            raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort), "
+                             f"got {q * n_clients:g}")
+        return "poisson", aggregate_noise_multiplier(q, 1.0, n_clients)
+    if mechanism == "client-local":
+        return "attributed", 1.0
+    raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {mechanism!r}")
+
+
+@dataclass
+class Design:
+    """A recommendation.  ``sigma`` is each client's noise multiplier in the
+    units of Gu et al. (what the released sum carries is σ√(qN) in the
+    aggregate view); ``noise_multiplier`` is what the accountant charged."""
+
+    q: float
+    rounds: int
+    sigma: float
+    epsilon: float
+    delta: float
+    case: str
+    utility_bound: float
+    kappa: float
+    kappa_source: str
+    mechanism: str
+    noise_multiplier: float
+    sampling: str
+    sigma_relation: float
+    closed_form: dict = field(default_factory=dict)
+    distance: dict = field(default_factory=dict)
+    budget: float = 0.0
+    n_clients: int = 0
+    max_rounds: int = 0
+    sigma_min: float = 0.0
+    sigma_max: float = 0.0
+    notes: list = field(default_factory=list)
+
+    @property
+    def clients_per_round(self) -> float:
+        """qN, the expected cohort."""
+        return self.q * self.n_clients
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return (f"Design(q={self.q:.4g}, rounds={self.rounds}, sigma={self.sigma:.4g}, epsilon={self.epsilon:.4g}, "
+                f"delta={self.delta:g}, mechanism={self.mechanism!r}, utility_bound={self.utility_bound:.4g})")
+
+
+# --------------------------------------------------------------------------
+# the exact search for one q: branch and bound on σ
+# --------------------------------------------------------------------------
+def _tmax(eps, q, s, delta, orders, acct):
+    sampling, zf = acct
+    return max_steps(eps, q, np.asarray(s) * zf, delta, orders, sampling=sampling)
+
+
+def _initial_grid(q, eps, delta, t_cap, s_lo, s_hi, orders, acct):
+    """T(σ) = min(t_cap, T_max(σ)) on 17 geometric σ's: the search's start."""
+    s = np.geomspace(s_lo, s_hi, 17) if s_hi > s_lo else np.array([s_lo])
+    return s, np.minimum(t_cap, _tmax(eps, q, s, delta, orders, acct))
+
+
+def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumbent=math.inf, grid=None):
+    """Minimise u = 1/T + κσ²/(qN) over σ ∈ [s_lo, s_hi], integer T ∈ [1, t_cap],
+    subject to ε_exact(q, T, σ) <= eps.  Optimal to a relative 1e-4 in u
+    (and 1e-8 in σ).
+
+    For each σ the best T is T(σ) = min(t_cap, T_max(σ)), with T_max from the
+    accountant in closed form (:func:`max_steps`); T(σ) is a non-decreasing
+    step function, and the optimum for each value of T sits at the least σ
+    that reaches it.  An interval (a, b] of σ holds values T(a)..T(b), so
+    1/T(b) + κa²/(qN) bounds u from below on it: intervals whose bound
+    cannot beat the incumbent are dropped, others are split (15 points at a
+    time, vectorised), and an interval holding a single new T is resolved by
+    bisection for its least σ.  Returns (u, T, σ) or None.
+    """
+    c = kappa / (q * n)
+
+    def tmax(s):
+        return np.minimum(t_cap, _tmax(eps, q, s, delta, orders, acct))
+
+    def u(t, s):
+        return 1.0 / t + c * s * s
+
+    s, t = grid if grid is not None else _initial_grid(q, eps, delta, t_cap, s_lo, s_hi, orders, acct)
+    if t[-1] < 1:
+        return None
+    best = (math.inf, None, None)
+
+    def offer(tt, ss):
+        nonlocal best
+        for ti, si in zip(np.atleast_1d(tt), np.atleast_1d(ss)):
+            if ti >= 1 and u(ti, si) < best[0]:
+                best = (u(ti, si), int(ti), float(si))
+
+    offer(t, s)
+    heap = []
+
+    def push(a, b, ta, tb):
+        if tb > ta and tb >= 1:
+            heapq.heappush(heap, (u(tb, a), a, b, int(ta), int(tb)))
+
+    for j in range(1, len(s)):
+        push(s[j - 1], s[j], t[j - 1], t[j])
+    tol = 1e-4
+    while heap:
+        lb, a, b, ta, tb = heapq.heappop(heap)
+        if lb >= min(best[0], incumbent) * (1 - tol):
+            break
+        if tb - max(ta, 0) == 1:
+            # one new T value: bisect (16-way) for the least σ that reaches it
+            lo, hi = a, b
+            while hi / lo > 1 + 1e-8:
+                pts = np.geomspace(lo, hi, 17)[1:-1]
+                ok = tmax(pts) >= tb
+                k = int(np.argmax(ok)) if ok.any() else len(pts)
+                lo = pts[k - 1] if k > 0 else lo
+                hi = pts[k] if k < len(pts) else hi
+            offer(tb, hi)
+        else:
+            pts = np.geomspace(a, b, 17)
+            tp = tmax(pts[1:-1])
+            ts = np.concatenate([[ta], tp, [tb]])
+            offer(tp, pts[1:-1])
+            for j in range(1, len(pts)):
+                push(pts[j - 1], pts[j], ts[j - 1], ts[j])
+    return best if best[1] is not None else None
+
+
+def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct):
+    """The map: walk Theorem 3's Pareto set (continuous T) from the most
+    private end, where the utility bound is worst, and stop where the exact
+    ε reaches the budget.  Along the set ε rises and u falls, so this is a
+    bisection on the position along the concatenated pieces."""
+    ps = pareto.theorem3(q, n, kappa, s_lo, s_hi, t_cap, n_points=400)
+    pts = np.vstack([p.points for p in ps.pieces])
+    sampling, zf = acct
+
+    def epsilon(i):
+        s, tt = pts[i]
+        return compute_epsilon(q, s * zf, max(1, int(math.floor(tt))), delta, sampling, orders=orders)
+
+    if epsilon(0) > eps:
+        return None
+    lo, hi = 0, len(pts) - 1
+    if epsilon(hi) <= eps:
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if epsilon(mid) <= eps:
+            lo = mid
+        else:
+            hi = mid
+    s, tt = pts[lo]
+    tt = max(1, int(math.floor(tt)))
+    return {"q": q, "rounds": tt, "sigma": float(s), "utility_bound": 1 / tt + kappa * s * s / (q * n),
+            "epsilon": epsilon(lo)}
+
+
+def _q_candidates(n, q, q_min, q_max, mechanism):
+    if q is not None:
+        return [float(q)]
+    lo = q_min if q_min is not None else 1.0 / n
+    if not (0 < lo <= q_max <= 1):
+        raise ValueError(f"empty or invalid q range [{lo:g}, {q_max:g}]; it must lie in (0, 1] with q_min <= q_max")
+    m = np.arange(math.ceil(lo * n - 1e-9), math.floor(q_max * n + 1e-9) + 1)
+    m = m[m >= 1]
+    if m.size == 0:
+        raise ValueError(f"no cohort size m with q = m/N in [{lo:g}, {q_max:g}] for N = {n}")
+    if m.size > 24:  # keep the search short: 24 cohort sizes, geometric, ends included
+        m = np.unique(np.round(np.geomspace(m[0], m[-1], 24)).astype(int))
+    return [float(k) / n for k in m]
+
+
+def design(
+    n_clients: int,
+    epsilon: float,
+    delta: float = 1e-5,
+    max_rounds: int | None = None,
+    time_budget: float | None = None,
+    round_time: float | None = None,
+    q: float | None = None,
+    q_min: float | None = None,
+    q_max: float | None = None,
+    sigma_min: float = 0.3,
+    sigma_max: float = 30.0,
+    kappa: float | None = None,
+    fit: str | None = None,
+    mechanism: str = "client-aggregate",
+    orders=DEFAULT_ORDERS,
+) -> Design:
+    """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
+
+    Parameters
+    ----------
+    n_clients : N, the number of clients.
+    epsilon, delta : the privacy budget (ε, δ).
+    max_rounds : the most rounds T̃; or ``time_budget`` / ``round_time``
+        (seconds, or any unit); given together, the tighter one binds.
+    q : a fixed sampling ratio; otherwise q ranges over the cohort sizes m/N
+        in [q_min, q_max] (default [1/N, 1]; all of them up to 24, else 24
+        spread geometrically).  ``q`` and a range exclude each other.
+    sigma_min, sigma_max : the noise multipliers allowed per client.
+    kappa, fit : the constant of κσ²T = qN, or a fit file with it; default:
+        the fit of the shipped LR pre-trial.
+    mechanism : "client-aggregate" (noise multiplier σ√(qN) charged,
+        Poisson-subsampled) or "client-local" (σ at each participation).
+
+    Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
+    ValueError) when no allowed point meets ε, and ValueError for bad input.
+    ``notes`` says when a bound binds, the budget is not spent, or the
+    budget is too small to learn.
+    """
+    n = _int_at_least(n_clients, 1, "n_clients")
+    if n > MAX_CLIENTS:
+        raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
+    _pos(epsilon, "epsilon")
+    if not isinstance(delta, (int, float)) or not (0 < delta < 1):
+        raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    check_delta(delta)
+    _pos(sigma_min, "sigma_min")
+    _pos(sigma_max, "sigma_max")
+    if sigma_min > sigma_max:
+        raise ValueError(f"empty sigma range: sigma_min {sigma_min:g} > sigma_max {sigma_max:g}")
+    if sigma_min < 1e-4 or sigma_max > 1e6:
+        raise ValueError(f"the sigma range [{sigma_min:g}, {sigma_max:g}] must lie within [1e-4, 1e6]")
+    if mechanism not in DESIGN_MECHANISMS:
+        raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {mechanism!r}")
+    if q is not None:
+        if q_min is not None or q_max is not None:
+            raise ValueError("give either q (fixed) or a range q_min/q_max, not both")
+        if not isinstance(q, (int, float)) or not (0 < q <= 1):
+            raise ValueError(f"q must lie in (0, 1], got {q}")
+    caps = []
+    if max_rounds is not None:
+        caps.append(_int_at_least(max_rounds, 1, "max_rounds"))
+    if time_budget is not None or round_time is not None:
+        if time_budget is None or round_time is None:
+            raise ValueError("time_budget needs round_time (and the other way round)")
+        caps.append(pareto.rounds_for_time(time_budget, round_time))
+    if not caps:
+        raise ValueError("give an efficiency budget: max_rounds, or time_budget with round_time")
+    t_cap = min(caps)
+    if kappa is not None and fit is not None:
+        raise ValueError("give either kappa or fit, not both")
+    if kappa is not None:
+        kappa_source = "given"
+        _pos(kappa, "kappa")
+    elif fit is not None:
+        kappa, kappa_source = load_kappa(fit), f"fit {fit}"
+    else:
+        kappa, kappa_source = default_kappa()
+
+    qs = _q_candidates(n, q, q_min, 1.0 if q_max is None else q_max, mechanism)
+    accts = {qq: accounting(mechanism, qq, n) for qq in qs}   # validates qN >= 1
+    args = (n, epsilon, delta, t_cap, sigma_min, sigma_max, kappa, orders)
+
+    # a coarse grid for every q first; the exact search then visits the q's
+    # best-first, so that the incumbent prunes the others early
+    grids = {qq: _initial_grid(qq, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq]) for qq in qs}
+
+    def grid_best(qq):
+        s, t = grids[qq]
+        ok = t >= 1
+        return float(np.min(1 / t[ok] + kappa * s[ok] ** 2 / (qq * n))) if ok.any() else math.inf
+
+    best = None
+    for qq in sorted(qs, key=grid_best):
+        r = _best_for_q(qq, *args, acct=accts[qq], incumbent=best[0][0] if best else math.inf, grid=grids[qq])
+        if r is not None and (best is None or r[0] < best[0][0]):
+            best = (r, qq)
+    if best is None:
+        eps1 = [compute_epsilon(qq, sigma_max * accts[qq][1], 1, delta, accts[qq][0], orders=orders) for qq in qs]
+        k = int(np.argmin(eps1))
+        raise InfeasibleBudget(epsilon, eps1[k], {"q": qs[k], "sigma": sigma_max})
+
+    (u, T, sig), qb = best
+    sampling, zf = accts[qb]
+    z = sig * zf
+    eps_exact = compute_epsilon(qb, z, T, delta, sampling, orders=orders)
+    if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
+        raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
+
+    cf = _closed_form_for_q(qb, *args, acct=accts[qb])  # the map, at the chosen q
+    case = pareto.theorem3(qb, n, kappa, sigma_min, sigma_max, t_cap).case
+    distance = {}
+    if cf is not None:
+        distance = {"sigma_rel": sig / cf["sigma"] - 1.0, "rounds_rel": T / cf["rounds"] - 1.0,
+                    "utility_rel": u / cf["utility_bound"] - 1.0}
+    d = Design(q=qb, rounds=T, sigma=sig, epsilon=eps_exact, delta=delta, case=case, utility_bound=u, kappa=kappa,
+               kappa_source=kappa_source, mechanism=mechanism, noise_multiplier=z, sampling=sampling,
+               sigma_relation=float(pareto.relation_sigma(T, qb, n, kappa)), closed_form=cf or {},
+               distance=distance, budget=epsilon, n_clients=n, max_rounds=t_cap, sigma_min=sigma_min,
+               sigma_max=sigma_max)
+    d.notes = _notes(d, q_fixed=q is not None, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
+    return d
+
+
+def _notes(d: Design, q_fixed: bool, capped_by_time: bool) -> list[str]:
+    """What binds, and what moves it (parameter names; the CLI shows flags)."""
+    notes = []
+    if d.sigma <= d.sigma_min * (1 + 1e-6):
+        notes.append(f"sigma sits on its floor sigma_min = {d.sigma_min:g}: the budget allows less noise than "
+                     "the search may use; lower sigma_min to let it")
+    if d.sigma >= d.sigma_max * (1 - 1e-6):
+        notes.append(f"sigma sits on its ceiling sigma_max = {d.sigma_max:g}: raise sigma_max to allow more noise "
+                     "(and more rounds)")
+    if d.epsilon < 0.95 * d.budget:
+        why = []
+        if d.rounds == d.max_rounds:
+            why.append(f"T is at its cap of {d.max_rounds} rounds (raise "
+                       f"{'time_budget' if capped_by_time else 'max_rounds'})")
+        if d.sigma <= d.sigma_min * (1 + 1e-6):
+            why.append("sigma is at sigma_min (lower it)")
+        notes.append(f"the budget is not spent (epsilon {d.epsilon:.3g} of {d.budget:g})"
+                     + (": " + "; ".join(why) if why else ""))
+    if d.delta >= 1.0 / d.n_clients:
+        notes.append(f"delta = {d.delta:g} is not below 1/N = {1.0 / d.n_clients:g}: a mechanism that publishes "
+                     "one client's data outright meets such a delta; use delta well below 1/N (e.g. 1/N^2)")
+    if d.rounds == 1 or d.utility_bound > 1.0:
+        notes.append(f"the budget is too small to learn: {d.rounds} round(s), utility bound {d.utility_bound:.3g} "
+                     "(above 1 means no better than the starting model in this bound); raise epsilon, the "
+                     "number of clients, or the rounds allowed")
+    if not q_fixed and d.q < 1.0 and d.mechanism == "client-aggregate":
+        notes.append(f"q = {d.q:.3g} ({d.clients_per_round:.3g} clients a round) beats larger cohorts under this "
+                     "budget")
+    return notes
+
+
+def _pos(x, name):
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)) or not (x > 0) \
+            or math.isinf(x):
+        raise ValueError(f"{name} must be a positive finite number, got {x}")
+
+
+def _int_at_least(x, lo, name):
+    try:
+        v = int(x)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{name} must be an integer, got {x!r}") from None
+    if isinstance(x, bool) or v != x or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {x}")
+    return v
