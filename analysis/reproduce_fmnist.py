@@ -1,6 +1,6 @@
 """Reproduce the FashionMNIST accuracy settings of ALI-DPFL and 003 (10 clients).
 
-* ALI-DPFL (ALI-DPFL): Dir(0.05) label skew, DP-SGD batch rate q = 0.015,
+* ALI-DPFL (Ling et al.): Dir(0.05) label skew, DP-SGD batch rate q = 0.015,
   η = 0.5, ε = 2, R_s = ½R_c, the Table V CNN; ALI-DPFL against fixed τ
   ("FedAvg + DP", Algorithm 1).  Its Table II–IV FMNIST column: about 80–84 %.
 * Adap DP-FL (Fu et al.): label shards (400, 40 per client), lot 78, ε = 2;

@@ -48,7 +48,7 @@ def part_front(lines):
         if not store.is_file():
             lines.append(f"| {name} | (no results: run `paretofl pretrial pretrials/{name}.toml`) |")
             continue
-        r = fit(store)
+        r = fit(store).to_dict()
         (OUT / f"{name}_fit.json").write_text(json.dumps(r, indent=1))
         plots.pretrial_figures(store, OUT / f"{name}_fit.json", OUT)
         lines.append(f"| {r['spec']['model']} | {r['n_runs']} | {r['n_seeds']} | {r['kappa']:.3g} | "
@@ -61,7 +61,7 @@ def part_cases(lines):
     from paretofl import plots
     from paretofl.theory import pareto
 
-    fitf = PRE / "lr_fmnist_fit.json"
+    fitf = ROOT / "paretofl" / "data" / "lr_fmnist_fit.json"
     kappa = json.loads(fitf.read_text())["kappa"] if fitf.is_file() else 16.0
     q, n = 0.5, 10
     smax = math.sqrt(q * n / (kappa * 20))  # σ box chosen so that T_a = 20, T_b = 500
@@ -89,7 +89,7 @@ def _sweep(name, spec):
     key = hashlib.sha1(json.dumps(spec.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
     store = OUT / f"sweep_{spec.model}_{key}.sqlite"
     run_sweep(spec, store, progress=True)
-    return fit(store, bootstrap=500)
+    return fit(store, bootstrap=500).to_dict()
 
 
 def part_epochs(lines, seeds):

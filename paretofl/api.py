@@ -101,9 +101,9 @@ def fit(store, epsilon: str = "exact", reference: str = "best", bootstrap: int =
     """The experimental Pareto front and κ of a pre-trial's results store:
     a :class:`paretofl.pretrial.fit.Fit` (``.kappa``, ``.kappa_ci``,
     ``.slope``, ``.front``, ``.problems``, ``.save(path)``)."""
-    from .pretrial.fit import fit as _fit
+    from .pretrial import fit as fitting
 
-    return _fit(store, epsilon=epsilon, reference=reference, bootstrap=bootstrap, seed=seed)
+    return fitting.fit(store, epsilon=epsilon, reference=reference, bootstrap=bootstrap, seed=seed)
 
 
 @dataclass

@@ -16,6 +16,9 @@ import sys
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+#: optional dependencies and the extra that brings each
+_EXTRAS = {"torch": "train", "torchvision": "train", "opacus": "train", "sklearn": "train", "ray": "ray",
+           "flwr": "flower"}
 
 
 class _Help(argparse.HelpFormatter):
@@ -169,13 +172,53 @@ def cmd_pareto(a):
 # --------------------------------------------------------------------------
 # design
 # --------------------------------------------------------------------------
+def _export(a, d):
+    """The design in a framework's own terms: (dict of its parameters, lines, snippet)."""
+    if a.export == "flower":
+        from .integrations import flower
+
+        p = flower.plan(d, a.clip)
+        lines = ["Flower (central DP, server-side fixed clipping; each round m of N clients without replacement):",
+                 f"  FedAvg(fraction_fit={p.fraction_fit:.6g}, min_fit_clients={p.num_sampled_clients}, "
+                 f"min_available_clients={p.num_clients}, fraction_evaluate=0.0)",
+                 f"  DifferentialPrivacyServerSideFixedClipping(strategy, noise_multiplier={p.noise_multiplier:.6g}, "
+                 f"clipping_norm={p.clipping_norm:g}, num_sampled_clients={p.num_sampled_clients})",
+                 f"  ServerConfig(num_rounds={p.num_rounds});  noise std on the mean of the updates: "
+                 f"{p.noise_std_on_mean:.4g}",
+                 f"  epsilon {p.epsilon:.4f} (fixed-size sampling, replace-one neighbours), delta {p.delta:g}"]
+        return p.to_dict(), lines, flower.snippet(p)
+    from .integrations import opacus
+
+    missing = [f for f, v in (("--client-size", a.client_size), ("--batch-size", a.batch_size),
+                              ("--local-steps", a.local_steps)) if v is None]
+    if missing:
+        raise ValueError(f"--export opacus needs {', '.join(missing)} (each client's data, batch and DP-SGD "
+                         "steps a round)")
+    p = opacus.from_design(d, a.client_size, a.batch_size, a.local_steps, a.clip)
+    lines = [f"Opacus in each client (sample-level DP of its data over the design's {p.rounds} rounds):",
+             f"  DataLoader(client_data, batch_size={p.batch_size})  ->  sample rate {p.sample_rate:.6g}",
+             f"  PrivacyEngine().make_private(module, optimizer, loader, noise_multiplier={p.noise_multiplier:.6g}, "
+             f"max_grad_norm={p.max_grad_norm:g}, poisson_sampling=True)",
+             f"  {p.local_steps} steps a round, {p.steps} in all; epsilon {p.epsilon:.4f} (Opacus's and paretofl's "
+             f"accountants both within it), delta {p.delta:g}"]
+    return p.to_dict(), lines, opacus.snippet(p)
+
+
 def cmd_design(a):
     from .api import InfeasibleBudget, design
 
+    framework = a.framework or ("flower" if a.export == "flower" else "paretofl")
+    if a.export == "flower" and framework != "flower":
+        raise ValueError("--export flower designs for Flower's sampling: leave --framework out or set it to flower")
+    if a.export is not None and a.clip is None:
+        raise ValueError(f"--export {a.export} needs --clip (the clipping norm C)")
+    if a.export is not None and not (a.clip > 0):
+        raise ValueError(f"--clip must be positive, got {a.clip}")
     try:
         d = design(a.clients, a.budget, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
                    round_time=a.round_time, q=a.q, q_min=a.q_min, q_max=a.q_max, sigma_min=a.sigma_min,
-                   sigma_max=a.sigma_max, kappa=a.kappa, fit=a.fit, mechanism=a.mechanism)
+                   sigma_max=a.sigma_max, kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, framework=framework,
+                   from_store=a.from_store, utility_model=a.utility_model)
     except InfeasibleBudget as exc:
         if a.json:
             print(json.dumps({"feasible": False, "budget": exc.epsilon, "min_epsilon": exc.min_epsilon, **exc.where}))
@@ -189,10 +232,13 @@ def cmd_design(a):
         f"at most {d.max_rounds} rounds ({d.mechanism} mechanism):",
         f"  sample ratio q      {d.q:.4g}  (about {_plural(round(d.clients_per_round, 2), 'client')} a round)",
         f"  rounds T            {d.rounds}",
-        f"  noise sigma         {d.sigma:.4g}  per client (noise multiplier charged: {d.noise_multiplier:.4g})",
+        f"  noise sigma         {d.sigma:.4g}  per client (noise multiplier on the released sum: "
+        f"{d.noise_multiplier:.4g}; charged: {d.charged_noise_multiplier:.4g})",
         f"  epsilon spent       {d.epsilon:.4f}  (RDP accountant, {d.sampling} sampling; budget {d.budget:g})",
         f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa sigma^2/(qN), units of A)",
         f"  kappa               {d.kappa:.4g}  ({d.kappa_source})",
+        *([f"  predicted loss      {d.predicted_utility_loss:.4g}  (the {d.utility_model} model's utility loss "
+           f"at this point)"] if d.predicted_utility_loss is not None else []),
         f"  Theorem 3 case      {d.case}",
     ]
     if cf:
@@ -201,8 +247,14 @@ def cmd_design(a):
                      f"{-100 * d.distance['utility_rel']:.2f} % better)")
     lines.append(f"  sigma by (4.1)      {d.sigma_relation:.4g}  (relation kappa sigma^2 T = qN at this q, T)")
     lines += [f"note: {n}" for n in out["notes"]]
-    lines.append("next: apply it (paretofl train ... --client-rate Q --sigma S --rounds T, or the Flower/Opacus "
-                 "bridges) and check it against a pre-trial of your own model (paretofl pretrial, paretofl fit)")
+    if a.export is not None:
+        params, more, code = _export(a, d)
+        out["export"], out["snippet"] = {"framework": a.export, **params}, code
+        lines += [""] + more + ["", code, ""]
+    else:
+        lines.append(f"next: apply it (paretofl train --mechanism {d.mechanism} --clients {d.n_clients} "
+                     f"--client-rate {d.q:.6g} --sigma {d.sigma:.6g} --rounds {d.rounds} --epsilon {d.budget:g}, or "
+                     "--export flower|opacus), and fit kappa to your own model with paretofl pretrial + fit")
     if a.plot:
         out["plot"] = a.plot
         lines.append(f"plot written to {a.plot}")
@@ -352,6 +404,11 @@ def cmd_fit(a):
         f"(mean |ln T - ln T_relation| = {r.distance:.3g})",
         f"  epsilon             {r.epsilon_model};  reference: non-private run, {r.reference}",
         f"fit written to {out}"]
+    lines += [f"note: {n}" for n in r.notes]
+    if r.utility_models:
+        cv = ", ".join(f"{k} {m['cv_error']:.3g}" for k, m in r.utility_models.items())
+        lines.append(f"  utility model       the data prefer '{r.preferred_model}' (held-out-seed error: {cv}; "
+                     f"design --from-store uses it)")
     if r.problems:
         lines += [f"problem: {p}" for p in r.problems]
         lines.append("fix these before designing with this kappa")
@@ -492,8 +549,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sigma-max", type=FLOAT, default=30.0, help="largest noise multiplier per client allowed")
     s.add_argument("--kappa", type=FLOAT, help="the constant of kappa sigma^2 T = qN (default: the shipped LR fit)")
     s.add_argument("--fit", help="fit file from `paretofl fit` (gives kappa)")
+    s.add_argument("--from-store", help="the empirical mode: fit a utility model to this pre-trial store and "
+                                        "minimise it under the exact accountant, instead of the closed form")
+    s.add_argument("--utility-model", choices=("bound", "bend"),
+                   help="with --from-store: the bound (1.2) with free constants, or one that bends (adds a term "
+                        "growing with sigma^2 T) (default: the one the store's held-out seeds prefer)")
     s.add_argument("--mechanism", choices=("client-aggregate", "client-local"), default="client-aggregate",
                    help="what is released and charged (docs/theory.md, section 5)")
+    s.add_argument("--framework", choices=("paretofl", "flower"),
+                   help="where it runs: paretofl's trainer (Poisson client sampling) or Flower (m of N without "
+                        "replacement) (default: paretofl, or flower with --export flower)")
+    s.add_argument("--export", choices=("flower", "opacus"), help="print the design in the framework's own "
+                                                                  "parameters, with a snippet")
+    s.add_argument("--clip", type=FLOAT, help="clipping norm C (for --export)")
+    s.add_argument("--client-size", type=INT, help="--export opacus: samples per client")
+    s.add_argument("--batch-size", type=INT, help="--export opacus: DP-SGD batch size")
+    s.add_argument("--local-steps", type=INT, help="--export opacus: DP-SGD steps per round")
     s.add_argument("--plot", help="write the design figure (.png/.pdf/.svg)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_design)
@@ -614,6 +685,13 @@ def main(argv=None) -> int:
         return 0
     try:
         rc = args.func(args)
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"paretofl {args.command}: error: this needs {exc.name}, which is not installed: "
+              f"pip install 'paretofl[{extra}]'", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"paretofl {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

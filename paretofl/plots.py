@@ -118,7 +118,7 @@ def design_figure(d, path):
     from .recommendation import accounting
 
     q, n, kappa, smin, smax = d.q, d.n_clients, d.kappa, d.sigma_min, d.sigma_max
-    sampling, zf = accounting(d.mechanism, q, n)
+    sampling, zf = accounting(d.mechanism, q, n, d.framework)
     ps = pareto.theorem3(q, n, kappa, smin, smax, d.max_rounds, n_points=200)
     s = np.geomspace(smin, smax, 300)
     tm = np.minimum(d.max_rounds, max_steps(d.budget, q, s * zf, d.delta, sampling=sampling)).astype(float)

@@ -26,7 +26,7 @@ from .theory import pareto
 from .theory.privacy import DEFAULT_ORDERS, aggregate_noise_multiplier, check_delta, compute_epsilon, max_steps
 
 __all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
-           "DESIGN_MECHANISMS", "accounting", "shipped_fit"]
+           "DESIGN_MECHANISMS", "FRAMEWORKS", "accounting", "sum_noise_multiplier", "shipped_fit"]
 
 #: PLACEHOLDER, not a measurement: the κ used when neither kappa nor fit is
 #: given and no shipped pre-trial fit can be read.  κ = 0.05 pairs σ = 1 with
@@ -82,26 +82,48 @@ def default_kappa() -> tuple[float, str]:
     return PLACEHOLDER_KAPPA, "placeholder (no fit given; see PLACEHOLDER_KAPPA)"
 
 
-def accounting(mechanism: str, q: float, n_clients: int) -> tuple[str, float]:
-    """(sampling, noise multiplier per unit σ) that ``mechanism`` charges at
-    rate q with N clients (docs/theory.md §5): client-aggregate charges a
-    Poisson-subsampled Gaussian of σ√(qN), client-local a Gaussian of σ at
-    each participation, seen."""
+#: where the design is run: paretofl's trainer (Poisson sampling) or Flower
+#: (m of N clients without replacement)
+FRAMEWORKS = ("paretofl", "flower")
+
+
+def accounting(mechanism: str, q: float, n_clients: int, framework: str = "paretofl") -> tuple[str, float]:
+    """(sampling, charged noise multiplier per unit σ) of ``mechanism`` at rate
+    q with N clients (docs/theory.md §5): client-aggregate charges a
+    Poisson-subsampled Gaussian of σ√(qN) — in Flower, which samples m = qN
+    clients without replacement (replace-one neighbours, sensitivity 2C), a
+    fixed-size one of σ√(qN)/2; client-local a Gaussian of σ at each
+    participation, seen."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if mechanism == "client-aggregate":
         if q * n_clients < 1 - 1e-9:
             raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort), "
                              f"got {q * n_clients:g}")
+        if framework == "flower":
+            return "fixed-size", aggregate_noise_multiplier(q, 1.0, n_clients) / 2.0
         return "poisson", aggregate_noise_multiplier(q, 1.0, n_clients)
     if mechanism == "client-local":
+        if framework == "flower":
+            raise ValueError("Flower's DP wrappers release the aggregate: design for mechanism client-aggregate")
         return "attributed", 1.0
     raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {mechanism!r}")
 
 
+def sum_noise_multiplier(mechanism: str, q: float, sigma: float, n_clients: int) -> float:
+    """The noise std on what is released, in units of C: σ√(qN) on the
+    aggregate's sum, σ on a local update."""
+    return aggregate_noise_multiplier(q, sigma, n_clients) if mechanism == "client-aggregate" else float(sigma)
+
+
 @dataclass
 class Design:
-    """A recommendation.  ``sigma`` is each client's noise multiplier in the
-    units of Gu et al. (what the released sum carries is σ√(qN) in the
-    aggregate view); ``noise_multiplier`` is what the accountant charged."""
+    """A recommendation.  ``sigma`` is each client's noise multiplier in Gu
+    et al.'s units; ``noise_multiplier`` is the noise std on what is
+    released in units of C (σ√(qN) on the aggregate's sum: Flower's
+    ``noise_multiplier``); ``charged_noise_multiplier`` is what the
+    accountant charged (half that in Flower, whose neighbours replace a
+    client); ``sampling`` the scheme it charged."""
 
     q: float
     rounds: int
@@ -114,7 +136,9 @@ class Design:
     kappa_source: str
     mechanism: str
     noise_multiplier: float
+    charged_noise_multiplier: float
     sampling: str
+    framework: str
     sigma_relation: float
     closed_form: dict = field(default_factory=dict)
     distance: dict = field(default_factory=dict)
@@ -124,6 +148,8 @@ class Design:
     sigma_min: float = 0.0
     sigma_max: float = 0.0
     notes: list = field(default_factory=list)
+    utility_model: str = "closed form"          # or the empirical mode's "bound" / "bend" model
+    predicted_utility_loss: float | None = None  # the empirical mode's prediction, in loss units
 
     @property
     def clients_per_round(self) -> float:
@@ -279,6 +305,9 @@ def design(
     kappa: float | None = None,
     fit: str | None = None,
     mechanism: str = "client-aggregate",
+    framework: str = "paretofl",
+    from_store: str | None = None,
+    utility_model: str | None = None,
     orders=DEFAULT_ORDERS,
 ) -> Design:
     """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
@@ -297,6 +326,14 @@ def design(
         the fit of the shipped LR pre-trial.
     mechanism : "client-aggregate" (noise multiplier σ√(qN) charged,
         Poisson-subsampled) or "client-local" (σ at each participation).
+    framework : "paretofl" (its trainer's Poisson sampling) or "flower"
+        (m = qN clients drawn without replacement; see
+        :mod:`paretofl.integrations.flower`).
+    from_store : the empirical mode: instead of the closed form, a model of
+        the utility loss fitted to this pre-trial store over (σ²/(qN), T) —
+        ``utility_model`` "bound" (1.2) with free constants, or "bend", which
+        adds a term growing with σ²T; default: the one its held-out seeds
+        prefer — minimised under the same exact accountant.
 
     Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
     ValueError) when no allowed point meets ε, and ValueError for bad input.
@@ -318,6 +355,8 @@ def design(
         raise ValueError(f"the sigma range [{sigma_min:g}, {sigma_max:g}] must lie within [1e-4, 1e6]")
     if mechanism not in DESIGN_MECHANISMS:
         raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {mechanism!r}")
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     if q is not None:
         if q_min is not None or q_max is not None:
             raise ValueError("give either q (fixed) or a range q_min/q_max, not both")
@@ -333,9 +372,24 @@ def design(
     if not caps:
         raise ValueError("give an efficiency budget: max_rounds, or time_budget with round_time")
     t_cap = min(caps)
-    if kappa is not None and fit is not None:
-        raise ValueError("give either kappa or fit, not both")
-    if kappa is not None:
+    if sum(x is not None for x in (kappa, fit, from_store)) > 1:
+        raise ValueError("give one of kappa, fit or from_store")
+    model = None
+    if from_store is not None:
+        from .pretrial.fit import UTILITY_MODELS, fit_utility
+
+        if utility_model is not None and utility_model not in UTILITY_MODELS:
+            raise ValueError(f"utility_model must be one of {', '.join(UTILITY_MODELS)}, got {utility_model!r}")
+        fitted = fit_utility(from_store)
+        model = fitted["models"][utility_model or fitted["preferred"]]
+        if not (model.a > 0):
+            raise ValueError(f"the {model.name} model of {from_store} has no 1/T term: it cannot choose T")
+        kappa, kappa_source = max(model.kappa, 1e-12), f"{model.name} model of {from_store}"
+    elif utility_model is not None:
+        raise ValueError("utility_model needs from_store")
+    if kappa is not None and model is not None:
+        pass
+    elif kappa is not None:
         kappa_source = "given"
         _pos(kappa, "kappa")
     elif fit is not None:
@@ -344,7 +398,9 @@ def design(
         kappa, kappa_source = default_kappa()
 
     qs = _q_candidates(n, q, q_min, 1.0 if q_max is None else q_max, mechanism)
-    accts = {qq: accounting(mechanism, qq, n) for qq in qs}   # validates qN >= 1
+    if framework == "flower" and any(abs(qq * n - round(qq * n)) > 1e-9 for qq in qs):
+        raise ValueError(f"Flower samples a whole number of clients: q = {q:g} times {n} clients is not one")
+    accts = {qq: accounting(mechanism, qq, n, framework) for qq in qs}   # validates qN >= 1
     args = (n, epsilon, delta, t_cap, sigma_min, sigma_max, kappa, orders)
 
     # a coarse grid for every q first; the exact search then visits the q's
@@ -358,7 +414,10 @@ def design(
 
     best = None
     for qq in sorted(qs, key=grid_best):
-        r = _best_for_q(qq, *args, acct=accts[qq], incumbent=best[0][0] if best else math.inf, grid=grids[qq])
+        if model is not None:
+            r = _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq])
+        else:
+            r = _best_for_q(qq, *args, acct=accts[qq], incumbent=best[0][0] if best else math.inf, grid=grids[qq])
         if r is not None and (best is None or r[0] < best[0][0]):
             best = (r, qq)
     if best is None:
@@ -380,12 +439,52 @@ def design(
         distance = {"sigma_rel": sig / cf["sigma"] - 1.0, "rounds_rel": T / cf["rounds"] - 1.0,
                     "utility_rel": u / cf["utility_bound"] - 1.0}
     d = Design(q=qb, rounds=T, sigma=sig, epsilon=eps_exact, delta=delta, case=case, utility_bound=u, kappa=kappa,
-               kappa_source=kappa_source, mechanism=mechanism, noise_multiplier=z, sampling=sampling,
+               kappa_source=kappa_source, mechanism=mechanism,
+               noise_multiplier=sum_noise_multiplier(mechanism, qb, sig, n), charged_noise_multiplier=z,
+               sampling=sampling, framework=framework,
                sigma_relation=float(pareto.relation_sigma(T, qb, n, kappa)), closed_form=cf or {},
                distance=distance, budget=epsilon, n_clients=n, max_rounds=t_cap, sigma_min=sigma_min,
                sigma_max=sigma_max)
+    if model is not None:
+        d.utility_model = model.name
+        d.predicted_utility_loss = float(model.predict(sig, T, qb, n))
+        d.utility_bound = float(1.0 / T + kappa * sig * sig / (qb * n))
     d.notes = _notes(d, q_fixed=q is not None, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
     return d
+
+
+def _best_for_model(model, q, n, eps, delta, t_cap, s_lo, s_hi, orders, acct, n_sigma=400):
+    """The empirical mode's search at one q: the fitted utility loss
+    u(σ, T) = a/T + bσ²/(qN) + c + dσ²T/(qN) over a dense geometric grid of
+    σ, at each σ the best integer T within min(T̃, T_max(σ)) (with d > 0 an
+    interior optimum √(a qN/(dσ²)) may beat T_max), refined around the best
+    σ.  Returns (u, T, σ) or None."""
+    def at(sig):
+        tm = np.minimum(t_cap, _tmax(eps, q, sig, delta, orders, acct)).astype(float)
+        if model.d > 0:
+            t_opt = np.sqrt(model.a * q * n / (model.d * sig * sig))
+            cands = [np.clip(np.floor(t_opt), 1, tm), np.clip(np.ceil(t_opt), 1, tm), tm]
+        else:
+            cands = [tm]
+        best_u, best_t = np.full(sig.shape, np.inf), np.zeros(sig.shape)
+        for t in cands:
+            uu = np.where(tm >= 1, model.predict(sig, np.maximum(t, 1), q, n), np.inf)
+            take = uu < best_u
+            best_u, best_t = np.where(take, uu, best_u), np.where(take, t, best_t)
+        return best_u, best_t
+
+    sig = np.geomspace(s_lo, s_hi, n_sigma) if s_hi > s_lo else np.array([s_lo])
+    u, t = at(sig)
+    if not np.isfinite(u).any():
+        return None
+    for _ in range(2):
+        i = int(np.argmin(u))
+        lo, hi = sig[max(i - 1, 0)], sig[min(i + 1, len(sig) - 1)]
+        fine = np.geomspace(lo, hi, 101) if hi > lo else np.array([lo])
+        uf, tf = at(fine)
+        sig, u, t = np.concatenate([sig, fine]), np.concatenate([u, uf]), np.concatenate([t, tf])
+    i = int(np.argmin(u))
+    return float(u[i]), int(t[i]), float(sig[i])
 
 
 def _notes(d: Design, q_fixed: bool, capped_by_time: bool) -> list[str]:

@@ -142,14 +142,19 @@ def load_dataset(name: str, data_dir: str | None = None, download: bool = True) 
                      f"give --data-dir with its IDX files or a torchvision root ({errors[-1]})")
 
 
-def public_subset(ds: Dataset, fraction: float, seed: int = 0) -> Dataset:
+def public_subset(ds: Dataset, fraction: float, seed: int = 0, rest: bool = False) -> Dataset:
     """A random ``fraction`` of the training set (stratified by nothing: a
-    uniform sample), with the full test set — the public data of pre-trials."""
+    uniform sample), with the full test set — the public data of pre-trials.
+    ``rest``: the other ``1 - fraction`` instead, disjoint from it (the
+    clients' private data when the public share trains the pre-trial)."""
     if not (0 < fraction <= 1):
         raise ValueError(f"public fraction must lie in (0, 1], got {fraction}")
     g = torch.Generator().manual_seed(seed)
     n = max(1, int(round(fraction * len(ds.y_train))))
-    idx = torch.randperm(len(ds.y_train), generator=g)[:n]
+    perm = torch.randperm(len(ds.y_train), generator=g)
+    idx = perm[n:] if rest else perm[:n]
+    if len(idx) == 0:
+        raise ValueError(f"public fraction {fraction:g} leaves no data for the rest")
     return Dataset(ds.name, ds.x_train[idx], ds.y_train[idx], ds.x_test, ds.y_test)
 
 

@@ -194,6 +194,7 @@ class Fit:
 
     ``problems`` lists what makes κ untrustworthy (too few seeds for an
     interval, a diverged pre-trial, a front with no slope); empty when none.
+    ``notes`` lists what is worth knowing but does not (a few runs diverged).
     """
 
     kappa: float
@@ -215,6 +216,9 @@ class Fit:
     results: str
     spec: dict
     problems: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    utility_models: dict = field(default_factory=dict)   # name -> UtilityModel fields (fit_utility)
+    preferred_model: str = ""                            # the one held-out seeds prefer
     format: str = FIT_FORMAT
 
     def to_dict(self) -> dict:
@@ -232,6 +236,16 @@ class Fit:
         tmp.replace(p)
 
 
+def _notes(res: Results) -> list[str]:
+    bad = ~np.isfinite(res.loss) & ~np.isnan(res.U)
+    if not bad.any():
+        return []
+    where = sorted({(float(s), int(t)) for s, t, b in zip(res.sigma, res.rounds, bad.any(axis=1)) if b})
+    cells = ", ".join(f"sigma {s:g} T {t}" for s, t in where[:6]) + (" ..." if len(where) > 6 else "")
+    return [f"{int(bad.sum())} of {int((~np.isnan(res.U)).sum())} private runs diverged ({cells}); they count as "
+            "infinitely bad"]
+
+
 def _problems(res: Results, kappa, kappa_ci, slope) -> list[str]:
     out = []
     n_seeds = res.U.shape[1]
@@ -241,9 +255,9 @@ def _problems(res: Results, kappa, kappa_ci, slope) -> list[str]:
     elif np.all(np.isfinite(kappa_ci)) and kappa_ci[1] - kappa_ci[0] <= 1e-12 * max(abs(kappa), 1.0):
         out.append("the kappa interval has width zero: too few seeds or grid points to measure it")
     loss = res.loss[np.isfinite(res.loss)]
-    n_inf = int(np.sum(~np.isfinite(res.loss)))
-    if n_inf:
-        out.append(f"{n_inf} private run(s) diverged (infinite or NaN loss): lower lr or clip")
+    n_inf, n_all = int(np.sum(~np.isfinite(res.loss))), int(np.sum(~np.isnan(res.U)))
+    if n_inf > 0.25 * n_all:
+        out.append(f"{n_inf} of {n_all} private runs diverged (infinite or NaN loss): lower lr or clip")
     if loss.size and float(np.median(loss)) > 20.0:
         out.append(f"the pre-trial diverged: median test loss {float(np.median(loss)):.3g} (chance level is a "
                    "few units); lower lr or clip and run it again")
@@ -289,7 +303,16 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
         within_fraction=float(within_fraction(res, idx, kappa_ci)), distance=relation_distance(res, idx, kappa),
         clients=res.clients, q=sorted({float(x) for x in res.q}), epsilon_model=epsilon, reference=reference,
         bootstrap=bootstrap, front=front, results=res.path, spec=res.base,
-        problems=_problems(res, kappa, kappa_ci, slope))
+        problems=_problems(res, kappa, kappa_ci, slope), notes=_notes(res),
+        **_utility_summary(path, reference))
+
+
+def _utility_summary(path, reference) -> dict:
+    try:
+        r = fit_utility(path, reference)
+    except ValueError:
+        return {}
+    return {"utility_models": {k: m.to_dict() for k, m in r["models"].items()}, "preferred_model": r["preferred"]}
 
 
 def write_fit(result, path) -> None:
@@ -297,3 +320,91 @@ def write_fit(result, path) -> None:
     if isinstance(result, dict):
         result = Fit(**{k: v for k, v in result.items() if k in Fit.__dataclass_fields__})
     result.save(path)
+
+
+# --------------------------------------------------------------------------
+# utility models over (σ²/q, T): the bound, and one that can bend
+# --------------------------------------------------------------------------
+#: the models `fit_utility` compares: the bound (1.2) with free constants, and
+#: the bound plus a term growing with σ²T (noise accumulating over rounds)
+UTILITY_MODELS = ("bound", "bend")
+
+
+def _features(sigma, rounds, q, n, model):
+    s2 = np.asarray(sigma, float) ** 2 / (np.asarray(q, float) * n)
+    t = np.asarray(rounds, float)
+    cols = [1.0 / t, s2, np.ones_like(t), -np.ones_like(t)]
+    if model == "bend":
+        cols.append(s2 * t)
+    return np.column_stack(cols)
+
+
+def _nnls_fit(X, y, w):
+    from scipy.optimize import nnls
+
+    coef, _ = nnls(X * w[:, None], y * w)
+    return coef
+
+
+@dataclass
+class UtilityModel:
+    """u(σ, T, q) = a/T + b·σ²/(qN) + c + d·σ²T/(qN) (d = 0 for "bound"),
+    fitted to a pre-trial's utility losses; a, b, d >= 0."""
+
+    name: str
+    a: float
+    b: float
+    c: float
+    d: float
+    cv_error: float           # leave-one-seed-out weighted squared error (lower is better)
+    clients: int
+
+    @property
+    def kappa(self) -> float:
+        return self.b / self.a if self.a > 0 else math.inf
+
+    def predict(self, sigma, rounds, q, n_clients=None):
+        n = self.clients if n_clients is None else n_clients
+        s2 = np.asarray(sigma, float) ** 2 / (np.asarray(q, float) * n)
+        t = np.asarray(rounds, float)
+        return self.a / t + self.b * s2 + self.c + self.d * s2 * t
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def fit_utility(path, reference: str = "best") -> dict:
+    """Fit both :data:`UTILITY_MODELS` to a store's seed-averaged utility
+    losses (non-negative least squares, weighted towards relative error) and
+    compare them on held-out seeds (leave one seed out).  Returns
+    {"models": {name: UtilityModel}, "preferred": name}."""
+    res = Results(path, reference)
+    u = res.mean_utility()
+    ok = np.isfinite(u)
+    if ok.sum() < 6:
+        raise ValueError(f"{path}: too few finished configurations to fit a utility model")
+    scale = float(np.median(np.abs(u[ok]))) or 1.0
+    w = 1.0 / (np.abs(u) + 0.1 * scale)
+    n_seeds = res.U.shape[1]
+    models = {}
+    for name in UTILITY_MODELS:
+        X = _features(res.sigma, res.rounds, res.q, res.clients, name)
+        coef = _nnls_fit(X[ok], u[ok], w[ok])
+        errs = []
+        for k in range(n_seeds if n_seeds > 1 else 0):
+            others = np.delete(np.arange(n_seeds), k)
+            u_tr = res.mean_utility(others)
+            held = res.U[:, k]
+            m = np.isfinite(u_tr) & np.isfinite(held)
+            if m.sum() < 6:
+                continue
+            ck = _nnls_fit(X[m], u_tr[m], w[m])
+            errs.append(float(np.mean((w[m] * (X[m] @ ck - held[m])) ** 2)))
+        a, b, cp, cm = coef[:4]
+        d = coef[4] if name == "bend" else 0.0
+        models[name] = UtilityModel(name, float(a), float(b), float(cp - cm), float(d),
+                                    float(np.mean(errs)) if errs else math.nan, res.clients)
+    cv = {k: m.cv_error for k, m in models.items()}
+    preferred = "bend" if (np.isfinite(cv["bend"]) and cv["bend"] < cv["bound"] and models["bend"].d > 0) \
+        else "bound"
+    return {"models": models, "preferred": preferred}

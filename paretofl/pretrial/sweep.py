@@ -66,11 +66,11 @@ def _data(spec: Spec):
     from ..fl.data import load_dataset, make_partition, public_subset
 
     key = (spec.dataset, spec.data_dir, spec.public_fraction, spec.data_seed, spec.partition, spec.beta,
-           spec.clients)
+           spec.clients, spec.subset)
     if key not in _DATA_CACHE:
         ds = load_dataset(spec.dataset, spec.data_dir)
-        if spec.public_fraction < 1:
-            ds = public_subset(ds, spec.public_fraction, seed=spec.data_seed)
+        if spec.public_fraction < 1 or spec.subset == "rest":
+            ds = public_subset(ds, spec.public_fraction, seed=spec.data_seed, rest=spec.subset == "rest")
         if len(ds.y_train) < spec.clients:
             raise ValueError(f"{len(ds.y_train)} training samples cannot be split over {spec.clients} clients; "
                              "raise public_fraction or lower clients")

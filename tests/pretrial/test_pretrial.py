@@ -204,9 +204,10 @@ def test_spec_rejects_bad_values_with_a_sentence(bad, match):
 
 
 # ---------------------------------------------------------------- the fit
-def synthetic_store(path, kappa, q=0.5, n=20, seeds=3, noise=0.0, sigmas=None, rounds=None):
+def synthetic_store(path, kappa, q=0.5, n=20, seeds=3, noise=0.0, sigmas=None, rounds=None, bend=0.0):
     """A store whose test loss follows the bound (1.2) exactly:
-    loss = 1/T + kappa sigma^2/(qN) (+ seed noise), reference loss 0."""
+    loss = 1/T + kappa sigma^2/(qN) (+ bend sigma^2 T/(qN)) (+ seed noise),
+    reference loss 0."""
     spec = Spec.from_dict(dict(dataset="digits", clients=n, q=[q], sigmas=[1.0], rounds=[1], seeds=seeds))
     st = Store(path, spec.base())
     rng = np.random.default_rng(1)
@@ -216,7 +217,8 @@ def synthetic_store(path, kappa, q=0.5, n=20, seeds=3, noise=0.0, sigmas=None, r
     orders = P.DEFAULT_ORDERS
     curves = {s: P.rdp_subsampled_gaussian(q, s * math.sqrt(q * n), orders) for s in sigmas}
     for s, t, k in itertools.product([0.0, *sigmas], rounds, range(seeds)):
-        loss = 0.0 if s == 0 else 1 / t + kappa * s * s / (q * n) + noise * rng.standard_normal()
+        loss = 0.0 if s == 0 else 1 / t + kappa * s * s / (q * n) + bend * s * s * t / (q * n) + \
+            noise * rng.standard_normal()
         eps = math.inf if s == 0 else P.rdp_to_epsilon(orders, int(t) * curves[s], 1e-5)[0]
         rows.append(dict(sigma=s, rounds=int(t), q=q, seed=k, test_loss=loss, accuracy=0.5, epsilon=eps,
                          epsilon_asymptotic=math.inf if s == 0 else asymptotic_epsilon(s, t, q, n, 1e-5),
@@ -520,7 +522,7 @@ def test_fit_names_what_is_wrong_with_a_degenerate_store(tmp_path):
     synthetic_store(diverged, 0.3, noise=0.01, seeds=4, sigmas=np.geomspace(0.3, 3, 6), rounds=[2, 4, 8, 16, 32])
     db = sqlite3.connect(diverged)
     db.execute("UPDATE runs SET test_loss = 400 + 0.001 * rounds WHERE sigma > 0")
-    db.execute("UPDATE runs SET test_loss = 'Infinity' WHERE sigma > 2 AND rounds = 32")
+    db.execute("UPDATE runs SET test_loss = 'Infinity' WHERE sigma > 1 AND rounds >= 4")
     db.commit()
     db.close()
     r = fit(diverged, bootstrap=50)
@@ -536,3 +538,49 @@ def test_fit_names_what_is_wrong_with_a_degenerate_store(tmp_path):
     with contextlib.redirect_stdout(buf):
         assert main(["fit", str(diverged), "--out", str(tmp_path / "d_fit.json"), "--bootstrap", "20"]) == 0
     assert "problem:" in buf.getvalue() and "paretofl design --fit" not in buf.getvalue()
+
+
+# ---------------------------------------------------------------- the empirical mode
+@pytest.mark.parametrize("bend", [0.0, 0.02])
+def test_utility_models_recover_the_loss_and_the_preferred_one(tmp_path, bend):
+    """On stores whose loss follows the bound, or the bound plus a term
+    growing with sigma^2 T, the fitted models recover the constants and the
+    held-out seeds prefer the right one."""
+    from paretofl.pretrial.fit import fit_utility
+
+    path = tmp_path / "u.sqlite"
+    synthetic_store(path, 0.3, noise=0.002, seeds=4, sigmas=np.geomspace(0.2, 3, 8), rounds=[2, 4, 8, 16, 32, 64],
+                    bend=bend)
+    r = fit_utility(path)
+    m = r["models"]["bend" if bend else "bound"]
+    assert m.a == pytest.approx(1.0, rel=0.05) and m.b == pytest.approx(0.3, rel=0.05)
+    assert r["preferred"] == ("bend" if bend else "bound")
+    if bend:
+        assert m.d == pytest.approx(bend, rel=0.1)
+
+
+def test_empirical_design_is_the_best_point_of_its_model_within_budget(tmp_path):
+    """design(from_store=...) minimises the fitted model under the exact
+    accountant: no point of a brute-force (σ, T) scan with the same model
+    and the same ε constraint does better."""
+    from paretofl import recommendation as D
+    from paretofl.pretrial.fit import fit_utility
+
+    path = tmp_path / "u.sqlite"
+    synthetic_store(path, 0.3, noise=0.002, seeds=4, sigmas=np.geomspace(0.2, 3, 8), rounds=[2, 4, 8, 16, 32, 64],
+                    bend=0.02)
+    model = fit_utility(path)["models"]["bend"]
+    n, eps, t_cap = 50, 3.0, 120
+    d = D.design(n_clients=n, epsilon=eps, max_rounds=t_cap, q=1.0, from_store=str(path))
+    assert d.utility_model == "bend" and d.epsilon <= eps
+    assert d.predicted_utility_loss == pytest.approx(float(model.predict(d.sigma, d.rounds, 1.0, n)))
+    orders = P.DEFAULT_ORDERS
+    best = math.inf
+    for s in np.geomspace(0.3, 30, 600):
+        curve = P.rdp_subsampled_gaussian(1.0, s * math.sqrt(n), orders)
+        for t in range(1, t_cap + 1):
+            if P.rdp_to_epsilon(orders, t * curve, 1e-5)[0] <= eps:
+                best = min(best, float(model.predict(s, t, 1.0, n)))
+    assert d.predicted_utility_loss <= best * (1 + 1e-3)
+    with pytest.raises(ValueError, match="one of kappa"):
+        D.design(n_clients=n, epsilon=eps, max_rounds=t_cap, kappa=0.1, from_store=str(path))

@@ -1,0 +1,156 @@
+"""Apply a design in Flower (``pip install 'paretofl[flower]'``).
+
+What Flower does, and what paretofl charges for it (docs/theory.md §5.1):
+
+* *Sampling.* FedAvg samples a fixed number m of the N clients each round,
+  uniformly without replacement (``fraction_fit`` and ``min_fit_clients``
+  through the client manager) — not Poisson with rate q.  paretofl accounts
+  for that with the fixed-size bound of Wang, Balle and Kasiviswanathan
+  (2019, Theorem 27), whose neighbours *replace* one client (N public).
+* *Noise.* Flower's central-DP wrappers clip each client's update to C and
+  add N(0, (z·C/m)²) per coordinate to the mean of the m updates — noise
+  multiplier z on their sum.  Replacing a client moves the sum by up to 2C,
+  so each round is charged a Gaussian of noise multiplier z/2.
+* *What paretofl maps.* A design made with ``framework="flower"`` has
+  q = m/N; Flower's ``noise_multiplier`` is the design's noise multiplier
+  on the sum, z = σ√m, which is the noise paretofl's own trainer puts on the
+  same sum (the mean then carries σC/√m either way).
+* *Weights.* FedAvg weights updates by the clients' reported example counts;
+  the noise is calibrated for an equal-weight mean, so :func:`strategy`
+  averages with equal weights (``equal_weight_fedavg()``).
+* *Evaluation.* Federated evaluation sends client metrics computed on
+  private data to the server unprotected: :func:`strategy` turns it off
+  (``fraction_evaluate=0``); evaluate centrally on public data
+  (``evaluate_fn``).
+
+Flower is imported only inside the functions that build its objects.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from ..recommendation import Design
+from ..theory.privacy import compute_epsilon
+
+__all__ = ["FlowerPlan", "plan", "strategy", "flower_epsilon", "equal_weight_fedavg", "snippet"]
+
+
+def flower_epsilon(num_clients: int, num_sampled_clients: int, noise_multiplier: float, rounds: int,
+                   delta: float = 1e-5) -> float:
+    """ε of ``rounds`` rounds of Flower's central DP: m of N clients drawn
+    without replacement, noise multiplier z on the sum of updates clipped to
+    C (replace-one neighbours: sensitivity 2C, so z/2 is charged)."""
+    n, m = int(num_clients), int(num_sampled_clients)
+    if not (1 <= m <= n):
+        raise ValueError(f"num_sampled_clients must lie in 1..num_clients ({n}), got {m}")
+    return compute_epsilon(m / n, noise_multiplier / 2.0, int(rounds), delta, "fixed-size")
+
+
+@dataclass
+class FlowerPlan:
+    """A design in Flower's terms."""
+
+    num_clients: int
+    num_sampled_clients: int
+    num_rounds: int
+    noise_multiplier: float
+    clipping_norm: float
+    epsilon: float
+    delta: float
+
+    @property
+    def fraction_fit(self) -> float:
+        return self.num_sampled_clients / self.num_clients
+
+    @property
+    def noise_std_on_mean(self) -> float:
+        """The std Flower adds per coordinate to the mean of the m updates."""
+        return self.noise_multiplier * self.clipping_norm / self.num_sampled_clients
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "fraction_fit": self.fraction_fit, "noise_std_on_mean": self.noise_std_on_mean}
+
+
+def plan(design: Design, clipping_norm: float) -> FlowerPlan:
+    """Flower's parameters for ``design`` (made with ``framework="flower"``,
+    the ``client-aggregate`` mechanism) and a clipping norm C."""
+    if not isinstance(design, Design):
+        raise ValueError("plan needs a paretofl Design (paretofl.design(..., framework='flower'))")
+    if design.mechanism != "client-aggregate" or design.sampling != "fixed-size":
+        raise ValueError("this design was not made for Flower's sampling: run design(..., framework='flower')")
+    if not (clipping_norm > 0) or math.isinf(clipping_norm):
+        raise ValueError(f"clipping_norm must be a positive finite number, got {clipping_norm}")
+    m = int(round(design.q * design.n_clients))
+    return FlowerPlan(num_clients=design.n_clients, num_sampled_clients=m, num_rounds=design.rounds,
+                      noise_multiplier=design.noise_multiplier, clipping_norm=float(clipping_norm),
+                      epsilon=design.epsilon, delta=design.delta)
+
+
+_EQUAL = None
+
+
+def _fedavg_class():
+    global _EQUAL
+    if _EQUAL is not None:
+        return _EQUAL
+    from flwr.server.strategy import FedAvg
+
+    class EqualWeightFedAvg(FedAvg):
+        """FedAvg averaging the (clipped) updates with equal weights, the
+        mean Flower's DP noise is calibrated for (its plain FedAvg weights by
+        the example counts clients report)."""
+
+        def aggregate_fit(self, server_round, results, failures):
+            for _, res in results:
+                res.num_examples = 1
+            return super().aggregate_fit(server_round, results, failures)
+
+    _EQUAL = EqualWeightFedAvg
+    return _EQUAL
+
+
+def equal_weight_fedavg():
+    """The class :class:`EqualWeightFedAvg` (built on first use: Flower is
+    imported then)."""
+    return _fedavg_class()
+
+
+def strategy(design_or_plan, clipping_norm: float | None = None, side: str = "server", **fedavg_kwargs):
+    """The Flower strategy that runs ``design``: equal-weight FedAvg sampling
+    m of N clients, wrapped in Flower's fixed-clipping DP strategy
+    (``side="server"``: the server clips; ``"client"``: the clients clip,
+    and each ClientApp needs ``flwr.client.mod.fixedclipping_mod``).
+    ``fedavg_kwargs`` go to FedAvg (``evaluate_fn``, ``initial_parameters``,
+    ...); federated evaluation is off unless you turn it on."""
+    from flwr.server.strategy import (
+        DifferentialPrivacyClientSideFixedClipping,
+        DifferentialPrivacyServerSideFixedClipping,
+    )
+
+    p = design_or_plan if isinstance(design_or_plan, FlowerPlan) else plan(design_or_plan, clipping_norm)
+    if side not in ("server", "client"):
+        raise ValueError(f"side must be 'server' or 'client', got {side!r}")
+    kw = {"fraction_fit": p.fraction_fit, "min_fit_clients": p.num_sampled_clients,
+          "min_available_clients": p.num_clients, "fraction_evaluate": 0.0, "min_evaluate_clients": 0,
+          **fedavg_kwargs}
+    base = _fedavg_class()(**kw)
+    wrap = (DifferentialPrivacyServerSideFixedClipping if side == "server"
+            else DifferentialPrivacyClientSideFixedClipping)
+    return wrap(base, noise_multiplier=p.noise_multiplier, clipping_norm=p.clipping_norm,
+                num_sampled_clients=p.num_sampled_clients)
+
+
+def snippet(p: FlowerPlan) -> str:
+    """Python that builds this plan's strategy in a Flower ServerApp."""
+    args = ", ".join(f"{k}={v!r}" for k, v in asdict(p).items())
+    return "\n".join([
+        "from flwr.server import ServerApp, ServerAppComponents, ServerConfig",
+        "from paretofl.integrations import flower",
+        "",
+        f"plan = flower.FlowerPlan({args})",
+        "strategy = flower.strategy(plan)   # add evaluate_fn=..., initial_parameters=... as for FedAvg",
+        "app = ServerApp(server_fn=lambda context: ServerAppComponents(",
+        "    strategy=strategy, config=ServerConfig(num_rounds=plan.num_rounds)))",
+    ])

@@ -1,0 +1,191 @@
+"""A design applied in Flower and Opacus: Flower's noise is the noise
+charged (in its real simulation engine), the fixed-size accountant agrees
+with Google's dp-accounting, Opacus's own ε agrees with paretofl's, and
+`design --export` prints both frameworks' parameters."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting.rdp import rdp_privacy_accountant as gdp
+
+import paretofl
+from paretofl.cli import main
+from paretofl.integrations import flower as bridge
+from paretofl.integrations import opacus as obridge
+from paretofl.theory import privacy as P
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+def test_flower_design_uses_flowers_sampling():
+    """framework="flower": m = qN clients without replacement, replace-one
+    neighbours (sensitivity 2C), so the charged noise multiplier is half
+    the one on the sum; the same budget buys fewer rounds or more noise
+    than Poisson sampling with add/remove neighbours."""
+    d = paretofl.design(n_clients=100, epsilon=2, max_rounds=200, framework="flower", kappa=16.0)
+    assert d.sampling == "fixed-size" and d.framework == "flower"
+    assert d.noise_multiplier == pytest.approx(d.sigma * math.sqrt(d.q * 100))
+    assert d.charged_noise_multiplier == pytest.approx(d.noise_multiplier / 2)
+    p = bridge.plan(d, clipping_norm=0.5)
+    assert p.num_sampled_clients == round(d.q * 100)
+    assert bridge.flower_epsilon(100, p.num_sampled_clients, p.noise_multiplier, p.num_rounds) == \
+        pytest.approx(d.epsilon) and d.epsilon <= 2
+    poisson = paretofl.design(n_clients=100, epsilon=2, max_rounds=200, kappa=16.0)
+    assert poisson.utility_bound < d.utility_bound
+    with pytest.raises(ValueError, match="framework='flower'"):
+        bridge.plan(poisson, 0.5)
+    with pytest.raises(ValueError, match="whole number"):
+        paretofl.design(n_clients=30, epsilon=2, max_rounds=50, q=0.25, framework="flower")
+
+
+@pytest.mark.parametrize("m,n,z,rounds", [(10, 100, 3.0, 50), (5, 10, 1.5, 20), (100, 100, 8.0, 10),
+                                          (20, 1000, 2.0, 200)])
+def test_flower_epsilon_is_dp_accountings(m, n, z, rounds):
+    """The fixed-size accountant against Google's dp-accounting
+    (SampledWithoutReplacementDpEvent, REPLACE_ONE, noise multiplier z/2):
+    equal on dp-accounting's own orders, and at the order paretofl picks
+    dp-accounting gives the same ε — so what paretofl reports is never
+    below the established accountant's value at that order."""
+    event = dp_accounting.SampledWithoutReplacementDpEvent(n, m, dp_accounting.GaussianDpEvent(z / 2))
+    orders = [2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 256]
+    acc = gdp.RdpAccountant(orders=orders, neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(event, rounds)
+    theirs = acc.get_epsilon(1e-5)
+    ours_grid = P.rdp_to_epsilon(orders, rounds * P.rdp_fixed_size_gaussian(m / n, z / 2, orders), 1e-5)[0]
+    assert ours_grid == pytest.approx(theirs, rel=1e-6) and ours_grid >= theirs * (1 - 1e-12)
+    eps, order = P.RDPAccountant().step(z / 2, m / n, rounds, "fixed-size").epsilon_and_order(1e-5)
+    # ours bounds Theorem 27's forward differences from above (an ulp of slack): at most 1e-6 above
+    assert eps <= theirs * (1 + 1e-6) and eps == pytest.approx(bridge.flower_epsilon(n, m, z, rounds, 1e-5))
+    if order == int(order):
+        at = gdp.RdpAccountant(orders=[int(order)], neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+        at.compose(event, rounds)
+        assert eps == pytest.approx(at.get_epsilon(1e-5), rel=1e-6)
+
+
+def test_fixed_size_at_q_one_is_the_gaussian():
+    """m = n: no sampling, the replace-one Gaussian α/(2z²) (closed form)."""
+    a = np.array([1.5, 2.0, 7.0, 64.0])
+    assert np.allclose(P.rdp_fixed_size_gaussian(1.0, 1.7, a), a / (2 * 1.7**2))
+
+
+def test_flower_strategy_adds_the_noise_charged_to_an_equal_weight_mean():
+    """Flower's own strategy objects, fed client results by hand: the
+    aggregate moves by the equal-weight mean of the clipped updates plus
+    N(0, (zC/m)²) per coordinate — over 40,000 coordinates the variance is
+    within 3 % of (zC/m)² — whatever example counts clients report."""
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+
+    plan = bridge.FlowerPlan(num_clients=10, num_sampled_clients=4, num_rounds=1, noise_multiplier=2.0,
+                             clipping_norm=0.5, epsilon=1.0, delta=1e-5)
+    d = 40_000
+    start = np.zeros(d, dtype=np.float32)
+    s = bridge.strategy(plan, initial_parameters=ndarrays_to_parameters([start]))
+    s.current_round_params = [start]
+    rng = np.random.default_rng(0)
+    ups = [rng.normal(size=d).astype(np.float32) for _ in range(4)]      # norms ≈ 200: clipped to 0.5
+    results = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([u]), num_examples=10 ** k, metrics={}))
+               for k, u in enumerate(ups)]
+    np.random.seed(1)
+    params, _ = s.aggregate_fit(1, results, [])
+    out = parameters_to_ndarrays(params)[0].astype(np.float64)
+    mean = np.mean([u / np.linalg.norm(u) * 0.5 for u in ups], axis=0)   # equal weights, clipped to C
+    noise = out - mean
+    assert noise.mean() == pytest.approx(0, abs=4 * plan.noise_std_on_mean / math.sqrt(d))
+    assert noise.var() == pytest.approx(plan.noise_std_on_mean ** 2, rel=0.03)
+
+
+def test_flower_simulation_adds_the_noise_charged_and_trains():
+    """A real Flower simulation (Ray engine) of a paretofl plan on digits:
+    with clients sending back what they got, each round's change is Flower's
+    noise — its variance over 3 rounds × 650 coordinates is (zC/m)² within
+    10 %; with real clients the model learns."""
+    from flower_fmnist import simulate
+
+    plan = bridge.FlowerPlan(num_clients=10, num_sampled_clients=5, num_rounds=3, noise_multiplier=1.5,
+                             clipping_norm=0.5, epsilon=1.0, delta=1e-5)
+    noise = simulate(plan, dataset="digits", clients=10, seed=0, zero_updates=True)
+    steps = np.diff(np.array([np.concatenate([p.ravel() for p in ps]) for ps in noise["params"]]), axis=0)
+    steps[:, -10] -= 1e-6                                               # the clients' 1e-6 in the first bias
+    assert steps.var() == pytest.approx(plan.noise_std_on_mean ** 2, rel=0.10)
+    learn = simulate(bridge.FlowerPlan(10, 10, 5, 0.5, 0.5, 1.0, 1e-5), dataset="digits", clients=10, seed=0)
+    assert learn["accuracy"] > 0.5 and learn["rounds"] == 5
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+def test_opacus_reports_what_paretofl_planned(tmp_path, accountant):
+    """A client trained with Opacus's make_private under a paretofl plan:
+    Opacus's own accountant ends within the planned ε — its RDP accountant
+    (on its own orders) spends the budget exactly, its PRV accountant (the
+    default, tighter) less — and paretofl's ε of the history Opacus
+    recorded is within it too."""
+    import torch
+    from opacus import PrivacyEngine
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from paretofl.fl.data import load_dataset
+
+    ds = load_dataset("digits")
+    x, y = ds.x_train[:600].reshape(600, -1), ds.y_train[:600]
+    plan = obridge.plan(epsilon=2.0, delta=1e-5, rounds=4, local_steps=5, dataset_size=600, batch_size=60,
+                        max_grad_norm=1.0)
+    assert plan.sample_rate == 0.1
+    torch.manual_seed(0)
+    model = torch.nn.Linear(64, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(x, y), batch_size=60)
+    engine = PrivacyEngine(accountant=accountant)
+    model, opt, loader = obridge.make_private(engine, model, opt, loader, plan)
+    it = iter(loader)
+    for _ in range(plan.steps):
+        try:
+            xb, yb = next(it)
+        except StopIteration:
+            it = iter(loader)
+            xb, yb = next(it)
+        opt.zero_grad()
+        if len(xb):
+            torch.nn.functional.cross_entropy(model(xb), yb).backward()
+        opt.step()
+    r = obridge.check(engine, plan)
+    assert r["steps"] == plan.steps and r["within_plan"]
+    assert r["opacus"] <= 2.0 + 1e-6 and r["paretofl"] <= 2.0 + 1e-6 and r["epsilon"] == max(r["opacus"], r["paretofl"])
+    if accountant == "rdp":      # the same RDP on Opacus's orders: the budget is spent, not wasted
+        assert r["opacus"] == pytest.approx(2.0, rel=1e-4) and r["paretofl"] <= r["opacus"] + 1e-9
+    else:                        # PRV is tighter than RDP
+        assert r["opacus"] < r["paretofl"]
+    with pytest.raises(ValueError, match="batches of"):
+        obridge.make_private(PrivacyEngine(), torch.nn.Linear(64, 10), torch.optim.SGD(model.parameters(), lr=0.1),
+                             DataLoader(TensorDataset(x, y), batch_size=50), plan)
+
+
+def test_design_export_contracts(capsys):
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "100", "--export", "flower",
+                 "--clip", "0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    e = out["export"]
+    assert out["framework"] == "flower" and e["framework"] == "flower"
+    assert {"num_sampled_clients", "noise_multiplier", "clipping_norm", "num_rounds", "fraction_fit"} <= set(e)
+    assert "flower.strategy(plan)" in out["snippet"]
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "100", "--export", "opacus",
+                 "--clip", "1", "--client-size", "600", "--batch-size", "60", "--local-steps", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["export"]["make_private"]["poisson_sampling"] is True
+    assert out["export"]["rounds"] == out["rounds"] and out["export"]["epsilon"] <= 2.0
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "100", "--export", "opacus",
+                 "--clip", "1"]) == 2
+    assert "needs --client-size" in capsys.readouterr().err
+
+
+def test_snippets_run():
+    """The snippet `design --export flower` prints builds the strategy."""
+    d = paretofl.design(n_clients=20, epsilon=3, max_rounds=30, framework="flower", kappa=16.0)
+    code = bridge.snippet(bridge.plan(d, 0.3))
+    env = {}
+    exec(compile(code, "snippet", "exec"), env)
+    assert env["plan"].num_rounds == d.rounds and env["strategy"] is not None
