@@ -148,7 +148,7 @@ def main():
     # the summary: every part's latest result, in order
     md = OUT / "pareto_findings.md"
     body = [(OUT / f"pareto_{p}.md").read_text() for p in funcs if (OUT / f"pareto_{p}.md").is_file()]
-    md.write_text("# Paper 001's findings on FashionMNIST\n\n" + "\n".join(body))
+    md.write_text("# Gu et al.'s findings on FashionMNIST\n\n" + "\n".join(body))
     print(f"written to {md}")
 
 

@@ -207,6 +207,12 @@ def _export(a, d):
 def cmd_design(a):
     from .api import InfeasibleBudget, design
 
+    export_flags = {"--clip": a.clip, "--client-size": a.client_size, "--batch-size": a.batch_size,
+                    "--local-steps": a.local_steps}
+    unused = [f for f, v in export_flags.items() if v is not None and
+              (a.export is None or (a.export == "flower" and f != "--clip"))]
+    if unused:
+        raise ValueError(f"{', '.join(unused)} only apply to --export {'opacus' if a.export else 'flower|opacus'}")
     framework = a.framework or ("flower" if a.export == "flower" else "paretofl")
     if a.export == "flower" and framework != "flower":
         raise ValueError("--export flower designs for Flower's sampling: leave --framework out or set it to flower")

@@ -412,12 +412,14 @@ def design(
         ok = t >= 1
         return float(np.min(1 / t[ok] + kappa * s[ok] ** 2 / (qq * n))) if ok.any() else math.inf
 
-    best = None
+    best, per_q = None, {}
     for qq in sorted(qs, key=grid_best):
         if model is not None:
             r = _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq])
         else:
             r = _best_for_q(qq, *args, acct=accts[qq], incumbent=best[0][0] if best else math.inf, grid=grids[qq])
+        if r is not None:
+            per_q[qq] = r[0]
         if r is not None and (best is None or r[0] < best[0][0]):
             best = (r, qq)
     if best is None:
@@ -449,8 +451,25 @@ def design(
         d.utility_model = model.name
         d.predicted_utility_loss = float(model.predict(sig, T, qb, n))
         d.utility_bound = float(1.0 / T + kappa * sig * sig / (qb * n))
-    d.notes = _notes(d, q_fixed=q is not None, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
+    d.notes = _notes(d, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
+    if q is None and len(qs) > 1:
+        d.notes.append(_why_q(d, per_q, qs))
     return d
+
+
+def _why_q(d: Design, per_q: dict, qs: list) -> str:
+    """Why this q: where it sits among the cohort sizes searched."""
+    others = sorted((u, qq) for qq, u in per_q.items() if qq != d.q)
+    what = "utility bound" if d.predicted_utility_loss is None else "predicted utility loss"
+    text = (f"q = {d.q:.3g} ({d.clients_per_round:.3g} clients a round) has the lowest {what} of the "
+            f"{len(qs)} cohort sizes searched in [{min(qs):.3g}, {max(qs):.3g}]")
+    if others:
+        u2, q2 = others[0]
+        base = per_q.get(d.q, u2)
+        text += f"; the next best, q = {q2:.3g}, is {100 * (u2 / base - 1):.1f} % worse"
+    if d.q >= max(qs) and max(qs) < 1:
+        text += "; q_max caps it"
+    return text
 
 
 def _best_for_model(model, q, n, eps, delta, t_cap, s_lo, s_hi, orders, acct, n_sigma=400):
@@ -487,7 +506,7 @@ def _best_for_model(model, q, n, eps, delta, t_cap, s_lo, s_hi, orders, acct, n_
     return float(u[i]), int(t[i]), float(sig[i])
 
 
-def _notes(d: Design, q_fixed: bool, capped_by_time: bool) -> list[str]:
+def _notes(d: Design, capped_by_time: bool) -> list[str]:
     """What binds, and what moves it (parameter names; the CLI shows flags)."""
     notes = []
     if d.sigma <= d.sigma_min * (1 + 1e-6):
@@ -512,9 +531,6 @@ def _notes(d: Design, q_fixed: bool, capped_by_time: bool) -> list[str]:
         notes.append(f"the budget is too small to learn: {d.rounds} round(s), utility bound {d.utility_bound:.3g} "
                      "(above 1 means no better than the starting model in this bound); raise epsilon, the "
                      "number of clients, or the rounds allowed")
-    if not q_fixed and d.q < 1.0 and d.mechanism == "client-aggregate":
-        notes.append(f"q = {d.q:.3g} ({d.clients_per_round:.3g} clients a round) beats larger cohorts under this "
-                     "budget")
     return notes
 
 

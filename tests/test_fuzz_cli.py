@@ -50,6 +50,10 @@ COMMANDS = {
         "--time-budget": nums("0", "-1"), "--round-time": nums("0", "-1"),
         "--sigma-min": nums("0", "-1"), "--sigma-max": nums("0", "1e9"), "--kappa": nums("0", "-0.1"),
         "--fit": MISSING + ["junk.sqlite", "spec.toml", "figs"], "--mechanism": ["central", "aggregate", ""],
+        "--from-store": MISSING + ["junk.sqlite", "store.sqlite"],   # beside --kappa: two sources of kappa
+        "--utility-model": ["curve", "", "bend"],                    # without --from-store
+        "--framework": ["tff", ""], "--export": ["tff", "opacus", "flower"],   # exports need --clip
+        "--clip": nums("0", "-1"),
         "--plot": ["design.gif", "nofolder/d.png", "figs"]}),
     "train": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--rounds", "2", "--batch-rate", "0.05",
                "--history", "hist.csv"], {
