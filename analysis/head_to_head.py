@@ -51,8 +51,10 @@ DELTA = 1e-5
 COMMON = dict(dataset="fashion-mnist", public_fraction=0.1, data_seed=0, subset="rest", beta=0.5, clip=0.3, lr=0.1,
               local_epochs=1, batch_size=64, delta=DELTA)
 #: the oracle's grid: noise multipliers on the released sum, and rounds
-ORACLE_Z = (0.5, 0.8, 1.25, 2.0, 3.2, 5.0, 8.0)
-ORACLE_T = (5, 10, 20, 50, 100, 150, 200)
+ORACLE_Z = (0.5, 0.8, 1.25, 2.0, 3.2, 5.0, 8.0, 12.5, 20.0)
+ORACLE_T = (2, 5, 10, 20, 50, 100, 150, 200)
+#: the σ range the designs may use (design's default floor of 0.3 would bind at large N and ε)
+SIGMA_RANGE = dict(sigma_min=0.01, sigma_max=30.0)
 
 
 def _key(x):
@@ -62,9 +64,9 @@ def _key(x):
 def policies(n, eps, t_max, kappa_fit, store):
     """name -> (q, T, σ) or None (the recipe allows no round)."""
     out = {}
-    d = paretofl.design(n_clients=n, epsilon=eps, delta=DELTA, max_rounds=t_max, fit=kappa_fit)
+    d = paretofl.design(n_clients=n, epsilon=eps, delta=DELTA, max_rounds=t_max, fit=kappa_fit, **SIGMA_RANGE)
     out["paretofl"] = (d.q, d.rounds, d.sigma)
-    e = paretofl.design(n_clients=n, epsilon=eps, delta=DELTA, max_rounds=t_max, from_store=store)
+    e = paretofl.design(n_clients=n, epsilon=eps, delta=DELTA, max_rounds=t_max, from_store=store, **SIGMA_RANGE)
     out["paretofl (empirical)"] = (e.q, e.rounds, e.sigma)
     for m in (10, 100):
         if m > n:

@@ -98,6 +98,9 @@ def test_flower_strategy_adds_the_noise_charged_to_an_equal_weight_mean():
     noise = out - mean
     assert noise.mean() == pytest.approx(0, abs=4 * plan.noise_std_on_mean / math.sqrt(d))
     assert noise.var() == pytest.approx(plan.noise_std_on_mean ** 2, rel=0.03)
+    client_side = bridge.strategy(plan, side="client")       # the clients clip (fixedclipping_mod)
+    assert type(client_side).__name__ == "DifferentialPrivacyClientSideFixedClipping"
+    assert client_side.noise_multiplier == plan.noise_multiplier
 
 
 def test_flower_simulation_adds_the_noise_charged_and_trains():
