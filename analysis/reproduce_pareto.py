@@ -10,12 +10,13 @@ Parts (``--only`` picks some; each reuses finished runs in analysis/out/*.sqlite
   (Gu et al.: E barely moves the front).
 * ``clients`` — N = 5, 10, 20 at q = 0.5 on the LR grid: qN/κ = σ²T along
   the front should grow in proportion to N (Cor. 3).
+* ``nscale``  — the same at N = 10, 100, 1000 (the σ grid scaled by √(N/10)).
 * ``design``  — §V-D: κ from the 10 % public fraction against the full
   training set, the design it gives, and its cost (``paretofl validate``).
 
 Writes figures and ``pareto_findings.md`` into analysis/out/.
 
-    .venv/bin/python analysis/reproduce_pareto.py [--only front cases epochs clients design] [--seeds 3]
+    .venv/bin/python analysis/reproduce_pareto.py [--only front cases epochs clients nscale design] [--seeds 3]
 """
 
 from __future__ import annotations
@@ -119,6 +120,30 @@ def part_clients(lines, seeds):
     lines.append("")
 
 
+def part_nscale(lines, seeds):
+    """N = 10, 100, 1000 on the same public data: the relation says σ²T along
+    the front is qN/κ, so in proportion to N.  The σ grid is scaled by
+    √(N/10) so that it spans the relation at every N."""
+    import math
+
+    from paretofl.pretrial.spec import Spec
+
+    base = replace(Spec.from_toml(PRE / "lr_fmnist.toml"), seeds=seeds)
+    lines += ["## N at realistic sizes (LR, q = 0.5, the public 10 % split N ways; σ grid × √(N/10))", "",
+              "| N | κ | κ 95 % | slope | qN/κ (= σ²T on the relation) | ratio to N = 10 | N / 10 |",
+              "|---|---|---|---|---|---|---|"]
+    first = None
+    for n in (10, 100, 1000):
+        f = math.sqrt(n / 10)
+        r = _sweep(f"nscale_N{n}", replace(base, clients=n, sigmas=[round(s * f, 6) for s in base.sigmas],
+                                           chunk=max(4, 4800 // n)))
+        v = 0.5 * n / r["kappa"]
+        first = first or v
+        lines.append(f"| {n} | {r['kappa']:.3g} | {fmt_ci(r['kappa_ci'])} | {r['slope']:.2f} | {v:.3g} | "
+                     f"{v / first:.2f} | {n / 10:g} |")
+    lines.append("")
+
+
 def part_design(lines, seeds):
     from paretofl.pretrial.spec import Spec
     from paretofl.pretrial.validate import validate
@@ -130,13 +155,14 @@ def part_design(lines, seeds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="+", choices=("front", "cases", "epochs", "clients", "design"))
+    ap.add_argument("--only", nargs="+", choices=("front", "cases", "epochs", "clients", "nscale", "design"))
     ap.add_argument("--seeds", type=int, default=3)
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     parts = a.only or ["front", "cases", "epochs", "clients", "design"]
     funcs = {"front": part_front, "cases": part_cases, "epochs": lambda l: part_epochs(l, a.seeds),
-             "clients": lambda l: part_clients(l, a.seeds), "design": lambda l: part_design(l, a.seeds)}
+             "clients": lambda l: part_clients(l, a.seeds), "nscale": lambda l: part_nscale(l, a.seeds),
+             "design": lambda l: part_design(l, a.seeds)}
     for p in parts:
         t = time.perf_counter()
         lines = []

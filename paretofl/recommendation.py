@@ -413,9 +413,16 @@ def design(
         return float(np.min(1 / t[ok] + kappa * s[ok] ** 2 / (qq * n))) if ok.any() else math.inf
 
     best, per_q = None, {}
+    if model is not None:   # a coarse pass over every q, then the three best refined
+        coarse = {qq: _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq],
+                                      refine=False) for qq in qs}
+        shortlist = sorted((r[0], qq) for qq, r in coarse.items() if r is not None)[:3]
     for qq in sorted(qs, key=grid_best):
         if model is not None:
-            r = _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq])
+            if qq not in [x[1] for x in shortlist]:
+                r = coarse[qq]
+            else:
+                r = _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq])
         else:
             r = _best_for_q(qq, *args, acct=accts[qq], incumbent=best[0][0] if best else math.inf, grid=grids[qq])
         if r is not None:
@@ -472,12 +479,13 @@ def _why_q(d: Design, per_q: dict, qs: list) -> str:
     return text
 
 
-def _best_for_model(model, q, n, eps, delta, t_cap, s_lo, s_hi, orders, acct, n_sigma=400):
+def _best_for_model(model, q, n, eps, delta, t_cap, s_lo, s_hi, orders, acct, n_sigma=48, refine=True):
     """The empirical mode's search at one q: the fitted utility loss
     u(σ, T) = a/T + bσ²/(qN) + c + dσ²T/(qN) over a dense geometric grid of
     σ, at each σ the best integer T within min(T̃, T_max(σ)) (with d > 0 an
     interior optimum √(a qN/(dσ²)) may beat T_max), refined around the best
-    σ.  Returns (u, T, σ) or None."""
+    σ (three times, 31 points each, unless ``refine`` is off).  Returns
+    (u, T, σ) or None."""
     def at(sig):
         tm = np.minimum(t_cap, _tmax(eps, q, sig, delta, orders, acct)).astype(float)
         if model.d > 0:
@@ -496,10 +504,12 @@ def _best_for_model(model, q, n, eps, delta, t_cap, s_lo, s_hi, orders, acct, n_
     u, t = at(sig)
     if not np.isfinite(u).any():
         return None
-    for _ in range(2):
+    for _ in range(3 if refine else 0):
+        k = np.argsort(sig)
+        sig, u, t = sig[k], u[k], t[k]
         i = int(np.argmin(u))
         lo, hi = sig[max(i - 1, 0)], sig[min(i + 1, len(sig) - 1)]
-        fine = np.geomspace(lo, hi, 101) if hi > lo else np.array([lo])
+        fine = np.geomspace(lo, hi, 31) if hi > lo else np.array([lo])
         uf, tf = at(fine)
         sig, u, t = np.concatenate([sig, fine]), np.concatenate([u, uf]), np.concatenate([t, tf])
     i = int(np.argmin(u))

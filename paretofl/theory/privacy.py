@@ -63,8 +63,8 @@ __all__ = [
     "check_step",
 ]
 
-#: RDP orders of the first pass: every 5-8 % in α − 1 from 1.01 to 64, then
-#: integers spaced about 10 % apart up to 4096.  :func:`best_epsilon` refines
+#: RDP orders of the first pass: 1.01 to 2 spaced 12.5 % apart in α − 1, 2 to 12
+#: spaced 8 % apart, then integers about 10 % apart up to 4096.  :func:`best_epsilon` refines
 #: around the best one and goes past either end when the optimum lies there,
 #: so the grid only has to be dense enough to find the right neighbourhood.
 #: Fewer orders can only make ε larger (never under-reported).
