@@ -152,6 +152,12 @@ class Store:
 
         host, pid = socket.gethostname(), os.getpid()
         got, held = [], 0
+        # BEGIN IMMEDIATE takes the write lock before the first read: the
+        # checks below and the claim are one step for every other process
+        # (Python's sqlite3 would otherwise read outside the transaction, and
+        # two processes could both find a replica free, or one could find it
+        # unfinished just before another stored it, and train it again)
+        self.db.execute("BEGIN IMMEDIATE")
         with self.db:
             for sg, sd in replicas:
                 key = (round(float(sg), 12), round(float(q), 12), int(sd))
