@@ -27,7 +27,9 @@ epoch of batch-64 SGD:
 Everything is a run in a pre-trial store per (model, N, partition) under
 ``--out`` (default analysis/out/head_to_head/), so the script resumes where
 it stopped and reruns nothing.  It writes ``head_to_head.md`` (the table),
-``head_to_head.json`` and ``head_to_head.png`` (accuracy against ε).
+``head_to_head.json`` and ``head_to_head.png`` (accuracy against ε, one
+panel a cell, the seeds' standard deviation as bars); ``--report`` rewrites
+them from the cells run so far without training.
 """
 
 from __future__ import annotations
@@ -119,9 +121,13 @@ def run_cell(model, n, partition, epsilons, seeds, t_max, device, out):
             want.setdefault(_key(q), {}).setdefault(_key(s), set()).add(int(t))
     t0 = time.perf_counter()
     for q, sig in sorted(want.items()):
-        rounds = sorted(set().union(*sig.values()))
-        spec = Spec.from_dict(dict(base, q=[q], sigmas=sorted(sig), rounds=rounds))
-        run_sweep(spec, store, progress=False)
+        # σ that need the same rounds train together, each only as far as it is read
+        by_rounds = {}
+        for s, ts in sig.items():
+            by_rounds.setdefault(tuple(sorted(ts)), []).append(s)
+        for rounds, sigmas in sorted(by_rounds.items(), key=lambda kv: -max(kv[0])):
+            spec = Spec.from_dict(dict(base, q=[q], sigmas=sorted(sigmas), rounds=list(rounds)))
+            run_sweep(spec, store, progress=False)
     print(f"{model} N={n} {partition}: trained in {time.perf_counter() - t0:.0f} s", flush=True)
     return store, chosen
 
@@ -198,12 +204,18 @@ def figure(all_rows, path):
               "z = 1, cohort 10": ("#9467bd", "v--"), "z = 1, cohort 100": ("#8c564b", "^--")}
     for ax, cell in zip(axes, cells):
         rows = all_rows[cell]
-        for name, (color, style) in styles.items():
-            pts = sorted((r["eps"], r["acc"]) for r in rows if r["policy"] == name and np.isfinite(r["acc"]))
+        for i, (name, (color, style)) in enumerate(styles.items()):
+            pts = sorted((r["eps"], r["acc"], r["acc_sd"]) for r in rows
+                         if r["policy"] == name and np.isfinite(r["acc"]))
             if pts:
-                ax.plot(*zip(*pts), style, color=color, label=name, ms=5)
+                e, acc, sd = map(np.array, zip(*pts))
+                # each policy a little apart along ε, so that equal accuracies stay visible
+                ax.errorbar(e * 1.04 ** (i - 3), acc, yerr=sd, fmt=style, color=color, label=name, ms=5, capsize=2,
+                            lw=1.2)
         ax.set_xscale("log")
-        ax.set_xticks(sorted({r["eps"] for r in rows}), [f"{e:g}" for e in sorted({r["eps"] for r in rows})])
+        eps = sorted({r["eps"] for r in rows})
+        ax.set_xticks(eps, [f"{e:g}" for e in eps])
+        ax.set_xticks([], minor=True)
         ax.set_xlabel("privacy budget ε (δ = 1e-5)")
         ax.set_ylabel("test accuracy")
         ax.set_title(f"{cell[0]}, N = {cell[1]}, {cell[2]}")
@@ -222,9 +234,14 @@ def main():
     ap.add_argument("--max-rounds", type=int, default=200)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "head_to_head"))
+    ap.add_argument("--report", action="store_true",
+                    help="train nothing: gather the cells run so far into the table, json and figure")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    if a.report:
+        report(out)
+        return
     for model in a.models:
         for n in a.clients:
             for part in a.partitions:
@@ -232,17 +249,21 @@ def main():
                 rows = summarise(store, chosen, n, a.epsilons, a.max_rounds)
                 (out / f"cell_{model}_N{n}_{part}.json").write_text(json.dumps(rows, indent=1))
                 print(table({(model, n, part): rows}), flush=True)
-                # every cell run so far (by this or an earlier invocation), in one table and figure
-                all_rows = {}
-                for f in sorted(out.glob("cell_*.json"), key=lambda f: (f.stem.split("_")[1],
-                                                                       int(f.stem.split("_")[2][1:]), f.stem)):
-                    _, m, nn, pp = f.stem.split("_", 3)
-                    all_rows[(m, int(nn[1:]), pp)] = json.loads(f.read_text())
-                (out / "head_to_head.md").write_text(table(all_rows) + "\n")
-                (out / "head_to_head.json").write_text(json.dumps(
-                    [dict(model=k[0], clients=k[1], partition=k[2], **r) for k, rs in all_rows.items() for r in rs],
-                    indent=1))
-                figure(all_rows, out / "head_to_head.png")
+                report(out)
+
+
+def report(out):
+    """Every cell run so far (by this or an earlier invocation), in one table and figure."""
+    all_rows = {}
+    for f in sorted(out.glob("cell_*.json"), key=lambda f: (f.stem.split("_")[1], int(f.stem.split("_")[2][1:]),
+                                                            f.stem)):
+        _, m, nn, pp = f.stem.split("_", 3)
+        all_rows[(m, int(nn[1:]), pp)] = json.loads(f.read_text())
+    (out / "head_to_head.md").write_text(table(all_rows) + "\n")
+    (out / "head_to_head.json").write_text(json.dumps(
+        [dict(model=k[0], clients=k[1], partition=k[2], **r) for k, rs in all_rows.items() for r in rs], indent=1))
+    figure(all_rows, out / "head_to_head.png")
+    print(f"wrote {out / 'head_to_head.md'}, .json and .png ({len(all_rows)} cells)", flush=True)
 
 
 if __name__ == "__main__":

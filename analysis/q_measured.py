@@ -59,7 +59,7 @@ def main():
     n = a.clients
     store = out / f"q_measured_N{n}.sqlite"
     base = dict(COMMON, clients=n, seeds=a.seeds, chunk=max(4, 12000 // n))
-    xs = (0.0004, 0.0016, 0.0064)                 # σ²/q on the grid
+    xs = (0.01, 0.1, 0.5)        # σ²/q on the grid: from little noise to the design's at ε = 2 (0.51)
     lines = [f"# Is q = 1 the best use of the budget? (LR, N = {n}, IID, {a.seeds} seeds)", "",
              f"## 1. Equal σ²/q, T = {a.rounds}", "",
              "| σ²/q | q | σ | test accuracy | utility loss | ε (aggregate view) |", "|---|---|---|---|---|---|"]
