@@ -256,7 +256,7 @@ def report(out):
     """Every cell run so far (by this or an earlier invocation), in one table and figure."""
     all_rows = {}
     for f in sorted(out.glob("cell_*.json"), key=lambda f: (f.stem.split("_")[1], int(f.stem.split("_")[2][1:]),
-                                                            f.stem)):
+                                                            not f.stem.endswith("_iid"))):
         _, m, nn, pp = f.stem.split("_", 3)
         all_rows[(m, int(nn[1:]), pp)] = json.loads(f.read_text())
     (out / "head_to_head.md").write_text(table(all_rows) + "\n")
