@@ -387,48 +387,45 @@ def design(
         kappa, kappa_source = max(model.kappa, 1e-12), f"{model.name} model of {from_store}"
     elif utility_model is not None:
         raise ValueError("utility_model needs from_store")
-    if kappa is not None and model is not None:
-        pass
-    elif kappa is not None:
-        kappa_source = "given"
-        _pos(kappa, "kappa")
-    elif fit is not None:
-        kappa, kappa_source = load_kappa(fit), f"fit {fit}"
-    else:
-        kappa, kappa_source = default_kappa()
+    if model is None:
+        if kappa is not None:
+            kappa_source = "given"
+            _pos(kappa, "kappa")
+        elif fit is not None:
+            kappa, kappa_source = load_kappa(fit), f"fit {fit}"
+        else:
+            kappa, kappa_source = default_kappa()
 
     qs = _q_candidates(n, q, q_min, 1.0 if q_max is None else q_max, mechanism)
     if framework == "flower" and any(abs(qq * n - round(qq * n)) > 1e-9 for qq in qs):
         raise ValueError(f"Flower samples a whole number of clients: q = {q:g} times {n} clients is not one")
     accts = {qq: accounting(mechanism, qq, n, framework) for qq in qs}   # validates qN >= 1
     args = (n, epsilon, delta, t_cap, sigma_min, sigma_max, kappa, orders)
-
-    # a coarse grid for every q first; the exact search then visits the q's
-    # best-first, so that the incumbent prunes the others early
-    grids = {qq: _initial_grid(qq, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq]) for qq in qs}
-
-    def grid_best(qq):
-        s, t = grids[qq]
-        ok = t >= 1
-        return float(np.min(1 / t[ok] + kappa * s[ok] ** 2 / (qq * n))) if ok.any() else math.inf
-
     best, per_q = None, {}
     if model is not None:   # a coarse pass over every q, then the three best refined
-        coarse = {qq: _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq],
-                                      refine=False) for qq in qs}
-        shortlist = sorted((r[0], qq) for qq, r in coarse.items() if r is not None)[:3]
-    for qq in sorted(qs, key=grid_best):
-        if model is not None:
-            if qq not in [x[1] for x in shortlist]:
-                r = coarse[qq]
-            else:
-                r = _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq])
-        else:
-            r = _best_for_q(qq, *args, acct=accts[qq], incumbent=best[0][0] if best else math.inf, grid=grids[qq])
+        found = {qq: _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq],
+                                     refine=False) for qq in qs}
+        for _, qq in sorted((r[0], qq) for qq, r in found.items() if r is not None)[:3]:
+            found[qq] = _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq])
+    else:
+        # a coarse grid for every q first; the exact search then visits the
+        # q's best-first, so that the incumbent prunes the others early
+        grids = {qq: _initial_grid(qq, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq]) for qq in qs}
+
+        def grid_best(qq):
+            s, t = grids[qq]
+            ok = t >= 1
+            return float(np.min(1 / t[ok] + kappa * s[ok] ** 2 / (qq * n))) if ok.any() else math.inf
+
+        found = {}
+        for qq in sorted(qs, key=grid_best):
+            incumbent = min((r[0] for r in found.values() if r is not None), default=math.inf)
+            found[qq] = _best_for_q(qq, *args, acct=accts[qq], incumbent=incumbent, grid=grids[qq])
+    for qq, r in found.items():
         if r is not None:
             per_q[qq] = r[0]
-        if r is not None and (best is None or r[0] < best[0][0]):
-            best = (r, qq)
+            if best is None or r[0] < best[0][0]:
+                best = (r, qq)
     if best is None:
         eps1 = [compute_epsilon(qq, sigma_max * accts[qq][1], 1, delta, accts[qq][0], orders=orders) for qq in qs]
         k = int(np.argmin(eps1))
