@@ -121,6 +121,8 @@ class TrainResult:
     dataset: str
     model: str
     options: dict
+    clients: int = 0
+    partition: str = ""
     history: list = field(default_factory=list, repr=False)
 
     def to_dict(self, with_history: bool = False) -> dict:
@@ -130,12 +132,23 @@ class TrainResult:
         return d
 
 
-def train(algorithm: str = "dpfedavg", dataset: str = "fashion-mnist", model: str = "lr", clients: int = 10,
-          epsilon: float = 2.0, delta: float = 1e-5, rounds: int = 100, partition: str = "iid", beta: float = 0.05,
-          replicas: int = 1, seed: int = 0, device: str = "cpu", data_dir: str | None = None, eval_every: int = 1,
-          history: str | None = None, progress: bool = False, design: Design | None = None,
-          **options) -> TrainResult:
+def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clients: int | None = None,
+          epsilon: float = 2.0, delta: float = 1e-5, rounds: int = 100, partition: str | None = None,
+          beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu", data_dir: str | None = None,
+          eval_every: int = 1, history: str | None = None, progress: bool = False, design: Design | None = None,
+          strategy: str = "auto", **options) -> TrainResult:
     """Train DP federated learning on real data (torch is imported here).
+
+    ``dataset``: a built-in name, a "package.module:function" loader, a
+    :class:`paretofl.fl.data.Dataset` (``Dataset.from_arrays``) or a mapping
+    of arrays (x_train, y_train, x_test, y_test, optionally clients and
+    public).  ``model``: a built-in name, a "package.module:function"
+    factory, a factory ``(in_shape, n_classes) -> nn.Module`` or an
+    ``nn.Module`` (trained through ``torch.func``; ``strategy`` "loop",
+    "vmap" or "auto" batches its clients).  ``partition``: iid (default),
+    dirichlet, dirichlet-capped, shards, or given (the data's own clients;
+    the default when the data has them, and then ``clients`` defaults to
+    their number; 10 otherwise).
 
     ``algorithm`` is one of ``paretofl.fl.algorithms.ALGORITHMS``
     (dpfedavg, ali-dpfl, adap-dpfl, nbafl); ``options`` are its config's
@@ -151,20 +164,24 @@ def train(algorithm: str = "dpfedavg", dataset: str = "fashion-mnist", model: st
 
     from .fl.algorithms import ALGORITHMS, History
     from .fl.algorithms import train as run
-    from .fl.data import load_dataset, make_partition
+    from .fl.build import prepare
+    from .fl.data import PARTITIONS, load_dataset
     from .fl.engine import Engine
-    from .fl.models import build_model
 
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if design is not None:
         if algorithm != "dpfedavg":
             raise ValueError("a design applies to client-level dpfedavg")
+        if clients is None:
+            clients = design.n_clients
         if clients != design.n_clients:
             raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
         options = {"mechanism": design.mechanism, "client_rate": design.q, "sigma": design.sigma, **options}
         epsilon, delta, rounds = design.budget, design.delta, design.rounds
     for name, v in (("clients", clients), ("rounds", rounds), ("replicas", replicas), ("eval_every", eval_every)):
+        if name == "clients" and v is None:
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (epsilon > 0) \
@@ -189,15 +206,22 @@ def train(algorithm: str = "dpfedavg", dataset: str = "fashion-mnist", model: st
     sigma = getattr(config, "sigma", None)
     if sigma is not None and np.any(np.asarray(sigma, dtype=float) == 0):
         raise ValueError("sigma = 0 adds no noise: epsilon would be infinite; give sigma > 0")
-    rate = getattr(config, "client_rate", 1.0)
-    if np.any(np.asarray(rate, dtype=float) * clients < 1 - 1e-9):
-        raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * clients)):g} < 1: most rounds "
-                         "would select no client; raise client_rate or clients")
+    if partition is not None and partition not in PARTITIONS:
+        raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
     ds = load_dataset(dataset, data_dir)
-    if len(ds.y_train) < clients:
-        raise ValueError(f"{len(ds.y_train)} training samples cannot be split over {clients} clients")
-    parts = make_partition(partition, ds.y_train.numpy(), clients, seed=seed, beta=beta)
-    net = build_model(model, ds.shape, ds.n_classes)
+    if partition is None:
+        partition = "given" if ds.clients is not None else "iid"
+    if partition == "given" and ds.clients is None:
+        raise ValueError("partition given needs a data set with a client id per training sample (clients)")
+    if clients is None and partition != "given":
+        clients = 10
+    rate = getattr(config, "client_rate", 1.0)
+    n = clients if clients is not None else int(ds.clients.max()) + 1
+    if np.any(np.asarray(rate, dtype=float) * n < 1 - 1e-9):
+        raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * n)):g} < 1: most rounds "
+                         "would select no client; raise client_rate or clients")
+    setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy)
+    ds, parts, net = setup.data, setup.parts, setup.model
     eng = Engine(net, ds, parts, replicas, device=device, seeds=[seed + r for r in range(replicas)])
     pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds)
     first = pol.charges(0)
@@ -221,6 +245,13 @@ def train(algorithm: str = "dpfedavg", dataset: str = "fashion-mnist", model: st
         accuracy=mean(fin["accuracy"]), test_loss=mean(fin["test_loss"]), epsilon=float(np.max(fin["epsilon"])),
         delta=delta, rounds=int(np.max(fin["rounds"])),
         per_replica={k: np.asarray(fin[k]).tolist() for k in ("accuracy", "test_loss", "epsilon", "rounds")},
-        seconds=float(fin["seconds"]), algorithm=algorithm, dataset=dataset, model=model,
+        seconds=float(fin["seconds"]), algorithm=algorithm, dataset=_label(dataset), model=net.name,
         options={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in asdict(config).items()},
-        history=hist.rows)
+        clients=len(parts), partition=partition, history=hist.rows)
+
+
+def _label(obj) -> str:
+    """A data set's name for a result: its name, or what a user passed."""
+    if isinstance(obj, str):
+        return obj
+    return getattr(obj, "name", None) or type(obj).__name__

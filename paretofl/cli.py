@@ -66,6 +66,21 @@ def _number(kind):
 FLOAT, INT = _number(float), _number(int)
 
 
+def _name_or_reference(known, what):
+    """An argparse type: one of the built-in names, or a user's
+    "package.module:function" (resolved when the command runs)."""
+    from .pretrial.spec import is_reference
+
+    def parse(text):
+        if text in known or is_reference(text):
+            return text
+        raise argparse.ArgumentTypeError(f"{text!r} is neither one of {', '.join(known)} nor your {what} "
+                                         "as package.module:function")
+
+    parse.__name__ = what
+    return parse
+
+
 def _plural(n, word):
     return f"{n:g} {word}" + ("" if n == 1 else "s")
 
@@ -279,7 +294,7 @@ def cmd_design(a):
 # train
 # --------------------------------------------------------------------------
 _RUN_FLAGS = ("dataset", "data_dir", "model", "clients", "partition", "beta", "epsilon", "delta", "rounds",
-              "replicas", "seed", "device", "eval_every")
+              "replicas", "seed", "device", "eval_every", "strategy")
 
 
 def _algorithm_options():
@@ -322,7 +337,7 @@ def cmd_train(a):
         out["epsilon_asked"] = a.epsilon
         lines.append(f"WARNING: NbAFL's calibration does not meet the budget: its noise guarantees epsilon = "
                      f"{r.epsilon:.4g}, not the {a.epsilon:g} asked (use --calibration clipping)")
-    lines += [f"{a.algorithm} on {a.dataset} ({a.model}, {_plural(a.clients, 'client')}, {a.partition}), "
+    lines += [f"{a.algorithm} on {a.dataset} ({r.model}, {_plural(r.clients, 'client')}, {r.partition}), "
               f"{_plural(a.replicas, 'replica')}, {r.seconds:.1f} s:",
               f"  test accuracy {r.accuracy:.4f}   test loss {r.test_loss:.4f}",
               f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {a.delta:g} after {_plural(r.rounds, 'round')}"]
@@ -506,6 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
     from .pretrial.spec import DATASETS, MODELS, PARTITIONS  # plain tuples, no torch
 
+    DATA, MODEL = _name_or_reference(DATASETS, "data loader"), _name_or_reference(MODELS, "model factory")
+
     p = _Parser(prog="paretofl", description="Utility-privacy Pareto design for DP federated learning: "
                                              "how to set q, T and sigma for a privacy budget.")
     p.add_argument("--version", action="version", version=f"paretofl {__version__}")
@@ -579,11 +596,17 @@ def build_parser() -> argparse.ArgumentParser:
     from .fl.options import CONFIGS  # the algorithms' options, without loading torch
 
     s.add_argument("--algorithm", choices=tuple(CONFIGS), default="dpfedavg", help="the algorithm")
-    s.add_argument("--dataset", choices=DATASETS, default="fashion-mnist", help="data set")
+    s.add_argument("--dataset", type=DATA, default="fashion-mnist",
+                   help=f"data set: {', '.join(DATASETS)}, or your loader as package.module:function")
     s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
-    s.add_argument("--model", choices=MODELS, default="cnn", help="model")
-    s.add_argument("--clients", type=INT, default=10, help="number of clients N")
-    s.add_argument("--partition", choices=PARTITIONS, default="iid", help="how the data is split")
+    s.add_argument("--model", type=MODEL, default="cnn",
+                   help=f"model: {', '.join(MODELS)}, or your factory as package.module:function")
+    s.add_argument("--strategy", choices=("auto", "loop", "vmap"), default="auto",
+                   help="your model's clients: a loop, or batched under vmap (auto: loop on CPU, vmap on CUDA)")
+    s.add_argument("--clients", type=INT, default=None,
+                   help="number of clients N (default: the data's own clients with --partition given, else 10)")
+    s.add_argument("--partition", choices=PARTITIONS, default=None,
+                   help="how the data is split (default: given when the data has client ids, else iid)")
     s.add_argument("--beta", type=FLOAT, default=0.05, help="Dirichlet concentration (dirichlet partitions)")
     s.add_argument("--epsilon", type=FLOAT, default=2.0, help="privacy budget; a replica stops when it is spent")
     s.add_argument("--delta", type=FLOAT, default=1e-5, help="the delta of (epsilon, delta)")
@@ -609,13 +632,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     def spec_flags(s):
         s.add_argument("spec", nargs="?", help="pre-trial spec (TOML); flags below override its fields")
-        s.add_argument("--dataset", choices=DATASETS, help="data set")
+        s.add_argument("--dataset", type=DATA,
+                       help=f"data set: {', '.join(DATASETS)}, or your loader as package.module:function")
         s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
         s.add_argument("--public-fraction", type=FLOAT, help="share of the training set the pre-trial uses")
         s.add_argument("--partition", choices=PARTITIONS, help="how the data is split")
         s.add_argument("--beta", type=FLOAT, help="Dirichlet concentration")
         s.add_argument("--clients", type=INT, help="number of clients N")
-        s.add_argument("--model", choices=MODELS, help="model")
+        s.add_argument("--model", type=MODEL,
+                       help=f"model: {', '.join(MODELS)}, or your factory as package.module:function")
         s.add_argument("--q", type=FLOAT, nargs="+", help="client sample ratio(s)")
         s.add_argument("--sigmas", type=FLOAT, nargs="+", help="noise multipliers of the grid")
         s.add_argument("--rounds", type=INT, nargs="+", help="rounds T of the grid")

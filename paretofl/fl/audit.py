@@ -163,8 +163,8 @@ class _UnclippedEngine(Engine):
     def clip_rows(self, v, clip):
         return v, v.norm(dim=1)
 
-    def _grads_chunked(self, params, idx, w, clip):
-        return super()._grads_chunked(params, idx, w, None)
+    def _grads_chunked(self, params, idx, w, clip, seeds=None):
+        return super()._grads_chunked(params, idx, w, None, seeds)
 
 
 class _CanaryDPFedAvg(DPFedAvg):

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .data import Dataset
-from .models import Net
+from .models import Model
 
 
 def keep_freed_memory() -> bool:
@@ -102,7 +102,7 @@ class AdamState:
 
 
 class Engine:
-    def __init__(self, net: Net, data: Dataset, parts: list, n_replicas: int, device="cpu",
+    def __init__(self, net: Model, data: Dataset, parts: list, n_replicas: int, device="cpu",
                  seeds=None, dtype=torch.float32):
         self.net, self.data, self.device, self.dtype = net, data, torch.device(device), dtype
         self.N, self.R = len(parts), int(n_replicas)
@@ -110,7 +110,8 @@ class Engine:
         self.x = data.x_train.to(self.device, dtype)
         self.y = data.y_train.to(self.device)
         self.x_flat = self.x.reshape(len(self.x), -1)                # index_select is 2x faster than x[idx]
-        self.x_sq = self.x_flat.pow(2).sum(1)                        # cached input norms (LR's first layer)
+        # cached input norms, for a model whose first layer is linear (LR)
+        self.x_sq = self.x_flat.pow(2).sum(1) if net.wants_input_norms else None
         self.x_test = data.x_test.to(self.device, dtype)
         self.y_test = data.y_test.to(self.device)
         sizes = np.array([len(p) for p in parts])
@@ -271,7 +272,10 @@ class Engine:
             sub = (lambda t: t) if full else (lambda t: t[a])  # noqa: E731
             p_a = params if full else [p[a] for p in params]
             cl = sub(cl_all) if cl_all is not None else None
-            grads, norms, loss = self._grads_chunked(p_a, sub(idx), sub(w), cl)
+            # a model that draws random numbers (dropout) gets a seed per model
+            # from its replica's generator, drawn for all models as batches are
+            seeds = sub(self.model_seeds()) if self.net.stochastic else None
+            grads, norms, loss = self._grads_chunked(p_a, sub(idx), sub(w), cl, seeds)
             if clip is not None:
                 denom = sub(self.vec(batch_divisor))
                 if sigma is not None:
@@ -301,7 +305,14 @@ class Engine:
         stats = StepStats(last_loss, last_cns)
         return params, stats
 
-    def _grads_chunked(self, params, idx, w, clip):
+    def model_seeds(self):
+        """One seed per model (M,), each from its replica's generator."""
+        out = torch.empty((self.R, self.N), dtype=torch.long, device=self.device)
+        for r, g in enumerate(self.gens):
+            out[r].random_(0, 2**62, generator=g)
+        return out.reshape(self.M)
+
+    def _grads_chunked(self, params, idx, w, clip, seeds=None):
         """clipped_grads over the models in chunks of :func:`train_chunk`
         models; on CPU the chunks spread over the threads, one chunk per
         thread (each op single-threaded: small ops do not split well;
@@ -320,7 +331,9 @@ class Engine:
             ix, wb = idx[sl, :b], w[sl, :b]
             xb = torch.index_select(self.x_flat, 0, ix.reshape(-1)).view(*ix.shape, *self.x.shape[1:])
             g, norms, loss = self.net.clipped_grads([p[sl] for p in params], xb, self.y[ix], wb,
-                                                    clip=None if clip is None else clip[sl], x_sqnorm=self.x_sq[ix])
+                                                    clip=None if clip is None else clip[sl],
+                                                    x_sqnorm=None if self.x_sq is None else self.x_sq[ix],
+                                                    seeds=None if seeds is None else seeds[sl])
             if b < B:
                 norms = torch.cat([norms, norms.new_zeros(norms.shape[0], B - b)], 1)
             return g, norms, loss
@@ -410,20 +423,19 @@ class Engine:
             for s in range(0, len(y), chunk):
                 xb, yb = x[s:s + chunk], y[s:s + chunk]
                 logits = self.net.forward(g, xb.unsqueeze(0).expand(k, *xb.shape))
-                lp = torch.log_softmax(logits, -1)
-                tot_loss[r:r + k] += -lp.gather(-1, yb.expand(k, -1).unsqueeze(-1)).squeeze(-1).sum(1).double()
+                tot_loss[r:r + k] += self.net.losses(logits, yb.expand(k, -1)).sum(1).double()
                 correct[r:r + k] += (logits.argmax(-1) == yb).sum(1).double()
         return (tot_loss / len(y)).float(), (correct / len(y)).float()
 
     def eval_blocks(self, n):
-        """(replicas, samples) per evaluation forward.  Convolutional nets on
-        CPU go one replica at a time (a plain convolution, no copy per
-        replica), as training does; the samples per forward keep its
-        largest activations within EVAL_BLOCK_BYTES.  All replicas' test
+        """(replicas, samples) per evaluation forward.  The model says how
+        many replicas go together (convolutional nets on CPU one at a time:
+        a plain convolution, no copy per replica, as training does); the
+        samples per forward keep its largest activations within
+        EVAL_BLOCK_BYTES.  All replicas' test
         chunks at once (2500 samples) took 6.8 GB and 33 s for 48 LeNets
         here, 10.5 GB and 142 s for 8 CIFAR nets."""
-        conv = any(layer.kind == "conv" for layer in self.net.layers)
-        group = 1 if (conv and self.device.type == "cpu") else self.R
+        group = self.net.eval_group(self.device.type, self.R)
         budget = EVAL_BLOCK_BYTES.get(self.device.type, EVAL_BLOCK_BYTES["cuda"])
         per_sample = 2 * self.net.max_activation * torch.finfo(self.dtype).bits // 8   # a layer's input and output
         return group, max(1, min(n, budget // (group * per_sample)))
@@ -442,13 +454,11 @@ SPREAD_NOISE_VALUES = 1 << 20
 TRAIN_CHUNK_BYTES = {"cuda": 1 << 30}
 
 
-def train_chunk(net: Net, device_type: str, M: int, B: int, dtype=torch.float32) -> int:
+def train_chunk(net: Model, device_type: str, M: int, B: int, dtype=torch.float32) -> int:
     """Models per clipped_grads call, for M models at padded batch B.
 
-    CPU, convolutional nets: one model (about 64 samples or more) per
-    chunk, so a model's activations and im2col stay in cache (measured 3x
-    faster on a 2-core CPU than one batch of all models), the chunks spread
-    over the CPU's threads.  CPU, other nets: every model at once.  CUDA:
+    CPU: what the model asks for (:meth:`Net.cpu_chunk`: convolutional nets
+    one model per chunk, the chunks spread over the threads).  CUDA:
     as many models as keep the step's largest per-sample tensor (an
     activation or a convolution's per-sample weight gradients, over all
     models of the chunk) within TRAIN_CHUNK_BYTES — which also keeps it
@@ -456,8 +466,7 @@ def train_chunk(net: Net, device_type: str, M: int, B: int, dtype=torch.float32)
     run (measured on an H100: 5,120 LeNets at batch ≈ 110 in one call
     failed with "canUse32BitIndexMath")."""
     if device_type == "cpu":
-        conv = any(layer.kind == "conv" for layer in net.layers)
-        return max(1, 64 // max(B, 1)) if conv else M
+        return max(1, min(M, net.cpu_chunk(M, B)))
     budget = TRAIN_CHUNK_BYTES.get(device_type, TRAIN_CHUNK_BYTES["cuda"])
     per_model = max(B, 1) * net.max_per_sample * torch.finfo(dtype).bits // 8
     return max(1, min(M, budget // per_model))

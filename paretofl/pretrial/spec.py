@@ -9,12 +9,21 @@ No torch here.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
 MODELS = ("lr", "lenet", "cnn", "fedavg-cnn", "cifar-cnn")
-PARTITIONS = ("iid", "dirichlet", "dirichlet-capped", "shards")
+PARTITIONS = ("iid", "dirichlet", "dirichlet-capped", "shards", "given")
+_REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_reference(value) -> bool:
+    """A "package.module:function" string (a user's model factory or data
+    loader; the same rule as :func:`paretofl.fl.modules.is_reference`,
+    which needs torch)."""
+    return isinstance(value, str) and bool(_REF.match(value))
 
 #: fields that do not change what a run computes (grid, seeds, where it runs)
 _NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk")
@@ -43,7 +52,7 @@ class Spec:
     SGD, clips its update to ``clip`` and adds N(0, σ²·clip²); privacy is
     accounted in the aggregate view (docs/theory.md §5)."""
 
-    dataset: str = "fashion-mnist"
+    dataset: str = "fashion-mnist"     # a built-in name, or a loader "package.module:function"
     data_dir: str | None = None
     public_fraction: float = 0.1      # share of the training set the pre-trial trains on
     data_seed: int = 0                # which subset, which partition
@@ -51,7 +60,7 @@ class Spec:
     partition: str = "iid"
     beta: float = 0.5                 # Dirichlet concentration (partition = dirichlet)
     clients: int = 10
-    model: str = "lr"
+    model: str = "lr"                 # a built-in name, or a factory "package.module:function"
     q: list = field(default_factory=lambda: [0.5])
     sigmas: list = field(default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
     rounds: list = field(default_factory=lambda: [5, 10, 20, 40])
@@ -117,8 +126,11 @@ class Spec:
                 bad(f"{name} lists a value twice")
             setattr(self, name, sorted(out))
 
-        choice("dataset", DATASETS)
-        choice("model", MODELS)
+        for name, known, what in (("dataset", DATASETS, "data loader"), ("model", MODELS, "model factory")):
+            v = getattr(self, name)
+            if v not in known and not is_reference(v):
+                bad(f"{name} must be one of {', '.join(known)} or your {what} as package.module:function, "
+                    f"got {v!r}")
         choice("partition", PARTITIONS)
         choice("device", ("cpu", "cuda"))
         choice("subset", SUBSETS)

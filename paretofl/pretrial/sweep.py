@@ -58,27 +58,35 @@ def plan(spec: Spec, done: set) -> list[Job]:
     return jobs
 
 
-_DATA_CACHE: dict = {}
+_SETUP_CACHE: dict = {}
 
 
-def _data(spec: Spec):
-    """The pre-trial's training subset and partition (cached per process)."""
-    from ..fl.data import load_dataset, make_partition, public_subset
+def _setup(spec: Spec):
+    """The pre-trial's training subset, partition and model (cached per
+    process): :func:`paretofl.fl.build.prepare`."""
+    from ..fl.build import prepare
 
     key = (spec.dataset, spec.data_dir, spec.public_fraction, spec.data_seed, spec.partition, spec.beta,
-           spec.clients, spec.subset)
-    if key not in _DATA_CACHE:
-        ds = load_dataset(spec.dataset, spec.data_dir)
-        if spec.public_fraction < 1 or spec.subset == "rest":
-            ds = public_subset(ds, spec.public_fraction, seed=spec.data_seed, rest=spec.subset == "rest")
-        if len(ds.y_train) < spec.clients:
-            raise ValueError(f"{len(ds.y_train)} training samples cannot be split over {spec.clients} clients; "
-                             "raise public_fraction or lower clients")
-        parts = make_partition(spec.partition, ds.y_train.numpy(), spec.clients, seed=spec.data_seed,
-                               beta=spec.beta)
-        _DATA_CACHE.clear()
-        _DATA_CACHE[key] = (ds, parts)
-    return _DATA_CACHE[key]
+           spec.clients, spec.subset, spec.model)
+    if key not in _SETUP_CACHE:
+        setup = prepare(spec.dataset, spec.model, spec.clients, partition=spec.partition, beta=spec.beta,
+                        seed=spec.data_seed, data_dir=spec.data_dir, public_fraction=spec.public_fraction,
+                        subset=spec.subset)
+        _SETUP_CACHE.clear()
+        _SETUP_CACHE[key] = setup
+    return _SETUP_CACHE[key]
+
+
+def identity(spec: Spec) -> dict:
+    """What a results store records of a spec: its base settings and, for a
+    user's model, the model's fingerprint (class, parameter names and
+    shapes), so that one store never mixes two models under one name."""
+    from ..fl.modules import is_reference
+
+    base = spec.base()
+    if is_reference(spec.model):
+        base["model_fingerprint"] = _setup(spec).model.fingerprint()
+    return base
 
 
 def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
@@ -89,13 +97,12 @@ def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
     from ..fl.algorithms import train
     from ..fl.algorithms.dpfedavg import DPFedAvg
     from ..fl.engine import Engine
-    from ..fl.models import build_model
     from ..theory.privacy import aggregate_noise_multiplier, asymptotic_epsilon, compute_epsilon
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but no CUDA device is available")
-    ds, parts = _data(spec)
-    net = build_model(spec.model, ds.shape, ds.n_classes)
+    setup = _setup(spec)
+    ds, parts, net = setup.data, setup.parts, setup.model
     sig = np.array([s for s, _ in job.replicas])
     eng = Engine(net, ds, parts, len(job.replicas), device=spec.device, seeds=[seed for _, seed in job.replicas])
     pol = DPFedAvg(eng, mechanism="client-aggregate", sigma=sig, clip=spec.clip, lr=spec.lr, client_rate=job.q,
@@ -122,19 +129,28 @@ def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
     return rows
 
 
-def _ray_job(spec_dict, q, replicas, rounds):
+def _ray_job(spec_dict, q, replicas, rounds, folder=None):
+    """A job on a Ray worker.  ``folder``: the driver's working folder, put
+    first on the worker's path, so a "package.module:function" model or data
+    set resolves there as it did for the driver (a remote cluster needs the
+    user's package installed on its workers)."""
+    import sys
+
+    if folder and folder not in sys.path and os.path.isdir(folder):
+        sys.path.insert(0, folder)
     return run_job(Spec.from_dict(spec_dict), Job(q, [tuple(r) for r in replicas], rounds))
 
 
 def check_runnable(spec: Spec):
-    """Fail before anything is written: the device exists and the data load
-    and split (a failed sweep must not leave a store behind)."""
+    """Fail before anything is written: the device exists, the data load
+    and split and the model builds (a failed sweep must not leave a store
+    behind)."""
     if spec.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise ValueError("device cuda asked for, but no CUDA device is available")
-    _data(spec)
+    _setup(spec)
 
 
 def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | None = None,
@@ -148,7 +164,7 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
     check_runnable(spec)
-    store = Store(results, spec.base())
+    store = Store(results, identity(spec))
     try:
         jobs = plan(spec, store.done())
         if max_jobs is not None:
@@ -227,7 +243,7 @@ def _run_ray(spec, jobs, store, bar, address):
             mine, _ = store.claim(j.q, j.replicas, j.rounds)
             if mine:
                 job = Job(j.q, mine, j.rounds)
-                pending[remote.remote(spec.to_dict(), job.q, job.replicas, job.rounds)] = job
+                pending[remote.remote(spec.to_dict(), job.q, job.replicas, job.rounds, os.getcwd())] = job
             elif bar is not None:
                 bar.update(j.work)
         trained = 0
