@@ -146,7 +146,7 @@ def part_nscale(lines, seeds):
 
 def part_design(lines, seeds):
     from paretofl.pretrial.spec import Spec
-    from paretofl.pretrial.validate import validate
+    from paretofl.validate import validate
 
     spec = replace(Spec.from_toml(PRE / "lr_fmnist.toml"), seeds=seeds)
     r = validate(spec, OUT, full_fraction=1.0, progress=True, name="design_lr")

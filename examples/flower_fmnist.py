@@ -7,10 +7,13 @@
 2. a Flower simulation (its Ray simulation engine, `flwr[simulation]`) with
    the strategy `paretofl.integrations.flower.strategy` builds: equal-weight
    FedAvg in Flower's server-side fixed-clipping DP wrapper; the clients
-   train logistic regression on their IID share of FashionMNIST in plain
-   PyTorch (one local epoch of SGD, batch 64), the server evaluates on the
-   test set after each round;
-3. paretofl's trainer on the same (q, T, σ, C) and the same clients' data.
+   train the model on their IID share of FashionMNIST in plain PyTorch (one
+   local epoch of SGD, batch 64), the server evaluates on the test set
+   after each round;
+3. paretofl's trainer on the same (q, T, σ, C), the same clients' data and
+   the same model: one factory runs in both (``--model``: logistic
+   regression by default, or your ``package.module:function`` factory,
+   ``factory(in_shape, n_classes) -> nn.Module``).
 
 It prints one line per run and a table of test accuracy and loss (mean and
 spread over seeds) with each side's ε.  `--out FILE.json` keeps the rows.
@@ -34,13 +37,25 @@ from paretofl.fl.data import load_dataset, make_partition
 from paretofl.integrations import flower as bridge
 
 
+def lr(in_shape, n_classes):
+    """Logistic regression, as a factory (the default model)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(in_shape)), n_classes))
+
+
+def _factory(model):
+    if model == "lr":
+        return lr
+    from paretofl.fl.modules import resolve
+
+    return resolve(model, "model factory")
+
+
 @functools.lru_cache(maxsize=2)
 def _data(dataset):
-    """The data set, flattened, loaded once per process (each of Ray's
-    client actors loads it itself: nothing large travels with the app)."""
+    """The data set, loaded once per process (each of Ray's client actors
+    loads it itself: nothing large travels with the app)."""
     ds = load_dataset(dataset)
-    return (ds.x_train.reshape(len(ds.x_train), -1), ds.y_train, ds.x_test.reshape(len(ds.x_test), -1),
-            ds.y_test)
+    return ds.x_train, ds.y_train, ds.x_test, ds.y_test
 
 
 @functools.lru_cache(maxsize=4)
@@ -49,7 +64,7 @@ def _parts(dataset, clients, seed):
 
 
 def simulate(plan: bridge.FlowerPlan, dataset="fashion-mnist", clients=100, seed=0, lr=0.1, local_epochs=1,
-             batch_size=64, zero_updates=False, quiet=True) -> dict:
+             batch_size=64, zero_updates=False, quiet=True, model="lr") -> dict:
     """One Flower simulation of ``plan``.  Returns the final test accuracy and
     loss and the global parameters after every round.  ``zero_updates``:
     clients send back (nearly) what they received, so the rounds' changes are
@@ -63,14 +78,15 @@ def simulate(plan: bridge.FlowerPlan, dataset="fashion-mnist", clients=100, seed
     if quiet:
         logging.getLogger("flwr").setLevel(logging.WARNING)
     x_tr, y_tr, x_te, y_te = _data(dataset)
-    n_in, n_cls = x_tr.shape[1], int(y_tr.max()) + 1
+    shape, n_cls = tuple(x_tr.shape[1:]), int(y_tr.max()) + 1
+    factory = _factory(model)
     history, metrics = [], []
 
     def model_from(params):
-        m = nn.Linear(n_in, n_cls)
+        m = factory(shape, n_cls)
         with torch.no_grad():
-            m.weight.copy_(torch.as_tensor(params[0]))
-            m.bias.copy_(torch.as_tensor(params[1]))
+            for p, v in zip(m.parameters(), params):
+                p.copy_(torch.as_tensor(v))
         return m
 
     class Client(NumPyClient):
@@ -95,7 +111,7 @@ def simulate(plan: bridge.FlowerPlan, dataset="fashion-mnist", clients=100, seed
                     opt.zero_grad()
                     nn.functional.cross_entropy(m(xs[b]), ys[b]).backward()
                     opt.step()
-            return [m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy()], len(idx), {}
+            return [p.detach().numpy().copy() for p in m.parameters()], len(idx), {}
 
     def client_fn(context: Context):
         return Client(int(context.node_config["partition-id"])).to_client()
@@ -109,8 +125,9 @@ def simulate(plan: bridge.FlowerPlan, dataset="fashion-mnist", clients=100, seed
         metrics.append((rnd, loss, acc))
         return loss, {"accuracy": acc}
 
-    g = torch.Generator().manual_seed(seed)
-    init = [(0.01 * torch.randn(n_cls, n_in, generator=g)).numpy(), np.zeros(n_cls, dtype=np.float32)]
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        init = [p.detach().numpy().copy() for p in factory(shape, n_cls).parameters()]
 
     def server_fn(context):
         np.random.seed(seed)   # Flower's DP noise is drawn from numpy's global generator
@@ -136,14 +153,17 @@ def simulate(plan: bridge.FlowerPlan, dataset="fashion-mnist", clients=100, seed
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--clients", type=int, default=100)
-    ap.add_argument("--epsilon", type=float, default=2.0)
-    ap.add_argument("--delta", type=float, default=1e-5)
-    ap.add_argument("--max-rounds", type=int, default=200)
-    ap.add_argument("--clip", type=float, default=0.3)
-    ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--dataset", default="fashion-mnist")
+    ap.add_argument("--clients", type=int, default=100, help="clients N (default %(default)s)")
+    ap.add_argument("--epsilon", type=float, default=2.0, help="the privacy budget (default %(default)s)")
+    ap.add_argument("--delta", type=float, default=1e-5, help="delta of (epsilon, delta) (default %(default)s)")
+    ap.add_argument("--max-rounds", type=int, default=200, help="most rounds the design may use (default %(default)s)")
+    ap.add_argument("--clip", type=float, default=0.3, help="clipping norm C (default %(default)s)")
+    ap.add_argument("--lr", type=float, default=0.1, help="clients' learning rate (default %(default)s)")
+    ap.add_argument("--seeds", type=int, default=3, help="runs of each side (default %(default)s)")
+    ap.add_argument("--dataset", default="fashion-mnist",
+                    help="a built-in data set or your loader package.module:function (default %(default)s)")
+    ap.add_argument("--model", default="lr",
+                    help="lr, or your factory package.module:function, run by both sides (default %(default)s)")
     ap.add_argument("--out", help="write the rows as JSON here")
     a = ap.parse_args()
 
@@ -158,15 +178,18 @@ def main():
 
     rows = []
     for seed in range(a.seeds):
-        f = this.simulate(plan, dataset=a.dataset, clients=a.clients, seed=seed, lr=a.lr)
+        f = this.simulate(plan, dataset=a.dataset, clients=a.clients, seed=seed, lr=a.lr, model=a.model)
         rows.append({"runner": "flower", "seed": seed, "accuracy": f["accuracy"], "test_loss": f["test_loss"],
                      "epsilon": bridge.flower_epsilon(a.clients, plan.num_sampled_clients, plan.noise_multiplier,
                                                       f["rounds"], a.delta), "seconds": f["seconds"]})
         print(rows[-1], flush=True)
     t = time.perf_counter()
-    r = paretofl.train(algorithm="dpfedavg", dataset=a.dataset, model="lr", clients=a.clients, epsilon=a.epsilon,
-                       delta=a.delta, rounds=d.rounds, replicas=a.seeds, mechanism="client-aggregate",
-                       client_rate=d.q, sigma=d.sigma, clip=a.clip, lr=a.lr, local_epochs=1, batch_size=64)
+    # "lr": paretofl's built-in LR (hand-written kernels; the same model as the factory, tested)
+    model = "lr" if a.model == "lr" else this._factory(a.model)
+    r = paretofl.train(algorithm="dpfedavg", dataset=a.dataset, model=model, clients=a.clients,
+                       epsilon=a.epsilon, delta=a.delta, rounds=d.rounds, replicas=a.seeds,
+                       mechanism="client-aggregate", client_rate=d.q, sigma=d.sigma, clip=a.clip, lr=a.lr,
+                       local_epochs=1, batch_size=64)
     for seed in range(a.seeds):
         rows.append({"runner": "paretofl", "seed": seed, "accuracy": r.per_replica["accuracy"][seed],
                      "test_loss": r.per_replica["test_loss"][seed], "epsilon": r.per_replica["epsilon"][seed],

@@ -148,7 +148,8 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     "vmap" or "auto" batches its clients).  ``partition``: iid (default),
     dirichlet, dirichlet-capped, shards, or given (the data's own clients;
     the default when the data has them, and then ``clients`` defaults to
-    their number; 10 otherwise).
+    their number; 10 otherwise).  Where the data marks its public samples,
+    the clients train on the others (the public share is the pre-trial's).
 
     ``algorithm`` is one of ``paretofl.fl.algorithms.ALGORITHMS``
     (dpfedavg, ali-dpfl, adap-dpfl, nbafl); ``options`` are its config's
@@ -220,7 +221,9 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     if np.any(np.asarray(rate, dtype=float) * n < 1 - 1e-9):
         raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * n)):g} < 1: most rounds "
                          "would select no client; raise client_rate or clients")
-    setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy)
+    # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
+    setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy,
+                    subset="all" if ds.public is None else "rest")
     ds, parts, net = setup.data, setup.parts, setup.model
     eng = Engine(net, ds, parts, replicas, device=device, seeds=[seed + r for r in range(replicas)])
     pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds)

@@ -462,7 +462,7 @@ def cmd_plot(a):
 def cmd_validate(a):
     from pathlib import Path
 
-    from .pretrial.validate import validate
+    from .validate import validate
 
     spec = _spec_from_args(a)
     outdir = Path(a.out_dir) if a.out_dir is not None else Path(".")

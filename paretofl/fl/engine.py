@@ -466,7 +466,7 @@ def train_chunk(net: Model, device_type: str, M: int, B: int, dtype=torch.float3
     run (measured on an H100: 5,120 LeNets at batch ≈ 110 in one call
     failed with "canUse32BitIndexMath")."""
     if device_type == "cpu":
-        return max(1, min(M, net.cpu_chunk(M, B)))
+        return max(1, net.cpu_chunk(M, B))
     budget = TRAIN_CHUNK_BYTES.get(device_type, TRAIN_CHUNK_BYTES["cuda"])
     per_model = max(B, 1) * net.max_per_sample * torch.finfo(dtype).bits // 8
     return max(1, min(M, budget // per_model))

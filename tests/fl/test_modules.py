@@ -298,3 +298,88 @@ def test_own_partition_and_public_share():
         assert (D._renumber(clients[~public])[p] == k).all()
     with pytest.raises(ValueError, match="has 6 clients, not 5"):
         prepare(ds, lr_module, 5, partition="given", subset="rest")
+
+
+# ------------------------------------------------------------- from the CLI
+USER_CODE = '''
+import numpy as np
+from torch import nn
+
+WIDTH = {width}
+
+def mlp(in_shape, n_classes):
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(in_shape)), WIDTH), nn.ReLU(), nn.Linear(WIDTH, n_classes))
+
+def bn(in_shape, n_classes):
+    return nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(in_shape)), 8), nn.BatchNorm1d(8), nn.Linear(8, n_classes))
+
+def raises(in_shape, n_classes):
+    raise RuntimeError("no weights here")
+
+def data():
+    g = np.random.default_rng(0)
+    x = g.normal(size=(300, 12)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(int)
+    return dict(x_train=x[:240], y_train=y[:240], x_test=x[240:], y_test=y[240:], clients=np.arange(240) % 12,
+                public=np.arange(240) % 12 >= 8)
+
+def a_list():
+    return [1, 2]
+
+def nan_data():
+    d = data()
+    d["x_train"][5, 3] = np.nan
+    return d
+'''
+
+
+def _cli(folder, *args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "paretofl.cli", *args], capture_output=True, text=True, cwd=folder,
+                          timeout=300)
+
+
+PRETRIAL = ("pretrial", "--dataset", "usercode:data", "--partition", "given", "--clients", "4", "--q", "1",
+            "--sigmas", "0.1", "--rounds", "2", "4", "--seeds", "2", "--lr", "0.5", "--clip", "1")
+
+
+def test_pretrial_of_a_user_model_and_its_fingerprint(tmp_path):
+    (tmp_path / "usercode.py").write_text(USER_CODE.format(width=8))
+    r = _cli(tmp_path, *PRETRIAL, "--model", "usercode:mlp", "--out", "s.sqlite")
+    assert r.returncode == 0, r.stderr
+    from paretofl.pretrial.store import Store
+
+    st = Store(tmp_path / "s.sqlite")
+    assert len(st) == 8 and st.base["model_fingerprint"]["parameters"][0] == ["1.weight", [8, 12]]
+    st.close()
+    # the same name, another architecture: refused, the store untouched
+    (tmp_path / "usercode.py").write_text(USER_CODE.format(width=16))
+    r = _cli(tmp_path, *PRETRIAL, "--rounds", "8", "--model", "usercode:mlp", "--out", "s.sqlite")
+    assert r.returncode == 2 and "model_fingerprint" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    st = Store(tmp_path / "s.sqlite")
+    assert len(st) == 8
+    st.close()
+
+
+@pytest.mark.parametrize("model, dataset, words", [
+    ("usercode:bn", "usercode:data", "BatchNorm1d"),
+    ("usercode:raises", "usercode:data", "raised RuntimeError: no weights here"),
+    ("usercode:nothere", "usercode:data", "has no attribute nothere"),
+    ("nosuchmodule:mlp", "usercode:data", "cannot import nosuchmodule"),
+    ("usercode:mlp", "usercode:nan_data", "NaN"),
+    ("usercode:mlp", "usercode:bn", "data loader usercode:bn raised TypeError"),
+    ("usercode:mlp", "usercode:a_list", "must return a mapping"),
+])
+@pytest.mark.parametrize("command", ["pretrial", "train"])
+def test_bad_user_code_is_one_line_and_writes_nothing(tmp_path, model, dataset, words, command):
+    (tmp_path / "usercode.py").write_text(USER_CODE.format(width=8))
+    if command == "pretrial":
+        args = [a if a != "usercode:data" else dataset for a in PRETRIAL] + ["--model", model, "--out", "s.sqlite"]
+    else:
+        args = ["train", "--model", model, "--dataset", dataset, "--rounds", "2", "--history", "h.csv"]
+    r = _cli(tmp_path, *args)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["usercode.py"]

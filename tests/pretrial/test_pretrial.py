@@ -317,7 +317,7 @@ def test_pretrial_fit_plot_design_chain(tmp_path, capsys):
 
 
 def test_validate_reports_transfer_and_cost(tmp_path):
-    from paretofl.pretrial.validate import validate
+    from paretofl.validate import validate
 
     spec = small(public_fraction=0.4, sigmas=[0.05, 0.2, 0.8], rounds=[2, 4, 8])
     r = validate(spec, tmp_path, full_fraction=1.0, progress=False, bootstrap=30)

@@ -1,5 +1,6 @@
-"""§V-D of Gu et al. end to end (docs/theory.md §4): κ from a pre-trial on the public
-fraction, then a sweep of the same grid on the full data, and the checks:
+"""A whole experiment — pre-trial sweeps, fits, the design, a training —
+beside the API it uses: §V-D of Gu et al. end to end (docs/theory.md §4):
+κ from a pre-trial on the public fraction, then a sweep of the same grid on the full data, and the checks:
 
 * transfer: κ of the public fraction against κ of the full data;
 * the full-data front against the relation drawn with the public κ;
@@ -22,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..theory.privacy import aggregate_noise_multiplier, compute_epsilon, max_steps
-from .fit import Results, fit, front_indices, relation_distance, within_fraction
-from .spec import Spec
-from .store import read_table
-from .sweep import Job, run_job, run_sweep
+from .pretrial.fit import Results, fit, front_indices, relation_distance, within_fraction
+from .pretrial.spec import Spec
+from .pretrial.store import read_table
+from .pretrial.sweep import Job, run_job, run_sweep
+from .recommendation import design
+from .theory.privacy import aggregate_noise_multiplier, compute_epsilon, max_steps
 
 
 def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | None = None,
@@ -59,8 +61,6 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
         budget = float(np.exp(np.median(np.log(fe[np.isfinite(fe)]))))
 
     # ---- the design of κ_public at the budget, trained on the full data
-    from ..recommendation import design
-
     s_lo, s_hi, t_hi = float(res.sigma.min()), float(res.sigma.max()), int(res.rounds.max())
     d = design(n, budget, delta=spec.delta, max_rounds=t_hi, q=q, sigma_min=s_lo, sigma_max=s_hi, kappa=k_pub)
     rows = run_job(full, Job(q, [(d.sigma, seed) for seed in spec.seed_list()], [d.rounds]))
