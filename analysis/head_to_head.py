@@ -4,6 +4,12 @@ do, at equal exact ε, on FashionMNIST (client-level DP-FedAvg, aggregate view).
     python analysis/head_to_head.py [--models lr] [--clients 100 1000] [--partitions iid dirichlet]
                                     [--epsilons 1 2 4 8] [--seeds 3] [--max-rounds 200] [--device cpu]
 
+A user's model: ``--models examples.your_model:mlp --pretrial STORE`` (its
+pre-trial store on the public 10 %, same C and η; κ is fitted from it), and
+``--policies`` / ``--oracle-z`` / ``--oracle-t`` / ``--oracle-t-calibrated``
+to train fewer policies or a smaller oracle grid where a cell would take
+too long.
+
 The clients hold the 90 % of the training set that the shipped pre-trials
 did not use (``subset = "rest"``); the pre-trials ran on the public 10 %, so
 paretofl's κ costs no private training.  At each budget (δ = 1e-5, at most
@@ -99,16 +105,35 @@ def oracle_calibrated(n, eps, t_max):
     return out
 
 
-def run_cell(model, n, partition, epsilons, seeds, t_max, device, out):
-    store = out / f"{model}_N{n}_{partition}.sqlite"
+def label(model):
+    """A model's name in file names and tables: a built-in name, or the
+    function of a package.module:function factory."""
+    return model.split(":")[-1].replace("_", "-")
+
+
+def pretrial_of(model, pretrial, out):
+    """(fit JSON, store) of the model's public pre-trial: the shipped ones
+    for built-in models, else the store given (fitted here, once)."""
+    if ":" not in model:
+        return str(shipped_fit(f"{model}_fmnist")), str(ROOT / "pretrials" / f"{model}_fmnist.sqlite")
+    if pretrial is None:
+        raise SystemExit(f"{model}: give its pre-trial store with --pretrial")
+    fit_path = out / f"{label(model)}_pretrial_fit.json"
+    if not fit_path.is_file():
+        paretofl.fit(pretrial, bootstrap=200).save(fit_path)
+    return str(fit_path), str(pretrial)
+
+
+def run_cell(model, n, partition, epsilons, seeds, t_max, device, out, pretrial=None, keep=None):
+    store = out / f"{label(model)}_N{n}_{partition}.sqlite"
     base = dict(COMMON, model=model, clients=n, partition=partition, seeds=seeds, device=device,
                 chunk=max(4, 12000 // n))   # replicas a job: about 12,000 client models at once
-    kappa_fit = str(shipped_fit(f"{model}_fmnist"))
-    pre_store = str(ROOT / "pretrials" / f"{model}_fmnist.sqlite")
+    kappa_fit, pre_store = pretrial_of(model, pretrial, out)
     want = {}                                         # q -> {σ -> set of T}
     chosen = {}
     for eps in epsilons:
-        chosen[eps] = policies(n, eps, t_max, kappa_fit, pre_store)
+        chosen[eps] = {k: v for k, v in policies(n, eps, t_max, kappa_fit, pre_store).items()
+                       if keep is None or k in keep}
         for p in chosen[eps].values():
             if p is not None:
                 q, t, s = p
@@ -128,7 +153,7 @@ def run_cell(model, n, partition, epsilons, seeds, t_max, device, out):
         for rounds, sigmas in sorted(by_rounds.items(), key=lambda kv: -max(kv[0])):
             spec = Spec.from_dict(dict(base, q=[q], sigmas=sorted(sigmas), rounds=list(rounds)))
             run_sweep(spec, store, progress=False)
-    print(f"{model} N={n} {partition}: trained in {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"{label(model)} N={n} {partition}: trained in {time.perf_counter() - t0:.0f} s", flush=True)
     return store, chosen
 
 
@@ -226,7 +251,15 @@ def figure(all_rows, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=["lr"], choices=["lr", "lenet"])
+    ap.add_argument("--models", nargs="+", default=["lr"],
+                    help="lr, lenet, or your factory package.module:function (with --pretrial)")
+    ap.add_argument("--pretrial", help="a user model's pre-trial store (public 10 %%, C = 0.3, lr = 0.1)")
+    ap.add_argument("--policies", nargs="+", help="train only these policies (the oracle always)")
+    ap.add_argument("--oracle-z", nargs="+", type=float, default=list(ORACLE_Z),
+                    help="the oracle grid's noise multipliers on the released sum")
+    ap.add_argument("--oracle-t", nargs="+", type=int, default=list(ORACLE_T), help="the oracle grid's rounds")
+    ap.add_argument("--oracle-t-calibrated", nargs="+", type=int, default=list(ORACLE_T_CALIBRATED),
+                    help="the calibrated oracle's rounds (sigma calibrated to each budget)")
     ap.add_argument("--clients", nargs="+", type=int, default=[100, 1000])
     ap.add_argument("--partitions", nargs="+", default=["iid", "dirichlet"], choices=["iid", "dirichlet"])
     ap.add_argument("--epsilons", nargs="+", type=float, default=[1, 2, 4, 8])
@@ -242,13 +275,16 @@ def main():
     if a.report:
         report(out)
         return
+    global ORACLE_Z, ORACLE_T, ORACLE_T_CALIBRATED
+    ORACLE_Z, ORACLE_T, ORACLE_T_CALIBRATED = tuple(a.oracle_z), tuple(a.oracle_t), tuple(a.oracle_t_calibrated)
     for model in a.models:
         for n in a.clients:
             for part in a.partitions:
-                store, chosen = run_cell(model, n, part, a.epsilons, a.seeds, a.max_rounds, a.device, out)
+                store, chosen = run_cell(model, n, part, a.epsilons, a.seeds, a.max_rounds, a.device, out,
+                                         pretrial=a.pretrial, keep=a.policies)
                 rows = summarise(store, chosen, n, a.epsilons, a.max_rounds)
-                (out / f"cell_{model}_N{n}_{part}.json").write_text(json.dumps(rows, indent=1))
-                print(table({(model, n, part): rows}), flush=True)
+                (out / f"cell_{label(model)}_N{n}_{part}.json").write_text(json.dumps(rows, indent=1))
+                print(table({(label(model), n, part): rows}), flush=True)
                 report(out)
 
 

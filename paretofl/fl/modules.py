@@ -19,12 +19,13 @@ for the built-in models; :class:`ModuleModel` answers for a user's module:
   clipped to C (its norm over all trainable parameters), the clipped
   gradients summed with the batch weights.
 
-Which strategy is faster depends on the device and the model: on this
-project's 2-core CPU a loop over models is at or near the rate of plain
-PyTorch and ``vmap`` over LeNet-like conv nets is 0.4× of it, so
-``strategy="auto"`` loops on CPU and batches under ``vmap`` on CUDA, where
-small per-client kernels are bound by launches (benchmarks/generic_model.py
-measures both).
+Which strategy is faster depends on the device, the model and the step,
+so ``strategy="auto"`` follows what benchmarks/generic_model.py measured
+on this project's 2-core CPU: a loop (each thread a share of the models)
+for convolutional modules and for per-sample gradients, ``vmap`` over the
+models for the client-level gradients of the others; on CUDA, where small
+per-client kernels are bound by launches, ``vmap``.  Modules with dropout
+loop on CPU (exact per-replica masks, below).
 
 Randomness: a module with dropout draws from PyTorch's global generator
 inside ``functional_call``.  The engine then hands the model one seed per
@@ -171,6 +172,7 @@ class ModuleModel:
         self.shapes = [tuple(dict(module.named_parameters())[k].shape) for k in self.names]
         self.n_params = int(sum(math.prod(s) for s in self.shapes))
         self.stochastic = any(isinstance(m, _DROPOUTS) for m in module.modules())
+        self.convolutional = any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules())
         own = getattr(module, "loss", None)
         self._loss = loss if loss is not None else (own if callable(own) else None)
         self.max_activation = self._largest_activation()
@@ -236,10 +238,18 @@ class ModuleModel:
         return [torch.stack([s[j] for s in sets]).to(device) for j in range(len(self.names))]
 
     # -------------------------------------------------------------- functional
-    def _strategy(self, device) -> str:
+    def _strategy(self, device, per_sample: bool = False) -> str:
+        """"auto", as measured (benchmarks/generic_model.py): on CUDA vmap;
+        on CPU a loop for convolutional modules and for per-sample (DP-SGD)
+        gradients, vmap over the models for the client-level gradients of
+        the others (LR and an MLP: 1.4-1.6x a loop, which is at the rate of
+        plain PyTorch).  Modules with dropout loop on CPU, so that each
+        replica's masks are its own exactly."""
         if self.strategy != "auto":
             return self.strategy
-        return "loop" if device.type == "cpu" else "vmap"
+        if device.type != "cpu":
+            return "vmap"
+        return "loop" if (per_sample or self.convolutional or self.stochastic) else "vmap"
 
     def _template(self, device, training: bool) -> nn.Module:
         """This thread's copy of the module on ``device``.  functional_call
@@ -290,12 +300,14 @@ class ModuleModel:
         M = x.shape[0]
         if clip is not None:
             clip = torch.as_tensor(clip, dtype=x.dtype, device=x.device).expand(M)
-        if self._strategy(x.device) == "loop":
+        if self._strategy(x.device, per_sample=clip is not None) == "loop":
             outs = []
             for m in range(M):
                 with _seeded(None if seeds is None else seeds[m], x.device):
-                    outs.append(self._one(self._dict(params, m), x[m], y[m], weight[m],
-                                          None if clip is None else clip[m]))
+                    if clip is None:    # plain autograd on the thread's module: a plain PyTorch loop's speed
+                        outs.append(self._one_autograd([p[m] for p in params], x[m], y[m], weight[m]))
+                    else:
+                        outs.append(self._one(self._dict(params, m), x[m], y[m], weight[m], clip[m]))
             grads = [torch.stack([o[0][j] for o in outs]) for j in range(len(params))]
             return grads, torch.stack([o[1] for o in outs]), torch.stack([o[2] for o in outs])
         seed = None if seeds is None else int(torch.as_tensor(seeds).reshape(-1)[0])
@@ -310,6 +322,22 @@ class ModuleModel:
 
     def _randomness(self):
         return "different" if self.stochastic else "error"
+
+    def _one_autograd(self, params, x, y, w):
+        """One model's summed gradient by ordinary autograd: the thread's
+        module takes the model's parameters as its own (``.data``, no copy),
+        runs forward and backward, and gives them back untouched."""
+        module = self._local.module
+        own = getattr(self._local, "params", None)
+        if own is None:
+            named = dict(module.named_parameters())
+            own = self._local.params = [named[k] for k in self.names]
+        for t, v in zip(own, params):
+            t.data = v
+        with torch.enable_grad():
+            lo = self.per_sample_loss(module(x), y) * w
+            g = torch.autograd.grad(lo.sum(), own)
+        return g, torch.zeros_like(w), lo.detach().sum()
 
     def _one(self, p: dict, x, y, w, clip):
         """One model's (gradients (tuple, like ``p``), norms (B,), loss sum)."""
@@ -336,10 +364,13 @@ class ModuleModel:
 
     # ---------------------------------------------------------- engine hints
     def cpu_chunk(self, M: int, B: int) -> int:
-        """Models per clipped_grads call on CPU: one (the chunks spread over
-        the threads, each model a plain PyTorch loop) unless the module
-        draws random numbers, whose global generator threads would share."""
-        return M if self.stochastic else 1
+        """Models per clipped_grads call on CPU: an equal share of the models
+        per thread (the chunks spread over the threads, each a loop over its
+        models), unless the module draws random numbers, whose global
+        generator threads would share: then all models in one loop."""
+        if self.stochastic:
+            return M
+        return max(1, -(-M // torch.get_num_threads()))
 
     def eval_group(self, device_type: str, R: int) -> int:
         return R
