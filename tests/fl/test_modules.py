@@ -383,3 +383,14 @@ def test_bad_user_code_is_one_line_and_writes_nothing(tmp_path, model, dataset, 
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "__pycache__") == ["usercode.py"]
+
+
+@pytest.mark.parametrize("algorithm", ["dpfedavg", "ali-dpfl", "adap-dpfl", "nbafl"])
+def test_every_algorithm_takes_a_user_module(digits, algorithm):
+    import paretofl
+
+    def factory(in_shape, n):
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, n))
+
+    r = paretofl.train(algorithm, dataset=digits, model=factory, clients=5, rounds=2, epsilon=8.0, replicas=2)
+    assert r.rounds >= 1 and r.epsilon <= 8.0 and np.isfinite(r.test_loss) and r.model == "factory"

@@ -330,18 +330,32 @@ def test_validate_reports_transfer_and_cost(tmp_path):
     assert any("kappa public" in line for line in r["report"])
 
 
-def test_ray_executor_gives_the_local_result(tmp_path, reference):
+def test_ray_executor_gives_the_local_result(tmp_path, reference, monkeypatch):
+    """The built-in model, and a user's factory that Ray's workers import
+    from the driver's working folder: the same rows as a local sweep."""
     ray = pytest.importorskip("ray")
+    (tmp_path / "ray_user_model.py").write_text(
+        "from torch import nn\n\n"
+        "def mlp(in_shape, n):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, n))\n")
+    monkeypatch.chdir(tmp_path)
+    user = small(model="ray_user_model:mlp", sigmas=[0.5], rounds=[2, 3], seeds=2, chunk=2)
+    run_sweep(user, tmp_path / "user_local.sqlite", progress=False)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         path = tmp_path / "ray.sqlite"
         s = run_sweep(small(chunk=3), path, executor="ray", progress=False)
+        run_sweep(user, tmp_path / "user_ray.sqlite", executor="ray", progress=False)
     finally:
         ray.shutdown()
     assert s["runs_added"] == len(reference)
     got = rows_of(path)
     for k, (loss, _) in reference.items():
         assert got[k][0] == pytest.approx(loss, rel=1e-5, abs=1e-6)
+    local, remote = rows_of(tmp_path / "user_local.sqlite"), rows_of(tmp_path / "user_ray.sqlite")
+    assert len(local) == 8 and local.keys() == remote.keys()
+    for k, (loss, _) in local.items():
+        assert remote[k][0] == pytest.approx(loss, rel=1e-5, abs=1e-6)
 
 
 def test_a_diverged_run_is_kept_as_infinitely_bad(tmp_path):
