@@ -91,7 +91,10 @@ def _jsonable(x):
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     if hasattr(x, "item"):  # numpy scalar
-        return x.item()
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        # JSON has no NaN or infinity: NaN (nothing measured) is null, ±inf a string
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return x
 
 
@@ -415,13 +418,14 @@ def cmd_fit(a):
     r.save(out)
     d = r.to_dict()
     d["fit_file"] = out
-    ci = lambda v: f"[{v[0]:.4g}, {v[1]:.4g}]"  # noqa: E731
+    ci = lambda v: f"[{v[0]:.4g}, {v[1]:.4g}]" if all(map(math.isfinite, v)) else "none (no bootstrap)"  # noqa: E731
+    pct = f"{100 * r.within_fraction:.0f} %" if math.isfinite(r.within_fraction) else "(no interval)"
     lines = [
         f"fit of {a.results}: {_plural(r.n_runs, 'run')}, {_plural(r.n_seeds, 'seed')}, front of "
         f"{_plural(r.n_front, 'configuration')} ({r.n_fit} inside the grid used for kappa)",
         f"  kappa               {r.kappa:.4g}   95 % bootstrap interval {ci(r.kappa_ci)}",
         f"  slope log T/log sigma {r.slope:.3g}  interval {ci(r.slope_ci)}  (theory: -2)",
-        f"  front on relation   {100 * r.within_fraction:.0f} % of front points within the interval "
+        f"  front on relation   {pct} of front points within the interval "
         f"(mean |ln T - ln T_relation| = {r.distance:.3g})",
         f"  epsilon             {r.epsilon_model};  reference: non-private run, {r.reference}",
         f"fit written to {out}"]
@@ -430,7 +434,11 @@ def cmd_fit(a):
         cv = ", ".join(f"{k} {m['cv_error']:.3g}" for k, m in r.utility_models.items())
         lines.append(f"  utility model       the data prefer '{r.preferred_model}' (held-out-seed error: {cv}; "
                      f"design --from-store uses it)")
-    if r.problems:
+    if r.problems and all(p.startswith("the front disagrees") for p in r.problems):
+        lines += [f"problem: {p}" for p in r.problems]
+        lines.append(f"next: paretofl design --from-store {a.results} --clients N --budget EPS --max-rounds T "
+                     f"(the empirical mode), or --fit {out} to use the closed form all the same")
+    elif r.problems:
         lines += [f"problem: {p}" for p in r.problems]
         lines.append("fix these before designing with this kappa")
     else:

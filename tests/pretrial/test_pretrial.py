@@ -609,3 +609,32 @@ def test_empirical_design_is_the_best_point_of_its_model_within_budget(tmp_path)
     assert d.predicted_utility_loss <= best * (1 + 1e-3)
     with pytest.raises(ValueError, match="one of kappa"):
         D.design(n_clients=n, epsilon=eps, max_rounds=t_cap, kappa=0.1, from_store=str(path))
+
+
+def test_fit_says_where_the_front_disagrees_with_the_relation(tmp_path):
+    """The shipped LR store (its front's T off the relation's by a factor
+    3 on average) gets a problem naming it and the empirical mode; LeNet's
+    (a factor 1.9) none; a store whose losses follow the bound exactly none
+    either (a factor 2: the grid's steps)."""
+    from pathlib import Path
+
+    from paretofl.cli import main
+
+    root = Path(__file__).resolve().parents[2] / "pretrials"
+    lr = fit(root / "lr_fmnist.sqlite", bootstrap=200)
+    text = " ".join(lr.problems)
+    assert "disagrees" in text and f"{lr.distance:.2f}" in text and "--from-store" in text
+    assert not any("disagrees" in p for p in fit(root / "lenet_fmnist.sqlite", bootstrap=200).problems)
+    good = tmp_path / "good.sqlite"
+    synthetic_store(good, 0.3, noise=0.01, seeds=5, sigmas=np.geomspace(0.3, 3, 8), rounds=[2, 4, 8, 16, 32, 64])
+    assert fit(good, bootstrap=100).problems == []
+    import contextlib
+    import io
+    import json as _json
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(["fit", str(root / "lr_fmnist.sqlite"), "--out", str(tmp_path / "f.json"), "--bootstrap", "0",
+                     "--json"]) == 0
+    d = _json.loads(buf.getvalue(), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert d["kappa_ci"] == [None, None] and any("no bootstrap" in p for p in d["problems"])
