@@ -250,6 +250,7 @@ def figure(all_rows, path):
 
 
 def main():
+    global ORACLE_Z, ORACLE_T, ORACLE_T_CALIBRATED
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["lr"],
                     help="lr, lenet, or your factory package.module:function (with --pretrial)")
@@ -275,7 +276,6 @@ def main():
     if a.report:
         report(out)
         return
-    global ORACLE_Z, ORACLE_T, ORACLE_T_CALIBRATED
     ORACLE_Z, ORACLE_T, ORACLE_T_CALIBRATED = tuple(a.oracle_z), tuple(a.oracle_t), tuple(a.oracle_t_calibrated)
     for model in a.models:
         for n in a.clients:

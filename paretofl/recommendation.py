@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
@@ -151,10 +151,20 @@ class Design:
     utility_model: str = "closed form"          # or the empirical mode's "bound" / "bend" model
     predicted_utility_loss: float | None = None  # the empirical mode's prediction, in loss units
 
+    def __post_init__(self):
+        # plain Python numbers, so that the repr and JSON read as written
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.generic):
+                setattr(self, f.name, v.item())
+            elif isinstance(v, dict):
+                setattr(self, f.name, {k: (x.item() if isinstance(x, np.generic) else x) for k, x in v.items()})
+
     @property
     def clients_per_round(self) -> float:
-        """qN, the expected cohort."""
-        return self.q * self.n_clients
+        """qN, the expected cohort (an integer where it is one)."""
+        c = self.q * self.n_clients
+        return int(round(c)) if abs(c - round(c)) < 1e-9 else c
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -308,7 +318,7 @@ def design(
     framework: str = "paretofl",
     from_store: str | None = None,
     utility_model: str | None = None,
-    orders=DEFAULT_ORDERS,
+    orders=None,
 ) -> Design:
     """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
 
@@ -340,6 +350,7 @@ def design(
     ``notes`` says when a bound binds, the budget is not spent, or the
     budget is too small to learn.
     """
+    orders = DEFAULT_ORDERS if orders is None else orders
     n = _int_at_least(n_clients, 1, "n_clients")
     if n > MAX_CLIENTS:
         raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
@@ -465,7 +476,7 @@ def _why_q(d: Design, per_q: dict, qs: list) -> str:
     """Why this q: where it sits among the cohort sizes searched."""
     others = sorted((u, qq) for qq, u in per_q.items() if qq != d.q)
     what = "utility bound" if d.predicted_utility_loss is None else "predicted utility loss"
-    text = (f"q = {d.q:.3g} ({d.clients_per_round:.3g} clients a round) has the lowest {what} of the "
+    text = (f"q = {d.q:.3g} ({d.clients_per_round:,.4g} clients a round) has the lowest {what} of the "
             f"{len(qs)} cohort sizes searched in [{min(qs):.3g}, {max(qs):.3g}]")
     if others:
         u2, q2 = others[0]

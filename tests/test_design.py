@@ -2,11 +2,13 @@
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
+import paretofl
 from paretofl import recommendation as D
 from paretofl.theory import privacy as P
 
@@ -189,3 +191,17 @@ def test_bad_input_is_a_valueerror(bad):
     kw.update(bad)
     with pytest.raises(ValueError):
         D.design(**kw)
+
+
+def test_what_a_user_sees_of_a_design_reads_plainly():
+    """repr without numpy wrappers, a cohort of 100 as 100, notes without
+    1e+03, a signature without the order grid; a Fit's repr without its front."""
+    import inspect
+
+    d = paretofl.design(n_clients=100, epsilon=2, max_rounds=500)
+    assert "np." not in repr(d) and d.clients_per_round == 100 and isinstance(d.clients_per_round, int)
+    big = paretofl.design(n_clients=10_000, epsilon=2, max_rounds=500, q_max=0.1)
+    assert any("1,000 clients a round" in n for n in big.notes) and not any("e+0" in n for n in big.notes)
+    assert len(str(inspect.signature(paretofl.design))) < 600
+    f = paretofl.fit(Path(__file__).resolve().parent.parent / "pretrials" / "lr_fmnist.sqlite", bootstrap=20)
+    assert "front=[" not in repr(f) and len(repr(f)) < 2000

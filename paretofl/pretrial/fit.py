@@ -212,9 +212,9 @@ class Fit:
     epsilon_model: str
     reference: str
     bootstrap: int
-    front: list
+    front: list = field(repr=False)
     results: str
-    spec: dict
+    spec: dict = field(repr=False)
     problems: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     utility_models: dict = field(default_factory=dict)   # name -> UtilityModel fields (fit_utility)
