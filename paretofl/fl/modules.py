@@ -176,8 +176,25 @@ class ModuleModel:
         own = getattr(module, "loss", None)
         self._loss = loss if loss is not None else (own if callable(own) else None)
         self.max_activation = self._largest_activation()
+        #: does the module (and its loss) run under vmap? per-sample gradients need it
+        self.vmap_error = self._try_vmap(sample)
         #: values per sample a DP-SGD step holds at most: an activation, or a per-sample gradient
         self.max_per_sample = max(self.max_activation, self.n_params)
+
+    def _try_vmap(self, sample) -> str | None:
+        """Per-sample gradients of two samples under vmap, once: None if
+        they run, else the reason (the first line of PyTorch's error)."""
+        x = torch.zeros(2, *self.in_shape, device=self._device()) if sample is None else sample[:2]
+        y = torch.zeros(len(x), dtype=torch.long, device=x.device)
+        params = {k: p.detach() for k, p in self.module.named_parameters() if p.requires_grad}
+        self._local.module = self.module
+        try:
+            self._one(params, x, y, torch.ones(len(x), device=x.device), torch.tensor(1.0, device=x.device))
+            return None
+        except Exception as exc:     # any failure of the user's code under vmap
+            return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        finally:
+            self._local.module = None
 
     def _largest_activation(self) -> int:
         """The largest output of any submodule in one sample's forward (values)."""
@@ -247,6 +264,8 @@ class ModuleModel:
         replica's masks are its own exactly."""
         if self.strategy != "auto":
             return self.strategy
+        if self.vmap_error is not None:
+            return "loop"
         if device.type != "cpu":
             return "vmap"
         return "loop" if (per_sample or self.convolutional or self.stochastic) else "vmap"
@@ -296,6 +315,14 @@ class ModuleModel:
         (summed gradients like ``params``, per-sample norms (M, B) — zeros
         without ``clip`` —, summed loss (M,)).  ``seeds`` (M,): each model's
         seed for its dropout masks (stochastic modules)."""
+        if clip is not None and self.vmap_error is not None:
+            raise ValueError(f"per-sample gradients (DP-SGD clients, ALI-DPFL) run the model and its loss under "
+                             f"torch.func.vmap, which fails for this one ({self.vmap_error}); avoid .item(), "
+                             "data-dependent control flow and in-place updates of inputs, or use a client-level "
+                             "mechanism (client-aggregate, client-local)")
+        if self.vmap_error is not None and self.strategy == "vmap":
+            raise ValueError(f"strategy vmap: the model or its loss fails under torch.func.vmap ({self.vmap_error});"
+                             " use strategy loop")
         self._template(x.device, training=True)
         M = x.shape[0]
         if clip is not None:

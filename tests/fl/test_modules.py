@@ -394,3 +394,82 @@ def test_every_algorithm_takes_a_user_module(digits, algorithm):
 
     r = paretofl.train(algorithm, dataset=digits, model=factory, clients=5, rounds=2, epsilon=8.0, replicas=2)
     assert r.rounds >= 1 and r.epsilon <= 8.0 and np.isfinite(r.test_loss) and r.model == "factory"
+
+
+class _OwnLoss(nn.Module):
+    """A module that brings its own per-sample loss (squared error on one-hot)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.lin(x.flatten(1))
+
+    def loss(self, logits, y):
+        return (logits - torch.eye(10)[y]).pow(2).sum(1)
+
+
+class _OneHotLoss(_OwnLoss):
+    """The same loss through F.one_hot, which checks its input's values and
+    so cannot run under vmap."""
+
+    def loss(self, logits, y):
+        return (logits - nn.functional.one_hot(y, 10).float()).pow(2).sum(1)
+
+
+class _Tied(nn.Module):
+    """An encoder and a decoder sharing one weight matrix."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(64, 16)
+        self.dec = nn.Linear(16, 64)
+        self.dec.weight = nn.Parameter(self.enc.weight.t())   # placeholder, tied below
+        self.dec.weight = self.enc.weight                      # not transposed: a (16, 64) matrix used twice
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x):
+        h = torch.tanh(nn.functional.linear(x.flatten(1), self.enc.weight, self.enc.bias))
+        return self.head(torch.tanh(nn.functional.linear(h, self.dec.weight.t(), self.dec.bias)))
+
+
+@pytest.mark.parametrize("strategy", ["loop", "vmap"])
+@pytest.mark.parametrize("make", [_OwnLoss, _Tied])
+@pytest.mark.parametrize("clip", [None, 0.4])
+def test_own_loss_and_tied_weights_against_plain_autograd(make, strategy, clip):
+    torch.manual_seed(0)
+    module = make()
+    mm = ModuleModel(module, (1, 8, 8), 10, strategy=strategy)
+    params = mm.init(2, torch.Generator().manual_seed(1))
+    x, y = torch.randn(2, 4, 1, 8, 8), torch.randint(0, 10, (2, 4))
+    grads, _, _ = mm.clipped_grads(params, x, y, torch.ones(2, 4), clip=clip)
+    ref = make()
+    loss_fn = ref.loss if hasattr(ref, "loss") else (lambda o, t: nn.functional.cross_entropy(o, t, reduction="none"))
+    named = dict(ref.named_parameters())
+    for m in range(2):
+        with torch.no_grad():
+            for k, v in zip(mm.names, params):
+                named[k].copy_(v[m])
+        want = [torch.zeros_like(named[k]) for k in mm.names]
+        for b in range(4):
+            g = torch.autograd.grad(loss_fn(ref(x[m, b:b + 1]), y[m, b:b + 1]).sum(), [named[k] for k in mm.names])
+            f = 1.0 if clip is None else min(1.0, clip / float(torch.sqrt(sum(t.pow(2).sum() for t in g))))
+            for w, t in zip(want, g):
+                w += f * t
+        for w, got in zip(want, grads):
+            torch.testing.assert_close(got[m], w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_loss_that_cannot_run_under_vmap(digits):
+    """Client-level training loops instead (auto); DP-SGD, which needs
+    per-sample gradients under vmap, is refused in one line that says why."""
+    mm = model_from(_OneHotLoss(), digits)
+    assert mm.vmap_error is not None
+    params = mm.init(2, torch.Generator().manual_seed(0))
+    x, y = torch.randn(2, 3, 1, 8, 8), torch.randint(0, 10, (2, 3))
+    grads, _, _ = mm.clipped_grads(params, x, y, torch.ones(2, 3))
+    assert all(torch.isfinite(g).all() for g in grads)
+    with pytest.raises(ValueError, match="vmap, which fails for this one") as err:
+        mm.clipped_grads(params, x, y, torch.ones(2, 3), clip=1.0)
+    assert "\n" not in str(err.value)
