@@ -54,8 +54,15 @@ def engine_runner(name, ds, replicas, device):
     replica on the engine; returns client-steps per second."""
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
     eng = Engine(build_model(name, (1, 28, 28)), ds, parts, replicas, device=device)
-    state = {"params": eng.broadcast(eng.init_global())}
     kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
+    return timed_steps(eng, kw, device)
+
+
+def timed_steps(eng, kw, device):
+    """A callable running `rounds` calls of ``eng.local_steps(**kw)`` on
+    every model of the engine; returns client-steps per second (after one
+    warm-up call)."""
+    state = {"params": eng.broadcast(eng.init_global())}
 
     def run(rounds):
         _sync(device)

@@ -30,17 +30,22 @@ import argparse
 import json
 import math
 import statistics
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from paretofl.fl.data import Dataset
-from paretofl.fl.engine import Engine
-from paretofl.fl.models import build_model
-from paretofl.fl.modules import ModuleModel
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_vs_opacus import _sync, timed_steps  # noqa: E402
+
+from paretofl.fl.data import Dataset  # noqa: E402
+from paretofl.fl.engine import Engine  # noqa: E402
+from paretofl.fl.models import build_model  # noqa: E402
+from paretofl.fl.modules import ModuleModel  # noqa: E402
 
 N, PER_CLIENT, BATCH = 10, 600, 64
 
@@ -63,30 +68,14 @@ def module(name):
                          nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10))
 
 
-def _sync(device):
-    if device != "cpu":
-        torch.cuda.synchronize()
-
-
 def engine_runner(model, ds, replicas, device, dp):
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
     eng = Engine(model, ds, parts, replicas, device=device)
-    state = {"params": eng.broadcast(eng.init_global())}
     if dp:
         kw = dict(steps=1, lr=0.1, batch_rate=BATCH / PER_CLIENT, sigma=1.0, clip=1.0, batch_divisor=BATCH)
     else:
         kw = dict(steps=1, lr=0.1, batch_size=BATCH)
-
-    def run(rounds):
-        _sync(device)
-        t = time.perf_counter()
-        for _ in range(rounds):
-            state["params"], _ = eng.local_steps(state["params"], **kw)
-        _sync(device)
-        return eng.M * rounds / (time.perf_counter() - t)
-
-    run(1)
-    return run
+    return timed_steps(eng, kw, device)
 
 
 def torch_loop_runner(name, ds, replicas, device):
