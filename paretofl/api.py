@@ -161,7 +161,14 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     DP-FedAvg.
     """
     import numpy as np
-    import torch
+
+    try:
+        import torch
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        raise ModuleNotFoundError("paretofl.train needs PyTorch, which is not installed: "
+                                  "pip install 'paretofl[train]'", name="torch") from None
 
     from .fl.algorithms import ALGORITHMS, History
     from .fl.algorithms import train as run

@@ -92,6 +92,10 @@ def test_wheel_without_torch_answers_as_the_checkout(wheel, tmp_path, which):
     r = subprocess.run([str(py.parent / "paretofl"), "train", "--dataset", "digits", "--rounds", "1"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=300, env=CLEAN)
     assert r.returncode == 2 and "paretofl[train]" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # and so does the API
+    code = "import paretofl\ntry:\n    paretofl.train()\nexcept ModuleNotFoundError as e:\n    print(e)"
+    r = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300, env=CLEAN)
+    assert r.returncode == 0 and "pip install 'paretofl[train]'" in r.stdout, r.stdout + r.stderr
 
 
 def test_importing_and_using_the_library_changes_no_process_setting():
