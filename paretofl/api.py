@@ -187,6 +187,8 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
             raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
         options = {"mechanism": design.mechanism, "client_rate": design.q, "sigma": design.sigma, **options}
         epsilon, delta, rounds = design.budget, design.delta, design.rounds
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**62:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     for name, v in (("clients", clients), ("rounds", rounds), ("replicas", replicas), ("eval_every", eval_every)):
         if name == "clients" and v is None:
             continue

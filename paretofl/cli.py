@@ -475,7 +475,8 @@ def cmd_validate(a):
     spec = _spec_from_args(a)
     outdir = Path(a.out_dir) if a.out_dir is not None else Path(".")
     if not outdir.is_dir():
-        raise ValueError(f"output folder {outdir} does not exist")
+        raise ValueError(f"output folder {outdir} " + ("is a file, not a folder" if outdir.exists() else
+                                                        "does not exist"))
     r = validate(spec, outdir, full_fraction=a.full_fraction, budget=a.budget, executor=a.executor,
                  ray_address=a.ray_address, progress=not a.json and sys.stderr.isatty())
     _emit({k: v for k, v in r.items() if k != "report"}, a.json, "\n".join(r["report"]))
@@ -736,6 +737,8 @@ def main(argv=None) -> int:
         return EXIT_INTERRUPTED
     except (ValueError, OSError, ArithmeticError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+            msg = f"cannot write or read {exc.filename}: {exc.strerror.lower()}"   # not Python's "[Errno 20] ..."
         if isinstance(exc, ArithmeticError):
             msg = f"a number is out of range ({msg})"
         if args.command == "design":

@@ -227,3 +227,21 @@ def test_account_both_reports_the_larger(capsys, sigma, q, steps):
     assert both["by_accountant"] == pytest.approx({"rdp": rdp, "prv": prv})
     assert both["epsilon"] == max(rdp, prv)
     assert abs(rdp - prv) < 0.35 * rdp  # same mechanism: the two bounds are close
+
+
+@pytest.mark.parametrize("args, words", [
+    (["train", "--seed", "-3", "--dataset", "digits"], "seed must be a non-negative integer, got -3"),
+    (["fit", "pretrials"], "is a folder, not a results store"),
+    (["pareto", "--clients", "10", "--q", "0.5", "--kappa", "10", "--sigma-min", "0.1", "--sigma-max", "2",
+      "--max-rounds", "50", "--plot", "/dev/null/x.png"], "cannot write or read /dev/null/x.png: not a directory"),
+    (["validate", "pretrials/demo.toml", "--out-dir", "README.md"], "README.md is a file, not a folder"),
+])
+def test_errors_name_what_the_user_typed(args, words, capsys, monkeypatch):
+    """One line that names the parameter or the path, never Python's own
+    wording ("[Errno 20]", "expected non-negative integer")."""
+    from pathlib import Path
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1 and "Errno" not in err, err

@@ -78,6 +78,8 @@ class Store:
 
     def __init__(self, path, base: dict | None = None):
         self.path = Path(path)
+        if base is None and self.path.is_dir():
+            raise ValueError(f"results file {self.path} is a folder, not a results store (.sqlite)")
         if base is None and not self.path.is_file():
             raise ValueError(f"results file {self.path} does not exist")
         if base is not None and not self.path.parent.exists():
