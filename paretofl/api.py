@@ -225,15 +225,14 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
         raise ValueError("partition given needs a data set with a client id per training sample (clients)")
     if clients is None and partition != "given":
         clients = 10
-    rate = getattr(config, "client_rate", 1.0)
-    n = clients if clients is not None else int(ds.clients.max()) + 1
-    if np.any(np.asarray(rate, dtype=float) * n < 1 - 1e-9):
-        raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * n)):g} < 1: most rounds "
-                         "would select no client; raise client_rate or clients")
     # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
     setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy,
                     subset="all" if ds.public is None else "rest")
     ds, parts, net = setup.data, setup.parts, setup.model
+    rate = getattr(config, "client_rate", 1.0)
+    if np.any(np.asarray(rate, dtype=float) * len(parts) < 1 - 1e-9):   # the clients that train, not all ids
+        raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * len(parts))):g} < 1: most "
+                         "rounds would select no client; raise client_rate or clients")
     eng = Engine(net, ds, parts, replicas, device=device, seeds=[seed + r for r in range(replicas)])
     pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds)
     first = pol.charges(0)

@@ -34,8 +34,11 @@ def model_from(model, ds: Dataset, strategy: str = "auto") -> Model:
     if not callable(factory):
         raise ValueError(f"the model must be a built-in name, package.module:function, a factory or an "
                          f"nn.Module, got {type(model).__name__}")
+    import torch
+
     try:
-        module = factory(shape, classes)
+        with torch.random.fork_rng(devices=[]):   # the template's initialisation leaves the global generator as it was
+            module = factory(shape, classes)
     except Exception as exc:
         raise ValueError(f"model factory {name} raised {type(exc).__name__}: {exc}") from None
     if not isinstance(module, nn.Module):

@@ -167,8 +167,6 @@ class Net:
         return {"class": f"paretofl.Net:{self.name}", "in_shape": list(self.in_shape),
                 "parameters": [[f"layer{i}", [k, c]] for i, (k, c) in enumerate(self.param_shapes)]}
 
-    def describe(self) -> str:
-        return f"{self.name} ({self.n_params:,} parameters, hand-written kernels)"
 
     # ---------------------------------------------------------------- params
     def init(self, m: int, generator: torch.Generator, device="cpu") -> list[torch.Tensor]:

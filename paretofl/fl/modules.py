@@ -120,7 +120,8 @@ def check_module(module, in_shape, n_classes, sample=None):
     was = module.training
     module.train()
     try:
-        with torch.no_grad():
+        # under fork_rng: dropout's draws leave the user's global generator as it was
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
             out = module(x)
     except Exception as exc:
         raise ValueError(f"the model's forward fails on inputs of shape {tuple(x.shape)} "
@@ -225,9 +226,6 @@ class ModuleModel:
         cls = type(self.module)
         return {"class": f"{cls.__module__}.{cls.__qualname__}",
                 "parameters": [[k, list(s)] for k, s in zip(self.names, self.shapes)]}
-
-    def describe(self) -> str:
-        return f"{self.name} ({self.n_params:,} parameters, torch.func, {self.strategy} over clients)"
 
     # ---------------------------------------------------------------- params
     def init(self, m: int, generator: torch.Generator, device="cpu") -> list[torch.Tensor]:

@@ -81,7 +81,7 @@ def identity(spec: Spec) -> dict:
     """What a results store records of a spec: its base settings and, for a
     user's model, the model's fingerprint (class, parameter names and
     shapes), so that one store never mixes two models under one name."""
-    from ..fl.modules import is_reference
+    from .spec import is_reference
 
     base = spec.base()
     if is_reference(spec.model):

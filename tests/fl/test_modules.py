@@ -189,9 +189,9 @@ def test_dropout_stays_each_replicas_own(digits):
         return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.Dropout(0.5), nn.ReLU(), nn.Linear(32, n))
 
     parts = D.partition_iid(digits.y_train.numpy(), 5, seed=0)
+    state = torch.random.get_rng_state()
     mm = model_from(factory, digits)
     assert mm.stochastic
-    state = torch.random.get_rng_state()
 
     def run(seeds):
         eng = _engine(mm, digits, parts, seeds)
@@ -473,3 +473,14 @@ def test_a_loss_that_cannot_run_under_vmap(digits):
     with pytest.raises(ValueError, match="vmap, which fails for this one") as err:
         mm.clipped_grads(params, x, y, torch.ones(2, 3), clip=1.0)
     assert "\n" not in str(err.value)
+
+
+def test_client_rate_is_checked_on_the_clients_that_train():
+    """8 client ids, 2 of them public: 6 clients train, so a rate of 0.15
+    selects 0.9 a round and is refused (over all 8 ids it would pass)."""
+    import paretofl
+
+    clients = np.repeat(np.arange(8), 5)
+    ds = D.from_mapping(_arrays(clients=clients, public=clients >= 6))
+    with pytest.raises(ValueError, match="client_rate x clients = 0.9 < 1"):
+        paretofl.train(dataset=ds, model=lr_module, client_rate=0.15, mechanism="client-aggregate", rounds=1)
