@@ -8,7 +8,9 @@ A user's model: ``--models examples.your_model:mlp --pretrial STORE`` (its
 pre-trial store on the public 10 %, same C and η; κ is fitted from it), and
 ``--policies`` / ``--oracle-z`` / ``--oracle-t`` / ``--oracle-t-calibrated``
 to train fewer policies or a smaller oracle grid where a cell would take
-too long.
+too long.  ``--q-max`` caps every policy's client rate, as a cross-device
+deployment caps the cohort (the design searches q up to it; recipes and
+oracle grids above it are left out).
 
 The clients hold the 90 % of the training set that the shipped pre-trials
 did not use (``subset = "rest"``); the pre-trials ran on the public 10 %, so
@@ -66,6 +68,8 @@ ORACLE_T = (2, 5, 10, 20, 50, 100, 150, 200)
 ORACLE_T_CALIBRATED = (5, 10, 20, 50, 100, 200)
 #: the σ range the designs may use (design's default floor of 0.3 would bind at large N and ε)
 SIGMA_RANGE = dict(sigma_min=0.01, sigma_max=30.0)
+#: the largest client rate any policy may use (--q-max: a cross-device cap on the cohort), None: no cap
+Q_MAX = None
 
 
 def _key(x):
@@ -75,12 +79,14 @@ def _key(x):
 def policies(n, eps, t_max, kappa_fit, store):
     """name -> (q, T, σ) or None (the recipe allows no round)."""
     out = {}
-    d = paretofl.design(n_clients=n, epsilon=eps, delta=DELTA, max_rounds=t_max, fit=kappa_fit, **SIGMA_RANGE)
+    d = paretofl.design(n_clients=n, epsilon=eps, delta=DELTA, max_rounds=t_max, fit=kappa_fit, q_max=Q_MAX,
+                        **SIGMA_RANGE)
     out["paretofl"] = (d.q, d.rounds, d.sigma)
-    e = paretofl.design(n_clients=n, epsilon=eps, delta=DELTA, max_rounds=t_max, from_store=store, **SIGMA_RANGE)
+    e = paretofl.design(n_clients=n, epsilon=eps, delta=DELTA, max_rounds=t_max, from_store=store, q_max=Q_MAX,
+                        **SIGMA_RANGE)
     out["paretofl (empirical)"] = (e.q, e.rounds, e.sigma)
     for m in (10, 100):
-        if m > n:
+        if m > n or (Q_MAX is not None and m / n > Q_MAX * (1 + 1e-12)):
             continue
         q = m / n
         z = calibrate_noise(eps, q, t_max, DELTA)
@@ -91,14 +97,15 @@ def policies(n, eps, t_max, kappa_fit, store):
 
 
 def oracle_grid(n):
-    qs = sorted({m / n for m in (10, 100, n) if m <= n})
-    return {q: [z / math.sqrt(q * n) for z in ORACLE_Z] for q in qs}
+    qs = sorted({m / n for m in (10, 100, n) if m <= n and (Q_MAX is None or m / n <= Q_MAX * (1 + 1e-12))})
+    return {q: [z / math.sqrt(q * n) for z in ORACLE_Z] for q in qs if ORACLE_Z}
 
 
 def oracle_calibrated(n, eps, t_max):
     """(q, T, σ) with σ calibrated so that T rounds spend ε exactly."""
     out = []
-    for q in oracle_grid(n):
+    qs = sorted({m / n for m in (10, 100, n) if m <= n and (Q_MAX is None or m / n <= Q_MAX * (1 + 1e-12))})
+    for q in qs:
         for t in ORACLE_T_CALIBRATED:
             if t <= t_max:
                 out.append((q, t, calibrate_noise(eps, q, t, DELTA) / math.sqrt(q * n)))
@@ -250,14 +257,15 @@ def figure(all_rows, path):
 
 
 def main():
-    global ORACLE_Z, ORACLE_T, ORACLE_T_CALIBRATED
+    global ORACLE_Z, ORACLE_T, ORACLE_T_CALIBRATED, Q_MAX
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["lr"],
                     help="lr, lenet, or your factory package.module:function (with --pretrial)")
     ap.add_argument("--pretrial", help="a user model's pre-trial store (public 10 %%, C = 0.3, lr = 0.1)")
     ap.add_argument("--policies", nargs="+", help="train only these policies (the oracle always)")
-    ap.add_argument("--oracle-z", nargs="+", type=float, default=list(ORACLE_Z),
-                    help="the oracle grid's noise multipliers on the released sum")
+    ap.add_argument("--oracle-z", nargs="*", type=float, default=list(ORACLE_Z),
+                    help="the oracle grid's noise multipliers on the released sum (none: only the calibrated grid)")
+    ap.add_argument("--q-max", type=float, help="cap every policy's client rate (a cross-device cohort cap)")
     ap.add_argument("--oracle-t", nargs="+", type=int, default=list(ORACLE_T), help="the oracle grid's rounds")
     ap.add_argument("--oracle-t-calibrated", nargs="+", type=int, default=list(ORACLE_T_CALIBRATED),
                     help="the calibrated oracle's rounds (sigma calibrated to each budget)")
@@ -277,6 +285,7 @@ def main():
         report(out)
         return
     ORACLE_Z, ORACLE_T, ORACLE_T_CALIBRATED = tuple(a.oracle_z), tuple(a.oracle_t), tuple(a.oracle_t_calibrated)
+    Q_MAX = a.q_max
     for model in a.models:
         for n in a.clients:
             for part in a.partitions:

@@ -177,25 +177,27 @@ class _CanaryDPFedAvg(DPFedAvg):
     legacy_topup = False
 
     def _selection(self, active):
-        sel = super()._selection(active)
+        c = super()._selection(active)
         if self.absent:
-            sel[:, 0] = False
-        return sel
+            mask = c.mask.clone()
+            mask[:, 0] = False
+            c = self.engine.cohort(mask)
+        return c
 
-    def _client_updates(self, glob, sel):
-        upd = super()._client_updates(glob, sel)
-        upd[torch.arange(self.engine.R, device=upd.device) * self.engine.N] = self.canary
+    def _client_updates(self, glob, c):
+        upd = super()._client_updates(glob, c)
+        upd[c.client == 0] = self.canary
         return upd
 
-    def noise_stds(self, sel):
+    def noise_stds(self, c):
         if not self.legacy_topup:
-            return super().noise_stds(sel)
+            return super().noise_stds(c)
         # the release before its fix: each client adds σ²C², the server tops
         # a small cohort up to qNσ²C² — so a large cohort shows in the noise
         eng = self.engine
         sc = torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
         qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
-        return sc, sc * (qn - sel.sum(1).to(eng.dtype)).clamp(min=0).sqrt()
+        return sc, sc * (qn - torch.as_tensor(c.counts, dtype=eng.dtype)).clamp(min=0).sqrt()
 
 
 def _synthetic(n_samples, seed, features, canary_label=None, replace=False):
@@ -307,11 +309,12 @@ def _scores_client(s: Setting, world, replicas, first_seed, broken):
     if s.mechanism == "client-local":
         # zero-out neighbours: client 0 takes part either way; the adversary
         # sees its noised update when it does, and that it did
-        sel = pol._selection(active)
-        noisy, _ = pol.privatise(pol._client_updates(glob, sel), sel)
-        took_part = sel[:, 0].cpu().numpy()
-        proj = noisy[torch.arange(eng.R) * eng.N, k].cpu().numpy()
-        return {"projection": np.where(took_part, proj, -np.inf)}
+        c = pol._selection(active)
+        noisy, _ = pol.privatise(pol._client_updates(glob, c), c)
+        proj = np.full(eng.R, -np.inf)
+        first = c.client == 0
+        proj[c.replica[first].cpu().numpy()] = noisy[first, k].cpu().numpy()
+        return {"projection": proj}
     pol.absent = world == "out"                     # add/remove neighbours: absent, not silent
     new = pol.round(0, glob, active)
     release = _flat_release(eng, new, glob)

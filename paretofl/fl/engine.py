@@ -1,12 +1,16 @@
-"""The vectorised DP federated round: every client of every replica at once.
+"""The vectorised DP federated round: every client of a round's cohort, of
+every replica, at once.
 
-M = R × N models live in stacked tensors (replica-major: model m = r·N + i is
-client i of replica r).  One call of :meth:`Engine.local_steps` runs a local
-step for all M models with one batched forward/backward
-(:meth:`paretofl.fl.models.Net.clipped_grads`).  Each replica has its own
-random generator, so a replica's run does not depend on which others ran
-beside it (tested), and its own settings: σ, C, learning rate, batch rate,
-client rate, number of local steps.
+A round materialises only its :class:`Cohort`: the (replica, client) pairs
+that train this round, K rows in stacked tensors (replica-major).  One call of
+:meth:`Engine.local_steps` runs a local step for all K rows with one batched
+forward/backward (:meth:`paretofl.fl.models.Net.clipped_grads`); between
+rounds only each replica's global model is held, so a round costs
+O(R × (cohort + 1) × d) whatever the population N (docs/performance.md).
+Each replica has its own random generator and draws only for its own
+cohort's rows, so a replica's run does not depend on which others ran beside
+it (tested), and its own settings: σ, C, learning rate, batch rate, client
+rate, number of local steps.
 
 Where the noise goes is the caller's choice (the algorithms' policies):
 inside DP-SGD on each clipped per-sample-gradient sum (:meth:`local_steps`
@@ -67,37 +71,87 @@ def _chunk_pool(n):
 
 @dataclass
 class StepStats:
-    loss: torch.Tensor              # (M,) mean training loss of the last local step
-    clipped_norm_sum: torch.Tensor  # (M,) Σ_b min(‖g_b‖, C) over the last batch (sensitivity C)
+    loss: torch.Tensor              # (K,) mean training loss of the last local step
+    clipped_norm_sum: torch.Tensor  # (K,) Σ_b min(‖g_b‖, C) over the last batch (sensitivity C)
 
 
 @dataclass
+class Cohort:
+    """The (replica, client) pairs a round materialises: K rows,
+    replica-major, clients in increasing order within a replica.  Row k is
+    client ``client[k]`` of replica ``replica[k]``; ``counts[r]`` rows belong
+    to replica r; ``mask`` (R, N) says who is in."""
+
+    replica: torch.Tensor           # (K,) long
+    client: torch.Tensor            # (K,) long
+    counts: np.ndarray              # (R,) rows per replica
+    mask: torch.Tensor              # (R, N) bool
+    full: bool                      # every client of every replica (K = R·N)
+
+    @property
+    def size(self) -> int:
+        return int(self.client.shape[0])
+
+    @property
+    def bounds(self) -> np.ndarray:
+        """(R + 1,) offsets: replica r's rows are bounds[r]:bounds[r+1]."""
+        return np.concatenate([[0], np.cumsum(self.counts)])
+
+    def ids(self, n_clients: int) -> torch.Tensor:
+        """Each row's model number r·N + i in the population (K,)."""
+        return self.replica * n_clients + self.client
+
+
 class AdamState:
-    """Adam's moments for each of the M models (Kingma & Ba 2015, as
+    """Adam's moments of each client that has trained (Kingma & Ba 2015, as
     torch.optim.Adam without weight decay).  A policy keeps one across rounds,
     as a client that keeps its optimizer does; the moments are not
-    privatised separately: they are functions of the noised gradients."""
+    privatised separately: they are functions of the noised gradients.
 
-    m: list
-    v: list
-    t: torch.Tensor                 # (M,) steps each model has taken
-    betas: tuple = (0.9, 0.999)
-    eps: float = 1e-8
+    Only clients that have taken a step hold moments: a client's first
+    step gives it a slot (moments zero, step count zero), so the state grows
+    with the clients that have trained, not with the population."""
 
-    @classmethod
-    def zeros(cls, params, betas=(0.9, 0.999), eps=1e-8):
-        return cls([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params],
-                   torch.zeros(params[0].shape[0], dtype=torch.long, device=params[0].device), tuple(betas), eps)
+    def __init__(self, like, n_models: int, betas=(0.9, 0.999), eps=1e-8):
+        self.shapes = [tuple(p.shape[1:]) for p in like]
+        self.dtype, self.device = like[0].dtype, like[0].device
+        self.betas, self.eps = tuple(betas), eps
+        self.slot_of = torch.full((n_models,), -1, dtype=torch.long, device=self.device)
+        self.m = [torch.zeros((0, *s), dtype=self.dtype, device=self.device) for s in self.shapes]
+        self.v = [torch.zeros((0, *s), dtype=self.dtype, device=self.device) for s in self.shapes]
+        self.t = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.used = 0
 
-    def direction(self, j, a, g):
-        """Update the moments of parameter j for models ``a`` with gradient
-        g (len(a), ...); return the bias-corrected step m̂ / (√v̂ + eps).
+    @property
+    def clients(self) -> int:
+        """How many clients hold moments."""
+        return self.used
+
+    def slots(self, ids: torch.Tensor) -> torch.Tensor:
+        """The slots of models ``ids`` (K,), giving new ones (zero moments)
+        to those that have none; capacity doubles as clients join."""
+        slot = self.slot_of[ids]
+        new = ids[slot < 0]
+        if len(new):
+            need = self.used + len(new)
+            if need > self.t.shape[0]:
+                cap = max(need, 2 * self.t.shape[0], 16)
+                grow = lambda t: torch.cat([t, t.new_zeros((cap - t.shape[0], *t.shape[1:]))])  # noqa: E731
+                self.m, self.v, self.t = [grow(x) for x in self.m], [grow(x) for x in self.v], grow(self.t)
+            self.slot_of[new] = torch.arange(self.used, need, device=self.device)
+            self.used = need
+            slot = self.slot_of[ids]
+        return slot
+
+    def direction(self, j, s, g):
+        """Update the moments of parameter j at slots ``s`` with gradient
+        g (len(s), ...); return the bias-corrected step m̂ / (√v̂ + eps).
         The caller advances ``t`` for the step first."""
         b1, b2 = self.betas
-        m = self.m[j][a] * b1 + g * (1 - b1)
-        v = self.v[j][a] * b2 + g * g * (1 - b2)
-        self.m[j][a], self.v[j][a] = m, v
-        t = self.t[a].to(g.dtype).reshape(-1, *[1] * (g.ndim - 1))
+        m = self.m[j][s] * b1 + g * (1 - b1)
+        v = self.v[j][s] * b2 + g * g * (1 - b2)
+        self.m[j][s], self.v[j][s] = m, v
+        t = self.t[s].to(g.dtype).reshape(-1, *[1] * (g.ndim - 1))
         return (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + self.eps)
 
 
@@ -106,7 +160,7 @@ class Engine:
                  seeds=None, dtype=torch.float32):
         self.net, self.data, self.device, self.dtype = net, data, torch.device(device), dtype
         self.N, self.R = len(parts), int(n_replicas)
-        self.M = self.N * self.R
+        self.M = self.N * self.R                                      # rows of the full cohort
         self.x = data.x_train.to(self.device, dtype)
         self.y = data.y_train.to(self.device)
         self.x_flat = self.x.reshape(len(self.x), -1)                # index_select is 2x faster than x[idx]
@@ -118,17 +172,49 @@ class Engine:
         if np.any(sizes == 0):
             raise ValueError("every client needs at least one sample")
         self.n_max = int(sizes.max())
-        table = np.zeros((self.N, self.n_max), dtype=np.int64)
-        for i, p in enumerate(parts):
-            table[i, : len(p)] = p
-        self.client_idx = torch.from_numpy(table).to(self.device)
+        # each client's samples, one after the other (client i's are
+        # order[start[i]:start[i] + n_i]): memory of the data, not N × n_max
+        flat = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+        self.order = torch.from_numpy(flat).to(self.device)
+        self.start = torch.from_numpy(np.concatenate([[0], np.cumsum(sizes)[:-1]])).to(self.device)
         self.client_n = torch.from_numpy(sizes).to(self.device)
-        self.valid = torch.arange(self.n_max, device=self.device)[None, :] < self.client_n[:, None]
         seeds = list(range(self.R)) if seeds is None else list(seeds)
         if len(seeds) != self.R:
             raise ValueError("one seed per replica")
         self.gens = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
         self._cpu_gens = [torch.Generator().manual_seed(int(s) + 7919) for s in seeds]
+        self._everyone = None
+
+    # ------------------------------------------------------------ cohorts
+    def everyone(self) -> Cohort:
+        """The full cohort: every client of every replica."""
+        if self._everyone is None:
+            d = self.device
+            self._everyone = Cohort(torch.arange(self.R, device=d).repeat_interleave(self.N),
+                                    torch.arange(self.N, device=d).repeat(self.R), np.full(self.R, self.N),
+                                    torch.ones(self.R, self.N, dtype=torch.bool, device=d), True)
+        return self._everyone
+
+    def cohort(self, mask) -> Cohort:
+        """The cohort of the clients marked in ``mask`` (R, N)."""
+        mask = torch.as_tensor(mask, device=self.device).reshape(self.R, self.N)
+        if bool(mask.all()):
+            return self.everyone()
+        rc = torch.nonzero(mask)                 # replica-major, clients in order
+        counts = mask.sum(1).cpu().numpy()
+        return Cohort(rc[:, 0], rc[:, 1], counts, mask, False)
+
+    def replica_sum(self, values, cohort: Cohort):
+        """Σ over each replica's rows of ``values`` (K, ...) -> (R, ...);
+        zero for a replica without rows.  In the order of the rows, one
+        replica at a time (no atomics: reproducible on CUDA too)."""
+        if cohort.full:
+            return values.reshape(self.R, self.N, *values.shape[1:]).sum(1)
+        out = values.new_zeros((self.R, *values.shape[1:]))
+        b = cohort.bounds
+        for r in np.flatnonzero(cohort.counts):
+            out[r] = values[b[r]:b[r + 1]].sum(0)
+        return out
 
     # ------------------------------------------------------------ parameters
     def init_global(self) -> list[torch.Tensor]:
@@ -136,9 +222,12 @@ class Engine:
         per = [self.net.init(1, g) for g in self._cpu_gens]
         return [torch.cat([p[j] for p in per]).to(self.device, self.dtype) for j in range(len(per[0]))]
 
-    def broadcast(self, glob):
-        """(R, ...) -> (M, ...): every client starts from its replica's model."""
-        return [g.repeat_interleave(self.N, dim=0) for g in glob]
+    def broadcast(self, glob, cohort: Cohort | None = None):
+        """(R, ...) -> (K, ...): every row starts from its replica's model."""
+        c = cohort or self.everyone()
+        if c.full:
+            return [g.repeat_interleave(self.N, dim=0) for g in glob]
+        return [g.index_select(0, c.replica) for g in glob]
 
     # ------------------------------------------------------------ sampling
     def uniform(self, shape_per_replica):
@@ -147,6 +236,31 @@ class Engine:
         for r, g in enumerate(self.gens):
             out[r].uniform_(generator=g)  # written in place: no stacking copy
         return out
+
+    def _uniform_rows(self, c: Cohort, widths, drawing, fill):
+        """(K, W) uniforms: replica r's rows draw ``widths[r]`` values each
+        from its generator (one call, row after row), where ``drawing[r]``;
+        the rest of the tensor is ``fill``.  W = the widest drawn."""
+        b = c.bounds
+        live = [r for r in range(self.R) if drawing[r] and c.counts[r] > 0]
+        W = max([int(widths[r]) for r in live], default=1)
+        out = torch.full((c.size, W), float(fill), device=self.device)
+        for r in live:
+            if widths[r] == W:
+                out[b[r]:b[r + 1]].uniform_(generator=self.gens[r])
+            else:
+                out[b[r]:b[r + 1], :widths[r]] = torch.empty(
+                    (int(c.counts[r]), int(widths[r])), device=self.device).uniform_(generator=self.gens[r])
+        return out
+
+    def _per_replica_max(self, values, c: Cohort) -> np.ndarray:
+        """max of ``values`` (K,) over each replica's rows (R,), 0 without rows."""
+        out = torch.zeros(self.R, dtype=values.dtype, device=self.device)
+        out.scatter_reduce_(0, c.replica, values, "amax", include_self=True)
+        return out.cpu().numpy()
+
+    def _drawing(self, c: Cohort, drawing):
+        return np.ones(self.R, dtype=bool) if drawing is None else np.asarray(drawing, dtype=bool)
 
     def normal(self, shape_per_replica):
         """Standard normal draws (R, *shape), each replica from its own
@@ -165,12 +279,14 @@ class Engine:
         Gaussian's: the same term is 4·10⁻¹³ a step at z = 1 and 4·10⁻¹⁰ at
         z = 0.5.  It costs a second draw (and what floating-point noise
         leaves open beyond its range, Mironov 2012, stays open)."""
-        return self._normals([shape_per_replica])[0]
+        return self._normals([shape_per_replica], np.ones(self.R, dtype=int))[0].reshape(
+            self.R, *shape_per_replica)
 
-    def _normals(self, shapes):
-        """Standard normals (R, *shape) for each shape, as :meth:`normal`
-        draws them: each replica draws all of its shapes, in order, from its
-        own generator.  A generator draws serially, so where a replica draws
+    def _normals(self, tails, counts, drawing=None):
+        """Standard normals as :meth:`normal` draws them, (K, *tail) for each
+        tail, K = Σ counts: replica r draws (counts[r], *tail) for each
+        tail, in order, from its own generator (where ``drawing[r]``; zeros
+        elsewhere).  A generator draws serially, so where a replica draws
         at least SPREAD_NOISE_VALUES values the replicas go on the CPU's
         threads, one per task (replicas are independent: the values do not
         depend on the threads; tested).  Measured in one process, old and
@@ -178,121 +294,168 @@ class Engine:
         285 → 273–277 ms, its noise (1.2M values a replica) 21 → 14 ms.
         LR's (157k a replica) stays serial: drawn in tasks, its step went
         7.7 → 8.2 ms — the threads' hand-over cost more than it saved."""
-        pairs = [torch.empty((self.R, 2, *s), device=self.device, dtype=self.dtype) for s in shapes]
+        counts = np.asarray(counts, dtype=int)
+        drawing = np.ones(self.R, dtype=bool) if drawing is None else np.asarray(drawing, dtype=bool)
+        b = np.concatenate([[0], np.cumsum(counts)])
+        K = int(b[-1])
+        sizes = [math.prod(t) for t in tails]
+        # a replica's pair of draws lies in one block: its Z₁ then its Z₂
+        pairs = [torch.empty(2 * K * p, device=self.device, dtype=self.dtype) for p in sizes]
+        outs = [torch.zeros((K, *t), device=self.device, dtype=self.dtype) for t in tails]
         c = math.sqrt(0.5)
-        if 2 * sum(math.prod(s) for s in shapes) < SPREAD_NOISE_VALUES:
-            for r in range(self.R):
-                for z in pairs:
-                    z[r].normal_(generator=self.gens[r])   # written in place: no stacking copy
-            return [(z[:, 0] + z[:, 1]).mul_(c) for z in pairs]
-        outs = [torch.empty((self.R, *s), device=self.device, dtype=self.dtype) for s in shapes]
 
-        def draw(r):   # the same draws, and the sum formed in the task
-            for z, o in zip(pairs, outs):
-                z[r].normal_(generator=self.gens[r])
-                torch.add(z[r, 0], z[r, 1], out=o[r]).mul_(c)
+        def draw(r):
+            n = int(counts[r])
+            for z, o, p, t in zip(pairs, outs, sizes, tails):
+                zr = z[2 * b[r] * p: 2 * b[r + 1] * p].view(2, n, *t)
+                zr.normal_(generator=self.gens[r])
+                torch.add(zr[0], zr[1], out=o[b[r]:b[r + 1]]).mul_(c)
 
-        self._spread(draw, range(self.R))
+        live = [r for r in range(self.R) if drawing[r] and counts[r] > 0]
+        if 2 * int(counts.max(initial=0)) * sum(sizes) < SPREAD_NOISE_VALUES:
+            for r in live:
+                draw(r)
+        else:
+            self._spread(draw, live)
         return outs
 
-    def poisson_batches(self, rate: torch.Tensor):
-        """Poisson sampling: each sample of client i is in the batch with
-        probability ``rate`` (M,), independently.  Drawn exactly, in
-        O(batch) per model, as geometric gaps between selected positions.
-        Returns (idx (M, B), weight (M, B)); padding has weight 0."""
-        n = self.client_n.repeat(self.R)
+    def poisson_batches(self, rate: torch.Tensor, cohort: Cohort | None = None, drawing=None):
+        """Poisson sampling: each sample of a row's client is in the batch
+        with probability ``rate`` (K,), independently.  Drawn exactly, in
+        O(batch) per row, as geometric gaps between selected positions: a
+        replica draws k uniforms a row, k its rows' largest mean batch + 6
+        standard deviations, and draws again, twice as many, in the rare
+        case that some row needs more.  ``drawing`` (R,) bool: the replicas
+        that draw this step (the others' rows get empty batches).
+        Returns (idx (K, B), weight (K, B)); padding has weight 0."""
+        c = cohort or self.everyone()
+        drawing = self._drawing(c, drawing)
+        n = self.client_n[c.client]
         rate = torch.clamp(rate, max=1.0)
-        mean = float((rate * n).max())
-        k = int(mean + 6 * mean**0.5 + 16)
+        means = self._per_replica_max(rate * n, c)
+        widths = np.array([int(m + 6 * m**0.5 + 16) for m in means])
+        lq = torch.log1p(-rate.clamp(max=1 - 1e-9))[:, None]
+        todo = drawing & (c.counts > 0)
+        pos = None
         while True:
-            u = self.uniform((self.N, k)).reshape(self.M, k).clamp_(min=1e-12)
-            lq = torch.log1p(-rate.clamp(max=1 - 1e-9))[:, None]
+            u = self._uniform_rows(c, widths, todo, fill=0.5).clamp_(min=1e-12)
             gaps = torch.where(rate[:, None] >= 1, torch.ones_like(u), torch.floor(torch.log(u) / lq) + 1)
-            pos = torch.cumsum(gaps, 1) - 1
-            if bool((pos[:, -1] >= n).all()):
+            p = torch.cumsum(gaps, 1) - 1
+            row_w = torch.as_tensor(widths, device=self.device)[c.replica]
+            last = p.gather(1, (row_w - 1).clamp(max=p.shape[1] - 1)[:, None])[:, 0]
+            # columns past a row's own width were not drawn: never selected
+            p = p.masked_fill(torch.arange(p.shape[1], device=self.device)[None, :] >= row_w[:, None], math.inf)
+            short = (last < n).to(torch.int64)
+            bad = self.replica_sum(short, c).cpu().numpy() > 0 if c.size else np.zeros(self.R, bool)
+            bad &= todo
+            pos = p if pos is None else _merge_rows(pos, p, c, todo)
+            if not bad.any():
                 break
-            k *= 2  # rare: some model may select more than k samples; draw again, longer
+            todo, widths = bad, np.where(bad, 2 * widths, widths)   # rare: those replicas draw again, longer
         keep = pos < n[:, None]
-        B = max(1, int(keep.sum(1).max()))
-        pos, keep = pos[:, :B].long(), keep[:, :B]
-        src = self.client_idx.repeat(self.R, 1)
-        idx = torch.gather(src, 1, torch.where(keep, pos, torch.zeros_like(pos)))
+        keep &= torch.as_tensor(drawing, device=self.device)[c.replica][:, None]
+        B = max(1, int(keep.sum(1).max())) if c.size else 1
+        if pos.shape[1] < B:
+            pos = torch.cat([pos, pos.new_full((pos.shape[0], B - pos.shape[1]), math.inf)], 1)
+        pos, keep = pos[:, :B], keep[:, :B]
+        at = torch.where(keep, pos, torch.zeros_like(pos)).long()
+        idx = self.order[self.start[c.client][:, None] + at]
         return idx, keep.to(self.dtype)
 
-    def fixed_batches(self, batch: int):
+    def fixed_batches(self, batch: int, cohort: Cohort | None = None, drawing=None):
         """Uniform batches of a fixed size (with replacement across steps,
-        without within a batch) — for non-private local SGD."""
-        keys = self.uniform((self.N, self.n_max)).reshape(self.M, self.n_max)
-        keys = keys.masked_fill(~self.valid.repeat(self.R, 1), 2.0)
-        b = min(batch, self.n_max)
-        order = keys.topk(b, dim=1, largest=False).indices
-        src = self.client_idx.repeat(self.R, 1)
-        idx = torch.gather(src, 1, order)
-        weight = (torch.arange(b, device=self.device)[None, :] < self.client_n.repeat(self.R)[:, None]).to(self.dtype)
-        return idx, weight
+        without within a batch) — for non-private local SGD.  A replica draws
+        a key for each of its largest client's positions, a row, and each row
+        takes its client's smallest keys."""
+        c = cohort or self.everyone()
+        drawing = self._drawing(c, drawing)
+        n = self.client_n[c.client]
+        widths = self._per_replica_max(n, c)
+        keys = self._uniform_rows(c, widths, drawing, fill=2.0)
+        W = keys.shape[1]
+        keys = keys.masked_fill(torch.arange(W, device=self.device)[None, :] >= n[:, None], 2.0)
+        bsz = min(batch, W)
+        order = keys.topk(bsz, dim=1, largest=False).indices
+        weight = torch.arange(bsz, device=self.device)[None, :] < n[:, None]
+        weight &= torch.as_tensor(drawing, device=self.device)[c.replica][:, None]
+        # positions past a client's size (weight 0) read the data's first sample
+        idx = torch.where(order < n[:, None], self.order[(self.start[c.client][:, None] + order).clamp(
+            max=len(self.order) - 1)], torch.zeros_like(order))
+        return idx, weight.to(self.dtype)
 
     # ------------------------------------------------------------ local work
     def local_steps(self, params, steps, lr, batch_rate=None, sigma=None, clip=None, batch_size=None,
-                    prox_mu=None, anchor=None, batch_divisor=None, adam=None):
-        """Run up to max(steps) local steps on all M models.
+                    prox_mu=None, anchor=None, batch_divisor=None, adam=None, cohort: Cohort | None = None):
+        """Run up to max(steps) local steps on the K rows of ``cohort``
+        (every client of every replica by default); ``params`` are the
+        rows' models (K, ...).
 
         * DP-SGD (``clip`` given): Poisson batches at ``batch_rate``, each
           per-sample gradient clipped to ``clip``, N(0, σ²C²) added to the
-          sum, divided by ``batch_divisor`` (M,): a public number, e.g. the
+          sum, divided by ``batch_divisor`` (K,): a public number, e.g. the
           expected batch of a declared size, never the data's own count.
         * plain SGD (``clip`` None): batches of ``batch_size``, mean gradient.
-        ``steps`` (M,) lets models stop early (e.g. an adaptive τ per replica);
+        Settings are scalars, per replica (R,) or per row (K,).
+        ``steps`` (K,) lets rows stop early (e.g. an adaptive τ per replica,
+        or local epochs of clients of different sizes);
         ``prox_mu`` adds the proximal term μ/2‖w - anchor‖² (NbAFL).
         ``adam`` (an :class:`AdamState`): Adam steps on that gradient with
-        learning rate ``lr`` instead of SGD steps; its moments advance in place.
-        Returns (params, StepStats of each model's last step; zeros for a
-        model that took no step).
+        learning rate ``lr`` instead of SGD steps; the rows' moments advance
+        in place.
+        Returns (params, StepStats of each row's last step; zeros for a
+        row that took no step).
         """
         if clip is not None and batch_divisor is None:
             raise ValueError("DP-SGD needs a public batch_divisor (e.g. the expected batch of a declared size)")
+        c = cohort or self.everyone()
+        K = c.size
+        vec = lambda v: self.vec(v, c)  # noqa: E731
         steps = torch.as_tensor(steps, device=self.device).reshape(-1)
         if steps.numel() == 1:
-            steps = steps.expand(self.M)
-        lr = self.vec(lr)
+            steps = steps.expand(K)
+        lr = vec(lr)
         params = [p.clone() for p in params]
-        last_loss = torch.zeros(self.M, device=self.device, dtype=self.dtype)
-        last_cns = torch.zeros(self.M, device=self.device, dtype=self.dtype)
-        cl_all = self.vec(clip) if clip is not None else None
+        last_loss = torch.zeros(K, device=self.device, dtype=self.dtype)
+        last_cns = torch.zeros(K, device=self.device, dtype=self.dtype)
+        cl_all = vec(clip) if clip is not None else None
+        slots = adam.slots(c.ids(self.N)) if adam is not None else None
         col = lambda v, g: v.reshape(-1, *[1] * (g.ndim - 1))  # noqa: E731
-        for s in range(int(steps.max()) if steps.numel() else 0):
-            # every replica draws its batches (and noise) for all its clients,
-            # so its random stream does not depend on who is active; only the
-            # active models are computed (unselected clients cost nothing)
+        # a replica draws at each step its rows take, for all its rows, so
+        # its random stream depends on its own cohort and settings only; only
+        # the rows that take the step are computed
+        own_steps = self._per_replica_max(steps, c) if K else np.zeros(self.R)
+        for s in range(int(own_steps.max()) if K else 0):
+            drawing = own_steps > s
             if clip is not None:
-                idx, w = self.poisson_batches(self.vec(batch_rate))
+                idx, w = self.poisson_batches(vec(batch_rate), c, drawing)
             else:
-                idx, w = self.fixed_batches(int(batch_size))
+                idx, w = self.fixed_batches(int(batch_size), c, drawing)
             a = torch.nonzero(steps > s).reshape(-1)
-            full = len(a) == self.M
+            full = len(a) == K
             sub = (lambda t: t) if full else (lambda t: t[a])  # noqa: E731
             p_a = params if full else [p[a] for p in params]
             cl = sub(cl_all) if cl_all is not None else None
-            # a model that draws random numbers (dropout) gets a seed per model
-            # from its replica's generator, drawn for all models as batches are
-            seeds = sub(self.model_seeds()) if self.net.stochastic else None
+            # a model that draws random numbers (dropout) gets a seed per row
+            # from its replica's generator, drawn for all rows as batches are
+            seeds = sub(self.model_seeds(c, drawing)) if self.net.stochastic else None
             grads, norms, loss = self._grads_chunked(p_a, sub(idx), sub(w), cl, seeds)
             if clip is not None:
-                denom = sub(self.vec(batch_divisor))
+                denom = sub(vec(batch_divisor))
                 if sigma is not None:
-                    std = sub(self.vec(sigma)) * cl
-                    noise = [sub(n) for n in self.noise_like(params)]
+                    std = sub(vec(sigma)) * cl
+                    noise = [sub(n) for n in self.noise_like(params, c, drawing)]
                     grads = [g + n * col(std, g) for g, n in zip(grads, noise)]
             else:
                 denom = sub(w).sum(1).clamp(min=1)
             scale = sub(lr) / denom
             if adam is not None:
-                adam.t[a] += 1
+                adam.t[slots[a]] += 1
             for j, g in enumerate(grads):
                 upd = g
                 if prox_mu is not None:
-                    upd = upd + col(sub(self.vec(prox_mu)) * denom, g) * (p_a[j] - sub(anchor[j]))
+                    upd = upd + col(sub(vec(prox_mu)) * denom, g) * (p_a[j] - sub(anchor[j]))
                 if adam is not None:
-                    params[j].index_add_(0, a, col(sub(lr), g) * adam.direction(j, a, upd / col(denom, g)),
+                    params[j].index_add_(0, a, col(sub(lr), g) * adam.direction(j, slots[a], upd / col(denom, g)),
                                          alpha=-1.0)
                 elif full:
                     params[j] -= col(scale, g) * upd
@@ -305,12 +468,16 @@ class Engine:
         stats = StepStats(last_loss, last_cns)
         return params, stats
 
-    def model_seeds(self):
-        """One seed per model (M,), each from its replica's generator."""
-        out = torch.empty((self.R, self.N), dtype=torch.long, device=self.device)
+    def model_seeds(self, cohort: Cohort | None = None, drawing=None):
+        """One seed per row (K,), each from its replica's generator."""
+        c = cohort or self.everyone()
+        drawing = self._drawing(c, drawing)
+        out = torch.zeros(c.size, dtype=torch.long, device=self.device)
+        b = c.bounds
         for r, g in enumerate(self.gens):
-            out[r].random_(0, 2**62, generator=g)
-        return out.reshape(self.M)
+            if drawing[r] and c.counts[r]:
+                out[b[r]:b[r + 1]].random_(0, 2**62, generator=g)
+        return out
 
     def _grads_chunked(self, params, idx, w, clip, seeds=None):
         """clipped_grads over the models in chunks of :func:`train_chunk`
@@ -357,24 +524,39 @@ class Engine:
                 torch.set_num_threads(threads)
         return [fn(i) for i in items]
 
-    def vec(self, v):
-        """A setting (scalar, per replica (R,) or per model (M,)) as an (M,) tensor."""
+    def vec(self, v, cohort: Cohort | None = None):
+        """A setting (scalar, per replica (R,) or per row (K,)) as a (K,)
+        tensor over the cohort's rows (every client of every replica by
+        default).  Where K = R the values are taken per row."""
+        c = cohort or self.everyone()
         t = torch.as_tensor(v, dtype=self.dtype, device=self.device)
         if t.ndim == 0:
-            return t.expand(self.M)
-        if t.shape[0] == self.R and self.R != self.M:
-            return t.repeat_interleave(self.N)
+            return t.expand(c.size)
+        if t.shape[0] == self.R and self.R != c.size:
+            return t.repeat_interleave(self.N) if c.full else t[c.replica]
+        if t.shape[0] != c.size:
+            raise ValueError(f"a setting has {t.shape[0]} values for {self.R} replicas and {c.size} rows")
         return t
 
-    def noise_like(self, tensors):
-        """Standard normal noise shaped like (M, ...) tensors, drawn per replica."""
-        draws = self._normals([(self.N, *t.shape[1:]) for t in tensors])
+    def rows(self, v, cohort: Cohort):
+        """A per-replica setting (scalar or (R,)) as a (K,) tensor: each row
+        takes its replica's value."""
+        t = torch.as_tensor(v, dtype=self.dtype, device=self.device)
+        if t.ndim == 0:
+            return t.expand(cohort.size)
+        return t.repeat_interleave(self.N) if cohort.full else t[cohort.replica]
+
+    def noise_like(self, tensors, cohort: Cohort | None = None, drawing=None):
+        """Standard normal noise shaped like the cohort's (K, ...) tensors,
+        each replica drawing for its own rows."""
+        c = cohort or self.everyone()
+        draws = self._normals([tuple(t.shape[1:]) for t in tensors], c.counts, drawing)
         return [z.reshape(t.shape) for z, t in zip(draws, tensors)]
 
     # ------------------------------------------------------------ server side
     @staticmethod
     def flat(params):
-        return torch.cat([p.reshape(p.shape[0], -1) for p in params], dim=1)
+        return torch.cat([p.reshape(p.shape[0], math.prod(p.shape[1:])) for p in params], dim=1)
 
     def unflat(self, v, like):
         out, k = [], 0
@@ -385,26 +567,36 @@ class Engine:
         return out
 
     def clip_rows(self, v, clip):
-        """Each row of a flat (M, d) tensor clipped to L2 norm ``clip``
-        (scalar or (M,)): v · min(1, C/‖v‖).  Client updates (DP-FedAvg) and
+        """Each row of a flat (K, d) tensor clipped to L2 norm ``clip``
+        (scalar or (K,)): v · min(1, C/‖v‖).  Client updates (DP-FedAvg) and
         uploaded parameters (NbAFL) are clipped here.  Returns (clipped rows,
         norms before)."""
         norms = v.norm(dim=1)
-        f = torch.clamp(self.vec(clip) / (norms + 1e-12), max=1.0)
+        c = torch.as_tensor(clip, dtype=v.dtype, device=v.device)
+        f = torch.clamp(c / (norms + 1e-12), max=1.0)
         return v * f[:, None], norms
 
-    def aggregate(self, values, weights, noise_std=None):
-        """Σ_i weights[r, i] · values[r, i] per replica, + N(0, noise_std²) per
-        coordinate (noise drawn from each replica's generator)."""
-        v = values.reshape(self.R, self.N, -1)
-        out = torch.einsum("rn,rnd->rd", weights.to(self.dtype), v)
+    def aggregate(self, values, weights, cohort: Cohort | None = None, noise_std=None):
+        """Σ_k weights[k] · values[k] over each replica's rows (K, d) ->
+        (R, d), + N(0, noise_std²) per coordinate (noise drawn from each
+        replica's generator); zero (plus noise) for a replica without rows."""
+        c = cohort or self.everyone()
+        w = weights.to(self.dtype)
+        if c.full:
+            out = torch.einsum("rn,rnd->rd", w.reshape(self.R, self.N), values.reshape(self.R, self.N, -1))
+        else:
+            out = values.new_zeros((self.R, values.shape[-1]))
+            b = c.bounds
+            for r in np.flatnonzero(c.counts):     # one replica at a time: reproducible, no atomics
+                out[r] = w[b[r]:b[r + 1]] @ values[b[r]:b[r + 1]]
         if noise_std is not None:
             std = torch.as_tensor(noise_std, dtype=self.dtype, device=self.device).reshape(-1, 1)
-            out = out + std * self.normal((v.shape[-1],))
+            out = out + std * self.normal((values.shape[-1],))
         return out
 
     def sample_clients(self, rate):
-        """Poisson client selection per replica: (R, N) bool."""
+        """Poisson client selection per replica: (R, N) bool, from N
+        uniforms a replica (a few milliseconds at N = 10⁶)."""
         u = self.uniform((self.N,))
         return u < torch.as_tensor(rate, dtype=u.dtype, device=self.device).reshape(-1, 1)
 
@@ -452,6 +644,18 @@ SPREAD_NOISE_VALUES = 1 << 20
 #: bytes the largest per-sample tensor of a training step may take over all
 #: models of one chunk, on CUDA (see train_chunk)
 TRAIN_CHUNK_BYTES = {"cuda": 1 << 30}
+
+
+def _merge_rows(old, new, c: Cohort, take):
+    """Rows of replicas ``take`` from ``new``, the others from ``old``
+    (positions; the narrower padded with +inf: never selected)."""
+    W = max(old.shape[1], new.shape[1])
+
+    def pad(t):
+        return torch.cat([t, t.new_full((t.shape[0], W - t.shape[1]), math.inf)], 1) if t.shape[1] < W else t
+
+    rows = torch.as_tensor(take, device=old.device)[c.replica][:, None]
+    return torch.where(rows, pad(new), pad(old))
 
 
 def train_chunk(net: Model, device_type: str, M: int, B: int, dtype=torch.float32) -> int:

@@ -245,12 +245,12 @@ def test_adam_clients_step_as_torch_optim_adam(digits):
     net = build_model("lr", digits.shape)
     eng = Engine(net, digits, [np.arange(n)], 2, seeds=[0, 1])
     start = eng.broadcast(eng.init_global())
-    adam = AdamState.zeros(start)
+    adam = AdamState(start, eng.M)
     params = start
     for steps in ([3, 1], [2, 2]):                      # two rounds; model 1 stops early in the first
         params, _ = eng.local_steps(params, torch.tensor(steps), lr, batch_rate=1.0, clip=1e9, adam=adam,
                                     batch_divisor=float(n))
-    assert adam.t.tolist() == [5, 3]
+    assert adam.t[adam.slots(eng.everyone().ids(eng.N))].tolist() == [5, 3] and adam.clients == 2
     x, y = eng.x[:n], eng.y[:n]
     for m, total in ((0, 5), (1, 3)):
         ref = [p[m:m + 1].clone().requires_grad_() for p in start]
@@ -281,11 +281,11 @@ def test_client_level_aggregate_noise_has_a_fixed_total(digits, device):
     step = (eng.flat(out) - eng.flat(g0)).cpu().numpy().astype(np.float64)  # lr≈0: the update is noise only
     qn = q * 10
     ratio = (step**2).mean(1) / ((sigma * C) ** 2 / qn)                      # per replica
-    small, large = pol.last_cohort < qn, pol.last_cohort > qn
+    small, large = pol.last_cohort.counts < qn, pol.last_cohort.counts > qn
     assert small.sum() > 20 and large.sum() > 20
     assert ratio[small].mean() == pytest.approx(1.0, rel=0.03)
     assert ratio[large].mean() == pytest.approx(1.0, rel=0.03)   # a large cohort does not show in the noise
-    client_std, top_std = pol.noise_stds(torch.ones(R, 10, dtype=torch.bool, device=device))
+    client_std, top_std = pol.noise_stds(eng.everyone())
     assert torch.allclose(client_std, torch.full((R,), sigma * C * math.sqrt(q), device=device, dtype=client_std.dtype))
     assert torch.all(top_std == 0)                                # a full cohort needs no top-up
 
@@ -298,11 +298,13 @@ def test_client_local_noise_and_charge(digits, device):
     R, sigma, C, q = 200, 1.5, 0.1, 0.5
     eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R), device=device)
     pol = ALGORITHMS["dpfedavg"](eng, mechanism="client-local", sigma=sigma, clip=C, lr=1e-9, client_rate=q)
-    sel = pol._selection(np.ones(R, bool))
-    noisy, top = pol.privatise(torch.zeros(eng.M, eng.net.n_params, device=device), sel)
-    chosen = noisy[sel.reshape(-1)].cpu().numpy().astype(np.float64)
+    c = pol._selection(np.ones(R, bool))
+    noisy, top = pol.privatise(torch.zeros(c.size, eng.net.n_params, device=device), c)
+    assert noisy.shape[0] == int(c.mask.sum()) == int(c.counts.sum())     # only the participants exist
+    assert abs(c.size / (R * 4) - q) < 0.05
+    chosen = noisy.cpu().numpy().astype(np.float64)
     assert chosen.var() == pytest.approx((sigma * C) ** 2, rel=0.03)
-    assert torch.all(noisy[~sel.reshape(-1)] == 0) and torch.all(top == 0)
+    assert torch.all(top == 0)
     (sampling, z, rate, steps), = pol.charges(0)
     assert sampling == "attributed" and np.all(z == sigma) and np.all(rate == q) and np.all(steps == 1)
 
@@ -317,7 +319,7 @@ def test_dpsgd_divides_by_the_declared_size_not_the_data(digits):
     for p in (parts, more):
         eng = Engine(build_model("lr", digits.shape), digits, p, 1, seeds=[0])
         pol = ALGORITHMS["dpfedavg"](eng, batch_rate=0.1, sizes=[100, 100])
-        divs.append(pol.divisor().cpu().numpy())
+        divs.append(pol.divisor(eng.everyone()).cpu().numpy())
     assert np.array_equal(divs[0], divs[1]) and np.allclose(divs[0], 10.0)
     with pytest.raises(ValueError, match="batch_divisor"):
         eng.local_steps(eng.broadcast(eng.init_global()), 1, 0.1, batch_rate=0.1, sigma=1.0, clip=1.0)
@@ -714,3 +716,115 @@ def test_adap_dpfl_reported_epsilon_is_opacus_rdp_of_the_sigmas_it_used(digits):
         rdp = sum(np.array(compute_rdp(q=0.1, noise_multiplier=s_, steps=3, orders=[order])) for s_ in sig)
         at_order, _ = get_privacy_spent(orders=[order], rdp=rdp, delta=1e-5)
         assert fin["epsilon"][r] == pytest.approx(at_order, rel=1e-6)
+
+
+# ---------------------------------------------------------------- cohorts
+def _population(n_clients, per_client=3, features=6, seed=0):
+    """A synthetic population of ``n_clients`` clients of unequal sizes
+    (1 to ``per_client`` samples each), as arrays with client ids."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(1, per_client + 1, (n_clients,), generator=g)
+    ids = torch.repeat_interleave(torch.arange(n_clients), sizes).numpy()
+    x = torch.randn(len(ids), features, generator=g)
+    w = torch.randn(features, 4, generator=g)
+    xt = torch.randn(40, features, generator=g)
+    return D.Dataset.from_arrays(x.numpy(), (x @ w).argmax(1).numpy(), xt.numpy(), (xt @ w).argmax(1).numpy(),
+                                 clients=ids, name="population")
+
+
+@pytest.mark.parametrize("dp", [True, False])
+def test_a_cohort_trains_as_a_population_of_just_its_clients(dp, device):
+    """The engine materialises only a round's cohort, and a cohort of a large
+    population trains exactly as a population made of just its clients
+    would (each replica's draws come from its own rows alone, so the same
+    seed gives the same batches and noise)."""
+    ds = _population(40, per_client=12)
+    parts = D.partition_given(ds.clients)
+    net = build_model("lr", ds.shape, 4)
+    kw = dict(batch_rate=0.3, sigma=1.0, clip=0.5, batch_divisor=2.0) if dp else dict(batch_size=4)
+    big = Engine(net, ds, parts, 2, seeds=[3, 4], device=device)
+    g = torch.Generator().manual_seed(9)
+    mask = torch.rand(2, 40, generator=g) < 0.2
+    c = big.cohort(mask)
+    assert c.size == int(mask.sum()) and list(c.counts) == mask.sum(1).tolist()
+    glob = big.init_global()
+    # rows stop at different steps, and replica 1's rows take more steps than replica 0's
+    steps = 1 + torch.arange(c.size, device=device) % 2 + 2 * c.replica
+    out, _ = big.local_steps(big.broadcast(glob, c), steps, 0.1, cohort=c, **kw)
+    for r, s in enumerate([3, 4]):
+        mine = torch.nonzero(mask[r]).reshape(-1).tolist()
+        small = Engine(net, ds, [parts[i] for i in mine], 1, seeds=[s], device=device)
+        rows = (c.replica == r).nonzero().reshape(-1)
+        start = [p[r:r + 1].repeat_interleave(len(mine), 0) for p in glob]
+        want, _ = small.local_steps(start, steps[rows], 0.1, **kw)
+        for a, b in zip(out, want):
+            assert torch.allclose(a[rows], b, atol=1e-6)
+
+
+def test_a_round_materialises_only_its_cohort(monkeypatch):
+    """At N = 20,000 and q = 0.005 a client-level round computes gradients
+    and draws noise for its ~100 clients, not the population, and Adam's
+    moments exist only for clients that have trained."""
+    ds = _population(20000)
+    eng = Engine(build_model("lr", ds.shape, 4), ds, D.partition_given(ds.clients), 2, seeds=[0, 1])
+    rows, drawn = [], []
+    grads, normals = Engine._grads_chunked, Engine._normals
+    monkeypatch.setattr(Engine, "_grads_chunked", lambda self, p, idx, *a, **k: rows.append(idx.shape[0])
+                        or grads(self, p, idx, *a, **k))
+    monkeypatch.setattr(Engine, "_normals", lambda self, tails, counts, *a: drawn.append(int(np.sum(counts)))
+                        or normals(self, tails, counts, *a))
+    pol = ALGORITHMS["dpfedavg"](eng, mechanism="client-aggregate", sigma=1.0, clip=1.0, lr=0.1, client_rate=0.005,
+                                 batch_size=2, optimizer="adam")
+    glob, seen = eng.init_global(), set()
+    for t in range(3):
+        glob = pol.round(t, glob, np.ones(2, bool))
+        c = pol.last_cohort
+        seen |= set(c.ids(eng.N).tolist())
+        assert 150 < c.size < 260 and not c.full                   # 2 replicas x ~100 clients
+    assert max(rows) <= 260 and max(drawn) <= 260
+    assert pol.adam.clients == len(seen) < 800
+    assert pol.adam.m[0].shape[0] < 2 * len(seen) + 16              # capacity grows with the clients that train
+
+
+@pytest.mark.parametrize("mechanism", ["client-aggregate", "sample"])
+def test_replicas_sampling_clients_run_as_each_replica_alone(mechanism, device):
+    """With client sampling and clients of unequal sizes (so cohorts take
+    unequal numbers of local steps), each replica's run is still its own:
+    the batched run equals each replica run alone."""
+    ds = _population(30, per_client=40)
+    parts = D.partition_given(ds.clients)
+    kw = dict(mechanism=mechanism, sigma=0.5, clip=1.0, lr=0.2, client_rate=0.15, batch_size=2, batch_rate=0.3)
+    seeds = [5, 6, 7]
+
+    def run(s):
+        eng = Engine(build_model("lr", ds.shape, 4), ds, parts, len(s), seeds=s, device=device)
+        return train(ALGORITHMS["dpfedavg"](eng, **kw), rounds=3, epsilon=100.0)
+
+    g_all, _, f_all = run(seeds)
+    for r, s in enumerate(seeds):
+        g1, _, f1 = run([s])
+        for a, b in zip(g_all, g1):
+            assert torch.allclose(a[r], b[0], atol=1e-5)
+        assert f_all["epsilon"][r] == pytest.approx(f1["epsilon"][0])
+
+
+def test_memory_follows_the_cohort_and_a_run_that_cannot_fit_is_refused_first(monkeypatch):
+    """The bound said before starting grows with the cohort, not the
+    population; a run above the memory free is refused with the estimate
+    before any round (no model is even initialised)."""
+    from paretofl.fl.algorithms import base
+
+    need = {}
+    for n in (1000, 10000):
+        ds = _population(n, per_client=1)
+        eng = Engine(build_model("lr", ds.shape, 4), ds, D.partition_given(ds.clients), 3, seeds=[0, 1, 2])
+        pol = ALGORITHMS["dpfedavg"](eng, mechanism="client-aggregate", client_rate=100 / n, batch_size=1)
+        need[n] = base.memory_needed(pol)
+        rows = 3 * 8 * pol.max_cohort()[0] * eng.net.n_params * 4             # the cohort's copies alone
+        assert need[n] >= rows
+        assert 100 < pol.max_cohort()[0] < 170
+    assert need[10000] / need[1000] < 1.1
+    monkeypatch.setattr(base, "memory_available", lambda device: need[10000] // 2)
+    monkeypatch.setattr(Engine, "init_global", lambda self: pytest.fail("work started"))
+    with pytest.raises(ValueError, match=r"needs at least .* GB a round \(3 replicas x up to 1\d\d clients"):
+        train(pol, rounds=2, epsilon=10.0)

@@ -6,7 +6,8 @@ adaptive noise.
   norms over its last batch with Gaussian noise σ_t·C_t (sensitivity C_t),
   divided by its expected batch (a public number); paretofl charges that
   release to the accountant too (one more (q_b, σ_t) step a round), so the
-  reported ε covers it.
+  reported ε covers it.  The mean is over the round's cohort (with client
+  sampling, the clients that trained), weighted by declared sizes.
 * noise: σ_{t+1} = β·σ_t after ``patience`` consecutive drops of the
   server's validation loss (Eq. 9); the counter restarts after each decay.
 * accounting with a different σ_t each round (Eq. 10) — the ledger composes
@@ -42,15 +43,21 @@ class AdapDPFL(DPFedAvg):
 
     def after_round(self, t, glob, val_loss):
         eng = self.engine
-        st = self.last_stats
-        # DP mean of clipped norms: per client noisy sum / expected batch, then weighted average
-        std = torch.as_tensor(np.repeat(self.sigma * self.clip, eng.N), dtype=eng.dtype, device=eng.device)
-        noisy = st.clipped_norm_sum + std * eng.normal((eng.N,)).reshape(-1)
-        expected = torch.as_tensor(np.outer(self.batch_rate, self.sizes).reshape(-1), dtype=eng.dtype,
-                                   device=eng.device)            # q_b times the declared sizes: public
-        mean = (noisy / expected).reshape(eng.R, eng.N)
-        dp_mean = (mean * self.weights[None, :]).sum(1).cpu().numpy()
-        self.clip = np.where(dp_mean > 0, self.alpha * dp_mean, self.clip)
+        st, c = self.last_stats, self.last_cohort
+        # DP mean of clipped norms over the cohort: each client's noisy sum
+        # divided by its expected batch, then the cohort's weighted average
+        std = eng.rows(self.sigma * self.clip, c)
+        noisy = st.clipped_norm_sum + std * eng._normals([()], c.counts)[0]
+        rep, cli = c.replica.cpu().numpy(), c.client.cpu().numpy()
+        expected = torch.as_tensor(self.batch_rate[rep] * self.sizes[cli], dtype=eng.dtype,
+                                   device=eng.device)       # q_b times the declared sizes: public
+        w = self.weights[c.client]
+        dp_mean = eng.replica_sum(noisy / expected * w, c)
+        if not c.full:
+            dp_mean = dp_mean / eng.replica_sum(w, c)
+        dp_mean = dp_mean.cpu().numpy()                     # nan for a replica without a cohort: C kept
+        with np.errstate(invalid="ignore"):
+            self.clip = np.where(dp_mean > 0, self.alpha * dp_mean, self.clip)
         self.clip = np.maximum(self.clip, 1e-3)
         drop = val_loss < self._last_val
         self._drops = np.where(drop, self._drops + 1, 0)

@@ -167,6 +167,19 @@ class Policy:
     def max_rounds(self):
         return None
 
+    def max_cohort(self):
+        """The most clients a round of each replica trains (R,): all N
+        unless the policy samples fewer."""
+        return np.full(self.engine.R, self.engine.N)
+
+    def max_batch(self) -> int:
+        """The largest local batch a client's step uses."""
+        return self.engine.n_max
+
+    def state_bytes(self) -> int:
+        """Bytes of client state kept between rounds at most (0: none)."""
+        return 0
+
     def info_row(self, r) -> dict:
         """Extra per-replica columns for the history (σ, C, τ …)."""
         return {}
@@ -177,6 +190,48 @@ class Policy:
     def vec(self, v, dtype=float):
         """A setting (scalar or per replica) as an (R,) numpy array."""
         return np.broadcast_to(np.asarray(v, dtype=dtype), (self.engine.R,)).copy()
+
+
+def memory_needed(policy: Policy) -> int:
+    """A lower bound on the bytes a round takes beyond the data: the
+    cohort's models (each row's start, its local copy, gradients, noise and
+    flat update: eight copies of d parameters), each replica's global
+    models, the gathered batches, and the client state the policy keeps.
+    Per-sample activations come on top (bounded per chunk)."""
+    eng = policy.engine
+    item = torch.finfo(eng.dtype).bits // 8
+    rows = int(np.sum(policy.max_cohort()))
+    models = (8 * rows + 6 * eng.R) * eng.net.n_params * item
+    batches = rows * int(policy.max_batch()) * (eng.x_flat.shape[1] * item + 16)
+    return models + batches + int(policy.state_bytes())
+
+
+def memory_available(device) -> int | None:
+    """Bytes free for a run on ``device``: CUDA's free memory, or Linux's
+    MemAvailable; None where it cannot be read (no check then)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(policy: Policy) -> None:
+    """Refuse, before any work, a run whose rounds cannot fit in memory,
+    with the estimate and what to lower."""
+    eng = policy.engine
+    need, free = memory_needed(policy), memory_available(eng.device)
+    if free is not None and need > free:
+        rows = int(np.max(policy.max_cohort()))
+        raise ValueError(f"this run needs at least {need / 2**30:.1f} GB a round ({eng.R:,} replicas x up to "
+                         f"{rows:,} clients a round x {eng.net.n_params:,} parameters) and {free / 2**30:.1f} GB "
+                         f"are free on {eng.device.type}: lower the replicas, the client rate or the model")
 
 
 def _freeze(new, old, active):
@@ -200,6 +255,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     Returns (global models (R, ...), History, final dict of numpy arrays).
     """
     eng = policy.engine
+    check_memory(policy)
     R = eng.R
     ledger = Ledger(R, delta)
     glob = eng.init_global()

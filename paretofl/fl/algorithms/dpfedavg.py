@@ -77,62 +77,88 @@ class DPFedAvg(Policy):
         return self._client_round(glob, active)
 
     def _selection(self, active):
+        """This round's cohort: each client of an active replica joins with
+        probability q (Poisson), drawn from N uniforms a replica."""
         eng = self.engine
         if np.all(self.client_rate >= 1):
             sel = torch.ones(eng.R, eng.N, dtype=torch.bool, device=eng.device)
         else:
             sel = eng.sample_clients(torch.as_tensor(self.client_rate, device=eng.device))
-        return sel & torch.as_tensor(active, device=eng.device)[:, None]
+        return eng.cohort(sel & torch.as_tensor(active, device=eng.device)[:, None])
 
-    def divisor(self):
-        """DP-SGD's divisor of each model's noised sum (M,): a public number."""
+    def max_cohort(self):
+        """The most rows a round of each replica is expected to hold (R,):
+        qN plus six standard deviations of the Poisson cohort's size."""
+        qn = np.minimum(self.client_rate, 1.0) * self.engine.N
+        return np.minimum(self.engine.N, np.ceil(qn + 6 * np.sqrt(qn * (1 - np.minimum(self.client_rate, 1.0)))
+                                                  + 1)).astype(int)
+
+    def max_batch(self):
+        if self.mechanism == "sample":
+            m = float(np.max(np.minimum(self.batch_rate, 1.0))) * self.engine.n_max
+            return int(min(self.engine.n_max, m + 6 * m ** 0.5 + 16))
+        return min(self.batch_size, self.engine.n_max)
+
+    def state_bytes(self):
+        """Adam's two moments of every client that trains: over T rounds at
+        rate q about N(1 - (1 - q)^T) clients a replica (all N at most)."""
+        if self.optimizer != "adam":
+            return 0
+        eng = self.engine
+        q = np.minimum(self.client_rate, 1.0)
+        seen = eng.N if self.rounds is None else np.minimum(eng.N, np.ceil(eng.N * (1 - (1 - q) ** self.rounds)
+                                                                          * 1.1 + 10))
+        return int(2 * np.sum(seen) * eng.net.n_params * (torch.finfo(eng.dtype).bits // 8)) if np.ndim(seen) \
+            else int(2 * eng.R * seen * eng.net.n_params * (torch.finfo(eng.dtype).bits // 8))
+
+    def divisor(self, c):
+        """DP-SGD's divisor of each row's noised sum (K,): a public number."""
         eng = self.engine
         if self.batch_divisor is not None:
-            return eng.vec(self.batch_divisor)
-        n = torch.as_tensor(np.tile(self.sizes, eng.R), dtype=eng.dtype, device=eng.device)
-        return eng.vec(self.batch_rate) * n
+            return eng.rows(self.batch_divisor, c)
+        n = torch.as_tensor(self.sizes, dtype=eng.dtype, device=eng.device)[c.client]
+        return eng.rows(self.batch_rate, c) * n
 
     def _sample_round(self, glob, active):
         eng = self.engine
-        sel = self._selection(active)
-        steps = torch.as_tensor(self.steps_this_round(), device=eng.device).repeat_interleave(eng.N)
-        steps = steps * sel.reshape(-1)
-        params = eng.broadcast(glob)
-        new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_rate=eng.vec(self.batch_rate),
-                                     sigma=eng.vec(self.sigma), clip=eng.vec(self.clip),
-                                     batch_divisor=self.divisor(), adam=self._adam_state(params))
-        self.last_stats = stats
-        w = self.weights.reshape(1, -1) * sel
-        w = w / w.sum(1, keepdim=True).clamp(min=1e-12)
-        agg = eng.aggregate(eng.flat(new), w)
+        c = self._selection(active)
+        steps = torch.as_tensor(self.steps_this_round(), device=eng.device)[c.replica]
+        params = eng.broadcast(glob, c)
+        new, stats = eng.local_steps(params, steps, eng.rows(self.lr, c), batch_rate=eng.rows(self.batch_rate, c),
+                                     sigma=eng.rows(self.sigma, c), clip=eng.rows(self.clip, c),
+                                     batch_divisor=self.divisor(c), adam=self._adam_state(params), cohort=c)
+        self.last_stats, self.last_cohort = stats, c
+        w = self.weights[c.client]
+        w = w / eng.replica_sum(w, c).clamp(min=1e-12)[c.replica]
+        agg = eng.aggregate(eng.flat(new), w, c)
         out = eng.unflat(agg, glob)
         # replicas with no selected client keep their model
-        none = sel.sum(1) == 0
+        none = torch.as_tensor(c.counts == 0, device=eng.device)
         return [torch.where(none.reshape(-1, *[1] * (o.ndim - 1)), g, o) for o, g in zip(out, glob)]
 
     def _adam_state(self, params):
         if self.optimizer == "adam" and self.adam is None:
-            self.adam = AdamState.zeros(params)
+            self.adam = AdamState(params, self.engine.M)
         return self.adam
 
     def _client_round(self, glob, active):
-        sel = self._selection(active)
-        self.last_cohort = sel.sum(1).cpu().numpy()
-        return self._release(glob, self._client_updates(glob, sel), sel)
+        c = self._selection(active)
+        self.last_cohort = c
+        return self._release(glob, self._client_updates(glob, c), c)
 
-    def _client_updates(self, glob, sel):
-        """Local epochs of plain SGD on every selected client: the updates
-        Δ_i = w_i - w as a flat (M, d) tensor, not yet clipped."""
+    def _client_updates(self, glob, c):
+        """Local epochs of plain SGD on every client of the cohort: the
+        updates Δ_i = w_i - w as a flat (K, d) tensor, not yet clipped."""
         eng = self.engine
-        n_i = eng.client_n.repeat(eng.R)
-        steps = self.local_epochs * torch.ceil(n_i / self.batch_size).long() * sel.reshape(-1)
-        params = eng.broadcast(glob)
-        new, stats = eng.local_steps(params, steps, eng.vec(self.lr), batch_size=self.batch_size,
-                                     adam=self._adam_state(params))
+        n_i = eng.client_n[c.client]
+        steps = self.local_epochs * torch.ceil(n_i / self.batch_size).long()
+        params = eng.broadcast(glob, c)
+        new, stats = eng.local_steps(params, steps, eng.rows(self.lr, c), batch_size=self.batch_size,
+                                     adam=self._adam_state(params), cohort=c)
         self.last_stats = stats
         return eng.flat(new) - eng.flat(params)
 
-    def noise_stds(self, sel):
+    def noise_stds(self, c):
         """(each client's noise std (R,), the server's top-up std (R,)) per
         coordinate, in units of the update (docs/theory.md §5): client-aggregate
         releases N(0, qN σ²C²) in total, whatever |S| is — each of the
@@ -144,29 +170,28 @@ class DPFedAvg(Policy):
         if self.mechanism == "client-local":
             return sc, torch.zeros_like(sc)
         q = torch.as_tensor(self.client_rate, dtype=eng.dtype, device=eng.device)
-        rest = (eng.N - sel.sum(1).to(eng.dtype)).clamp(min=0)
+        rest = (eng.N - torch.as_tensor(c.counts, dtype=eng.dtype, device=eng.device)).clamp(min=0)
         return sc * q.sqrt(), sc * (q * rest).sqrt()
 
-    def privatise(self, update, sel):
-        """Each client's noisy clipped update (M, d), zero where not selected,
-        and the server's top-up (R, d): what the mechanism adds before
-        anything leaves a client or the server."""
+    def privatise(self, update, c):
+        """Each cohort client's noisy clipped update (K, d) and the server's
+        top-up (R, d): what the mechanism adds before anything leaves a
+        client or the server."""
         eng = self.engine
-        delta, _ = eng.clip_rows(update, eng.vec(self.clip))
-        client_std, top_std = self.noise_stds(sel)
-        noise = eng.noise_like([delta])[0] * client_std.repeat_interleave(eng.N)[:, None]
-        noisy = (delta + noise) * sel.reshape(-1, 1)
+        delta, _ = eng.clip_rows(update, eng.rows(self.clip, c))
+        client_std, top_std = self.noise_stds(c)
+        noisy = delta + eng.noise_like([delta], c)[0] * client_std[c.replica][:, None]
         top = top_std[:, None] * eng.normal((delta.shape[1],))
         return noisy, top
 
-    def _release(self, glob, update, sel):
+    def _release(self, glob, update, c):
         """The privatisation: clip each update to C, add the clients' noise,
-        sum the selected, add the server's top-up, divide by qN (a public
+        sum the cohort's, add the server's top-up, divide by qN (a public
         number).  Everything the accountant's charge covers happens here
         (the audit drives this code with canaries)."""
         eng = self.engine
-        noisy, top = self.privatise(update, sel)
-        total = eng.aggregate(noisy, torch.ones(eng.R, eng.N, device=eng.device)) + top
+        noisy, top = self.privatise(update, c)
+        total = eng.aggregate(noisy, torch.ones(c.size, device=eng.device), c) + top
         qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
         return eng.unflat(eng.flat(glob) + total / qn[:, None], glob)
 

@@ -76,23 +76,29 @@ class NbAFL(Policy):
     def max_rounds(self):
         return np.full(self.engine.R, self.T)
 
+    def max_cohort(self):
+        return np.full(self.engine.R, self.K)
+
+    def max_batch(self):
+        return min(self.batch_size, self.engine.n_max)
+
     def round(self, t, glob, active):
         eng = self.engine
-        if self.K < eng.N:
+        if self.K < eng.N:          # K of the N clients, uniformly without replacement
             keys = eng.uniform((eng.N,))
             kth = keys.sort(dim=1).values[:, self.K - 1:self.K]
             sel = keys <= kth
         else:
             sel = torch.ones(eng.R, eng.N, dtype=torch.bool, device=eng.device)
-        params = eng.broadcast(glob)
-        steps = torch.full((eng.M,), self.local_steps, device=eng.device) * sel.reshape(-1)
-        new, _ = eng.local_steps(params, steps, self.lr, batch_size=self.batch_size,
-                                 prox_mu=self.prox_mu, anchor=params)
+        c = eng.cohort(sel & torch.as_tensor(active, device=eng.device)[:, None])
+        params = eng.broadcast(glob, c)
+        new, _ = eng.local_steps(params, self.local_steps, self.lr, batch_size=self.batch_size,
+                                 prox_mu=self.prox_mu, anchor=params, cohort=c)
         w, _ = eng.clip_rows(eng.flat(new), self.C)                              # clip parameters
-        w = w + self.sigma_u * eng.noise_like([w])[0]                            # uplink noise
-        weights = self.weights.reshape(1, -1) * sel
-        weights = weights / weights.sum(1, keepdim=True)
-        agg = eng.aggregate(w, weights, noise_std=self.sigma_d if self.sigma_d > 0 else None)  # downlink
+        w = w + self.sigma_u * eng.noise_like([w], c)[0]                         # uplink noise
+        weights = self.weights[c.client]
+        weights = weights / eng.replica_sum(weights, c).clamp(min=1e-30)[c.replica]
+        agg = eng.aggregate(w, weights, c, noise_std=self.sigma_d if self.sigma_d > 0 else None)  # downlink
         return eng.unflat(agg, glob)
 
     def info_row(self, r):
