@@ -175,6 +175,7 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     from .fl.build import prepare
     from .fl.data import PARTITIONS, load_dataset
     from .fl.engine import Engine
+    from .fl.options import unused_options
 
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
@@ -212,6 +213,10 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ValueError(f"{algorithm} has no option {', '.join(unknown)}; its options: {', '.join(known)}")
+    mechanism, unused = unused_options(algorithm, options)
+    if unused:
+        raise ValueError(f"mechanism {mechanism} does not use {', '.join(unused)}: drop "
+                         f"{'it' if len(unused) == 1 else 'them'} or choose the mechanism that does")
     config = cls.Config(**options)
     sigma = getattr(config, "sigma", None)
     if sigma is not None and np.any(np.asarray(sigma, dtype=float) == 0):
@@ -229,6 +234,8 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy,
                     subset="all" if ds.public is None else "rest")
     ds, parts, net = setup.data, setup.parts, setup.model
+    sample_level = algorithm in ("ali-dpfl", "adap-dpfl") or getattr(config, "mechanism", None) == "sample"
+    check_delta(delta, len(ds.y_train) if sample_level else len(parts), "sample" if sample_level else "client")
     rate = getattr(config, "client_rate", 1.0)
     if np.any(np.asarray(rate, dtype=float) * len(parts) < 1 - 1e-9):   # the clients that train, not all ids
         raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * len(parts))):g} < 1: most "

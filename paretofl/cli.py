@@ -314,14 +314,19 @@ def _algorithm_options():
 def cmd_train(a):
     from .api import train
     from .fl.engine import keep_freed_memory
-    from .fl.options import CONFIGS, options_of
+    from .fl.options import CONFIGS, options_of, unused_options
 
+    flag = lambda o: "--" + o.replace("_", "-")  # noqa: E731
     known = options_of(CONFIGS[a.algorithm])
     given = {opt: getattr(a, opt) for opt in _algorithm_options() if getattr(a, opt, None) is not None}
     foreign = [o for o in given if o not in known]
     if foreign:
-        raise ValueError(f"{a.algorithm} does not use {', '.join('--' + o.replace('_', '-') for o in foreign)}; "
-                         f"its options: {', '.join('--' + o.replace('_', '-') for o in known)}")
+        raise ValueError(f"{a.algorithm} does not use {', '.join(map(flag, foreign))}; "
+                         f"its options: {', '.join(map(flag, known))}")
+    mechanism, unused = unused_options(a.algorithm, given)
+    if unused:
+        raise ValueError(f"--mechanism {mechanism} does not use {', '.join(map(flag, unused))}: drop "
+                         f"{'it' if len(unused) == 1 else 'them'} or choose the mechanism that does")
     if a.history is not None:
         _check_out_path(a.history, (".csv",))
     keep_freed_memory()

@@ -355,9 +355,7 @@ def design(
     if n > MAX_CLIENTS:
         raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
     _pos(epsilon, "epsilon")
-    if not isinstance(delta, (int, float)) or not (0 < delta < 1):
-        raise ValueError(f"delta must lie in (0, 1), got {delta}")
-    check_delta(delta)
+    check_delta(delta, n)
     _pos(sigma_min, "sigma_min")
     _pos(sigma_max, "sigma_max")
     if sigma_min > sigma_max:
@@ -542,9 +540,6 @@ def _notes(d: Design, capped_by_time: bool) -> list[str]:
             why.append("sigma is at sigma_min (lower it)")
         notes.append(f"the budget is not spent (epsilon {d.epsilon:.3g} of {d.budget:g})"
                      + (": " + "; ".join(why) if why else ""))
-    if d.delta >= 1.0 / d.n_clients:
-        notes.append(f"delta = {d.delta:g} is not below 1/N = {1.0 / d.n_clients:g}: a mechanism that publishes "
-                     "one client's data outright meets such a delta; use delta well below 1/N (e.g. 1/N^2)")
     if d.rounds == 1 or d.utility_bound > 1.0:
         notes.append(f"the budget is too small to learn: {d.rounds} round(s), utility bound {d.utility_bound:.3g} "
                      "(above 1 means no better than the starting model in this bound); raise epsilon, the "

@@ -21,3 +21,15 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param
+
+
+#: what the CLI fuzz tried, per command (tests/test_fuzz_cli.py fills it)
+FUZZ_TRIED: dict = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say how many bad invocations the CLI fuzz tried, and of which command."""
+    if FUZZ_TRIED:
+        per = ", ".join(f"{k} {v}" for k, v in sorted(FUZZ_TRIED.items()))
+        terminalreporter.write_line(f"CLI fuzz: {sum(FUZZ_TRIED.values())} bad invocations tried, each refused "
+                                    f"in one line with nothing written ({per})")

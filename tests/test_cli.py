@@ -72,7 +72,7 @@ def test_design_for_a_million_clients_is_small():
     import subprocess as sp
 
     r = sp.run([PY, "-m", "paretofl.cli", "design", "--clients", "1000000", "--budget", "2", "--max-rounds", "100",
-                "--q", "0.001", "--json"], capture_output=True, text=True, timeout=120)
+                "--q", "0.001", "--delta", "1e-12", "--json"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and len(r.stdout) < 20_000
 
 

@@ -151,13 +151,15 @@ def test_q_and_a_q_range_exclude_each_other():
 
 
 def test_notes_say_what_binds():
-    """σ on its floor, a budget not spent, δ not below 1/N, a budget too small
-    to learn: each said, with the parameter that moves it."""
+    """σ on its floor, a budget not spent, a budget too small to learn: each
+    said, with the parameter that moves it; δ not below 1/N is refused."""
     d = D.design(n_clients=100, epsilon=8.0, max_rounds=10, q=1.0, kappa=18.8)
     text = " ".join(d.notes)
     assert "floor" in text and "sigma_min" in text and "not spent" in text and "max_rounds" in text
-    d = D.design(n_clients=10, epsilon=2.0, max_rounds=50, delta=0.2, q=1.0, kappa=18.8)
-    assert any("1/N" in n for n in d.notes)
+    for delta in (0.1, 0.2, 0.9):
+        with pytest.raises(ValueError, match=r"delta = .* is not below 1/10 .* e.g. 1e-02"):
+            D.design(n_clients=10, epsilon=2.0, max_rounds=50, delta=delta, q=1.0, kappa=18.8)
+    assert D.design(n_clients=10, epsilon=2.0, max_rounds=50, delta=0.099, q=1.0, kappa=18.8).delta == 0.099
     d = D.design(n_clients=10, epsilon=0.05, max_rounds=50, q=1.0, kappa=18.8, sigma_max=1000)
     assert any("too small to learn" in n for n in d.notes)
     d = D.design(n_clients=100, epsilon=2.0, max_rounds=500, kappa=18.8)

@@ -45,7 +45,7 @@ COMMANDS = {
     "design": (["--clients", "10", "--budget", "2", "--max-rounds", "20", "--q", "0.5", "--kappa", "0.1",
                 "--plot", "design.png"], {
         "--clients": nums("0", "-1", "10000000", "1e12", "10.5"), "--budget": nums("0", "-2", "1e-7"),
-        "--delta": nums("0", "1"), "--max-rounds": nums("0", "-1"), "--q": nums("0", "2"),
+        "--delta": nums("0", "1", "0.1", "0.5"), "--max-rounds": nums("0", "-1"), "--q": nums("0", "2"),
         "--q-min": nums("0.2"), "--q-max": nums("0.9"),            # beside --q: a range and a fixed q
         "--time-budget": nums("0", "-1"), "--round-time": nums("0", "-1"),
         "--sigma-min": nums("0", "-1"), "--sigma-max": nums("0", "1e9"), "--kappa": nums("0", "-0.1"),
@@ -60,18 +60,22 @@ COMMANDS = {
         "--sigma": nums("-1", "0"), "--clip": nums("0", "-1"), "--lr": nums("0", "-0.5"),
         "--batch-rate": nums("0", "1.5", "-0.1"), "--client-rate": nums("0", "2", "0.01"),
         "--clients": nums("0", "-3", "5000", "1e12", "10.5"), "--rounds": nums("0", "-1"),
-        "--epsilon": nums("0", "-1", "1e-9"), "--delta": nums("0", "1", "-1"), "--replicas": nums("0", "-2"),
+        "--epsilon": nums("0", "-1", "1e-9"), "--delta": nums("0", "1", "-1", "0.9", "0.25"),
+        "--replicas": nums("0", "-2"),
         "--eval-every": nums("0", "-1"), "--local-steps": nums("0", "-1"), "--dataset": ["imagenet", ""],
         "--model": ["resnet", ""], "--algorithm": ["fedprox", ""], "--partition": ["zipf"], "--device": ["tpu"],
         "--data-dir": ["/nonexistent", "hist.csv"], "--history": ["hist.txt", "nofolder/h.csv", "", "figs"],
         # options of another algorithm than the one run (dpfedavg here): refused, not ignored
         "--rounds-server": nums("0", "5"), "--gamma": nums("-1", "10"), "--prox-mu": nums("0.1"),
-        "--calibration": ["paper", "magic"], "--noise-decay": nums("0.5"), "--mechanism": ["client", ""]}),
+        "--calibration": ["paper", "magic"], "--noise-decay": nums("0.5"),
+        # a mechanism that would ignore the valid call's --batch-rate: refused, not ignored
+        "--mechanism": ["client", "", "client-aggregate", "client-local"]}),
     "pretrial": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--sigmas", "1", "--rounds", "2",
                   "--seeds", "1", "--q", "1", "--out", "new.sqlite"], {
         "--clients": nums("0", "-1", "5000"), "--sigmas": nums("-1"), "--rounds": nums("0", "-2"),
         "--seeds": nums("0", "-1"), "--q": nums("0", "1.5", "0.1"), "--clip": nums("0", "-1"), "--lr": nums("0"),
-        "--public-fraction": nums("0", "1.5", "-0.5", "0.0001"), "--batch-size": nums("0"), "--delta": nums("0", "1"),
+        "--public-fraction": nums("0", "1.5", "-0.5", "0.0001"), "--batch-size": nums("0"),
+        "--delta": nums("0", "1", "0.25", "0.4"),
         "--local-epochs": nums("0"), "--chunk": nums("0", "-1"), "--beta": nums("0", "-1"),
         "--dataset": ["imagenet"], "--model": ["resnet"], "--executor": ["dask"], "--device": ["tpu"],
         "--out": ["new.txt", "nofolder/new.sqlite", "junk.sqlite", "", "figs"]}),
@@ -139,6 +143,8 @@ def bad_invocations(draw):
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(args=bad_invocations())
 def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(args, capsys, monkeypatch):
+    from conftest import FUZZ_TRIED
+
     d = _workdir()
     before = _snapshot(d)
     monkeypatch.chdir(d)
@@ -151,6 +157,7 @@ def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(args, ca
         assert rc == 2, (args, rc, err)
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
         assert _snapshot(d) == before, (args, set(_snapshot(d)) - set(before))
+        FUZZ_TRIED[args[0]] = FUZZ_TRIED.get(args[0], 0) + 1
     finally:
         monkeypatch.undo()
         shutil.rmtree(d, ignore_errors=True)

@@ -12,7 +12,7 @@ import numpy as np
 
 __all__ = ["option", "check_range", "check_choice", "options_of", "DPFedAvgConfig", "ALIDPFLConfig",
            "AdapDPFLConfig", "NbAFLConfig", "CONFIGS", "DPFEDAVG_MECHANISMS", "CALIBRATIONS",
-           "AUDIT_MECHANISMS", "AUDIT_BREAKS", "AUDIT_APPLIES"]
+           "AUDIT_MECHANISMS", "AUDIT_BREAKS", "AUDIT_APPLIES", "UNUSED_BY", "unused_options"]
 
 
 def option(default, help: str, *, choices=None, per_replica: bool = False):
@@ -147,6 +147,22 @@ class NbAFLConfig:
             check_range("exposures", self.exposures, 1, 1e9, lo_open=False, integer=True)
         if self.clients_per_round is not None:
             check_range("clients_per_round", self.clients_per_round, 1, 1e9, lo_open=False, integer=True)
+
+
+#: the options each DP-FedAvg mechanism does not use (DP-SGD's batches, or
+#: client-level SGD's epochs): given, they are refused, never ignored
+UNUSED_BY = {"sample": ("local_epochs", "batch_size"),
+             "client-aggregate": ("batch_rate", "local_steps", "batch_divisor"),
+             "client-local": ("batch_rate", "local_steps", "batch_divisor")}
+
+
+def unused_options(algorithm: str, options) -> tuple[str, list]:
+    """(mechanism, the options given that it would ignore), for
+    ``algorithm`` run with ``options`` (the names given, with values)."""
+    if algorithm == "nbafl":
+        return "nbafl", []
+    mechanism = options.get("mechanism") or "sample"
+    return mechanism, [o for o in options if o in UNUSED_BY.get(mechanism, ())]
 
 
 CONFIGS = {"dpfedavg": DPFedAvgConfig, "ali-dpfl": ALIDPFLConfig, "adap-dpfl": AdapDPFLConfig,

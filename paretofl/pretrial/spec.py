@@ -149,6 +149,9 @@ class Spec:
         num("local_epochs", 0, 1000, integer=True)
         num("batch_size", 0, 1_000_000, integer=True)
         num("delta", 0, 0.5)
+        if isinstance(self.clients, int) and self.delta >= 1 / self.clients:
+            bad(f"delta = {self.delta:g} is not below 1/{self.clients} (one over the clients protected): publishing "
+                f"one client's data outright meets it; use delta well below, e.g. {1 / self.clients ** 2:.0e}")
         num("chunk", 0, 100_000, integer=True)
         for q in self.q:
             if q * self.clients < 1:

@@ -98,10 +98,21 @@ def _check_positive(x: float, name: str) -> float:
     return x
 
 
-def check_delta(delta: float) -> float:
+def check_delta(delta: float, population: int | None = None, unit: str = "client") -> float:
+    """δ as a float, refused outside (0, 1); with ``population`` (how many
+    individuals the neighbouring relation protects: clients for client-level
+    DP, samples for sample-level), also refused at 1/population or above:
+    a mechanism that publishes one randomly chosen individual's data
+    outright meets such a δ, so the guarantee says nothing."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.integer, np.floating)):
+        raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     delta = float(delta)
     if not (0.0 < delta < 1.0):
         raise ValueError(f"delta must lie in (0, 1), got {delta}")
+    if population is not None and delta >= 1.0 / population:
+        raise ValueError(f"delta = {delta:g} is not below 1/{population:,} (one over the {unit}s protected): "
+                         f"publishing one {unit}'s data outright meets it; use delta well below, e.g. "
+                         f"{1.0 / float(population) ** 2:.0e}")
     return delta
 
 

@@ -828,3 +828,29 @@ def test_memory_follows_the_cohort_and_a_run_that_cannot_fit_is_refused_first(mo
     monkeypatch.setattr(Engine, "init_global", lambda self: pytest.fail("work started"))
     with pytest.raises(ValueError, match=r"needs at least .* GB a round \(3 replicas x up to 1\d\d clients"):
         train(pol, rounds=2, epsilon=10.0)
+
+
+def test_train_refuses_a_meaningless_delta_and_options_its_mechanism_ignores(capsys):
+    """δ at or above one over the individuals protected (clients for
+    client-level DP, samples for DP-SGD) is refused, and so is an option the
+    chosen mechanism would ignore — in the API with its parameter names, on
+    the command line with its flags: the same check."""
+    import paretofl
+    from paretofl.cli import main
+
+    n = len(D.load_dataset("digits").y_train)
+    common = dict(dataset="digits", model="lr", clients=4, rounds=1)
+    with pytest.raises(ValueError, match=r"delta = 0.25 is not below 1/4 \(one over the clients"):
+        paretofl.train(mechanism="client-aggregate", delta=0.25, **common)
+    with pytest.raises(ValueError, match=rf"delta = 0.001 is not below 1/{n:,} \(one over the samples"):
+        paretofl.train(delta=1e-3, **common)
+    assert paretofl.train(mechanism="client-aggregate", delta=1e-3, **common).delta == 1e-3
+    for mech, opt in (("client-aggregate", {"batch_rate": 0.5}), ("client-local", {"local_steps": 2}),
+                      ("sample", {"batch_size": 32}), ("sample", {"local_epochs": 2})):
+        with pytest.raises(ValueError, match=f"mechanism {mech} does not use {next(iter(opt))}: drop it"):
+            paretofl.train(mechanism=mech, **opt, **common)
+    rc = main(["train", "--dataset", "digits", "--model", "lr", "--clients", "4", "--mechanism", "client-aggregate",
+               "--batch-rate", "0.5", "--local-steps", "2"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "--mechanism client-aggregate does not use --batch-rate, --local-steps: drop them" in err
+    assert "batch_rate" not in err and len(err.splitlines()) == 1
