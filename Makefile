@@ -47,6 +47,7 @@ bench: setup
 	$(BIN)/python benchmarks/engine_profile.py
 	$(BIN)/python benchmarks/pretrial_batched_vs_one_at_a_time.py
 	$(BIN)/python benchmarks/generic_model.py
+	$(BIN)/python benchmarks/cohort_scaling.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis build dist
