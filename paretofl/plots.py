@@ -18,7 +18,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
 from .theory import pareto
-from .theory.privacy import DEFAULT_ORDERS, aggregate_noise_multiplier, conversion_offset, max_steps, rdp_curve
+from .theory.privacy import DEFAULT_ORDERS, conversion_offset, max_steps, mechanism_charge, rdp_curve
 
 COLORS = {"rounds_min": "#9467bd", "sigma_max": "#d62728", "relation": "#1f77b4",
           "rounds_max": "#2ca02c", "sigma_min": "#ff7f0e"}
@@ -33,7 +33,8 @@ def _g(x, digits=3) -> str:
 
 def _exact_epsilon(sigma, rounds, q, n, delta, sampling="poisson", zf=None):
     """ε of each (σ, T) point (aggregate view unless told otherwise), on the order grid."""
-    zf = (aggregate_noise_multiplier(q, 1.0, n) if q * n >= 1 else 1.0) if zf is None else zf
+    zf = (mechanism_charge("client-aggregate", q, 1.0, n).noise_multiplier if q * n >= 1 else 1.0) \
+        if zf is None else zf
     sigma, rounds = np.asarray(sigma, float), np.asarray(rounds, float)
     uniq, inv = np.unique(sigma, return_inverse=True)
     R = np.atleast_2d(rdp_curve(sampling, q, uniq * zf))[inv]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .theory import pareto
-from .theory.privacy import DEFAULT_ORDERS, aggregate_noise_multiplier, check_delta, compute_epsilon, max_steps
+from .theory.privacy import DEFAULT_ORDERS, FRAMEWORKS, check_delta, compute_epsilon, max_steps, mechanism_charge
 
 __all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
            "DESIGN_MECHANISMS", "FRAMEWORKS", "accounting", "sum_noise_multiplier", "shipped_fit"]
@@ -82,38 +82,19 @@ def default_kappa() -> tuple[float, str]:
     return PLACEHOLDER_KAPPA, "placeholder (no fit given; see PLACEHOLDER_KAPPA)"
 
 
-#: where the design is run: paretofl's trainer (Poisson sampling) or Flower
-#: (m of N clients without replacement)
-FRAMEWORKS = ("paretofl", "flower")
-
-
 def accounting(mechanism: str, q: float, n_clients: int, framework: str = "paretofl") -> tuple[str, float]:
     """(sampling, charged noise multiplier per unit σ) of ``mechanism`` at rate
-    q with N clients (docs/theory.md §5): client-aggregate charges a
-    Poisson-subsampled Gaussian of σ√(qN) — in Flower, which samples m = qN
-    clients without replacement (replace-one neighbours, sensitivity 2C), a
-    fixed-size one of σ√(qN)/2; client-local a Gaussian of σ at each
-    participation, seen."""
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    if mechanism == "client-aggregate":
-        if q * n_clients < 1 - 1e-9:
-            raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort), "
-                             f"got {q * n_clients:g}")
-        if framework == "flower":
-            return "fixed-size", aggregate_noise_multiplier(q, 1.0, n_clients) / 2.0
-        return "poisson", aggregate_noise_multiplier(q, 1.0, n_clients)
-    if mechanism == "client-local":
-        if framework == "flower":
-            raise ValueError("Flower's DP wrappers release the aggregate: design for mechanism client-aggregate")
-        return "attributed", 1.0
-    raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {mechanism!r}")
+    q with N clients: :func:`paretofl.theory.privacy.mechanism_charge` at σ = 1."""
+    if mechanism not in DESIGN_MECHANISMS:
+        raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {mechanism!r}")
+    c = mechanism_charge(mechanism, q, 1.0, n_clients, framework)
+    return c.sampling, c.noise_multiplier
 
 
 def sum_noise_multiplier(mechanism: str, q: float, sigma: float, n_clients: int) -> float:
     """The noise std on what is released, in units of C: σ√(qN) on the
     aggregate's sum, σ on a local update."""
-    return aggregate_noise_multiplier(q, sigma, n_clients) if mechanism == "client-aggregate" else float(sigma)
+    return mechanism_charge(mechanism, q, sigma, n_clients).released
 
 
 @dataclass
@@ -319,6 +300,7 @@ def design(
     from_store: str | None = None,
     utility_model: str | None = None,
     orders=None,
+    budgets=None,
 ) -> Design:
     """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
 
@@ -344,6 +326,10 @@ def design(
         ``utility_model`` "bound" (1.2) with free constants, or "bend", which
         adds a term growing with σ²T; default: the one its held-out seeds
         prefer — minimised under the same exact accountant.
+    budgets : clients with budgets of their own (instead of ``epsilon``): a
+        budgets CSV file (``client,epsilon`` or ``share,epsilon``) or a
+        :class:`paretofl.budgets.Budgets`; returns a
+        :class:`paretofl.budgets.GroupDesign` (docs/theory.md §4.1).
 
     Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
     ValueError) when no allowed point meets ε, and ValueError for bad input.
@@ -354,7 +340,10 @@ def design(
     n = _int_at_least(n_clients, 1, "n_clients")
     if n > MAX_CLIENTS:
         raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
-    _pos(epsilon, "epsilon")
+    if budgets is None:
+        _pos(epsilon, "epsilon")
+    elif epsilon is not None:
+        raise ValueError("give either epsilon (one budget for all) or budgets (a budget per client), not both")
     check_delta(delta, n)
     _pos(sigma_min, "sigma_min")
     _pos(sigma_max, "sigma_max")
@@ -405,6 +394,21 @@ def design(
         else:
             kappa, kappa_source = default_kappa()
 
+    if budgets is not None:
+        from .budgets import Budgets, design_groups, read_budgets
+
+        if model is not None:
+            raise ValueError("per-client budgets are designed with the closed form: give kappa or fit, not from_store")
+        if framework != "paretofl":
+            raise ValueError("Flower samples every client at one rate: per-client budgets run in paretofl's trainer "
+                             "(docs/api.md says what Flower can run instead)")
+        if q is not None or q_min is not None:
+            raise ValueError("per-client budgets design each group's rate: give q_max at most")
+        b = budgets if isinstance(budgets, Budgets) else read_budgets(budgets, n)
+        if b.n_clients != n:
+            raise ValueError(f"the budgets are for {b.n_clients} clients, not {n}")
+        return design_groups(b, delta, t_cap, kappa, kappa_source, mechanism, 1.0 if q_max is None else q_max,
+                             sigma_min, sigma_max, orders)
     qs = _q_candidates(n, q, q_min, 1.0 if q_max is None else q_max, mechanism)
     if framework == "flower" and any(abs(qq * n - round(qq * n)) > 1e-9 for qq in qs):
         raise ValueError(f"Flower samples a whole number of clients: q = {q:g} times {n} clients is not one")

@@ -28,7 +28,7 @@ from .pretrial.spec import Spec
 from .pretrial.store import read_table
 from .pretrial.sweep import Job, run_job, run_sweep
 from .recommendation import design
-from .theory.privacy import aggregate_noise_multiplier, compute_epsilon, max_steps
+from .theory.privacy import compute_epsilon, max_steps, mechanism_charge
 
 
 def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | None = None,
@@ -70,9 +70,12 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     best = ok[np.argmin(u[ok])] if len(ok) else None
 
     # ---- cost
+    def charged(s):
+        return mechanism_charge("client-aggregate", q, s, n).noise_multiplier
+
     per_round = float(np.median(tab_full["seconds"] / tab_full["rounds"]))
     n_sigma = len(spec.sigmas)
-    t_budget = [min(t_hi, int(max_steps(budget, q, aggregate_noise_multiplier(q, s, n), spec.delta)))
+    t_budget = [min(t_hi, int(max_steps(budget, q, charged(s), spec.delta)))
                 for s in spec.sigmas]
     cost = {
         # the pre-trial trains every (σ, seed) once on the public data (its T
@@ -92,8 +95,7 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
         "full_front_within": within_fraction(res, front, f_pub["kappa_ci"]),
         "budget": budget,
         "design": {"sigma": d.sigma, "rounds": d.rounds, "epsilon": d.epsilon, "utility_loss": u_design,
-                   "epsilon_check": compute_epsilon(q, aggregate_noise_multiplier(q, d.sigma, n), d.rounds,
-                                                    spec.delta)},
+                   "epsilon_check": compute_epsilon(q, charged(d.sigma), d.rounds, spec.delta)},
         "best_grid_within_budget": None if best is None else {
             "sigma": float(res.sigma[best]), "rounds": int(res.rounds[best]), "epsilon": float(res.eps[best]),
             "utility_loss": float(u[best])},

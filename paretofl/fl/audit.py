@@ -197,7 +197,7 @@ class _CanaryDPFedAvg(DPFedAvg):
         eng = self.engine
         sc = torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
         qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
-        return sc, sc * (qn - torch.as_tensor(c.counts, dtype=eng.dtype)).clamp(min=0).sqrt()
+        return sc[c.replica], sc * (qn - torch.as_tensor(c.counts, dtype=eng.dtype)).clamp(min=0).sqrt()
 
 
 def _synthetic(n_samples, seed, features, canary_label=None, replace=False):

@@ -596,9 +596,11 @@ class Engine:
 
     def sample_clients(self, rate):
         """Poisson client selection per replica: (R, N) bool, from N
-        uniforms a replica (a few milliseconds at N = 10⁶)."""
+        uniforms a replica (a few milliseconds at N = 10⁶).  ``rate``: one
+        per replica (R,) or one per client of each replica (R, N)."""
         u = self.uniform((self.N,))
-        return u < torch.as_tensor(rate, dtype=u.dtype, device=self.device).reshape(-1, 1)
+        r = torch.as_tensor(rate, dtype=u.dtype, device=self.device)
+        return u < (r.reshape(-1, 1) if r.ndim <= 1 else r)
 
     # ------------------------------------------------------------ evaluation
     @torch.no_grad()

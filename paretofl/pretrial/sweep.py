@@ -97,7 +97,7 @@ def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
     from ..fl.algorithms import train
     from ..fl.algorithms.dpfedavg import DPFedAvg
     from ..fl.engine import Engine
-    from ..theory.privacy import aggregate_noise_multiplier, asymptotic_epsilon, compute_epsilon
+    from ..theory.privacy import asymptotic_epsilon, compute_epsilon, mechanism_charge
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but no CUDA device is available")
@@ -120,7 +120,8 @@ def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
             continue
         s, seed = job.replicas[h["replica"]]
         if s > 0:
-            eps = compute_epsilon(job.q, aggregate_noise_multiplier(job.q, s, n), t, spec.delta)
+            eps = compute_epsilon(job.q, mechanism_charge("client-aggregate", job.q, s, n).noise_multiplier,
+                                  t, spec.delta)
             eps_a = float(asymptotic_epsilon(s, t, job.q, n, spec.delta))
         else:
             eps = eps_a = math.inf

@@ -57,6 +57,7 @@ __all__ = [
     "max_steps",
     "Charge",
     "mechanism_charge",
+    "FRAMEWORKS",
     "aggregate_noise_multiplier",
     "check_delta",
     "check_rate",
@@ -766,13 +767,19 @@ def calibrate_noise(target_epsilon: float, q: float, steps: int, delta: float,
 MECHANISMS = ("client-aggregate", "client-local", "sample")
 
 
+#: where a design runs: paretofl's trainer (Poisson sampling) or Flower (m of
+#: N clients without replacement)
+FRAMEWORKS = ("paretofl", "flower")
+
+
 @dataclass(frozen=True)
 class Charge:
     """What one round (or step) of a mechanism charges the accountant."""
 
     sampling: str            # one of SAMPLINGS
     rate: float              # sampling rate
-    noise_multiplier: float  # noise std / sensitivity of the released quantity
+    noise_multiplier: float  # what the accountant charges: noise std / sensitivity of the released quantity
+    released: float | None = field(default=None, compare=False)  # noise std on the release / C
 
 
 def aggregate_noise_multiplier(q, sigma, n_clients):
@@ -782,15 +789,22 @@ def aggregate_noise_multiplier(q, sigma, n_clients):
         if np.ndim(sigma) or np.ndim(q) else float(sigma) * math.sqrt(float(q) * n_clients)
 
 
-def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | None = None) -> Charge:
-    """What each round of ``mechanism`` charges (docs/theory.md §5):
+def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | None = None,
+                     framework: str = "paretofl", cohort: float | None = None) -> Charge:
+    """What each round of ``mechanism`` charges (docs/theory.md §5) — the one
+    place every design, trainer, pre-trial, validation and plot asks:
 
     * ``client-aggregate`` -- client-level DP of the model the server
       releases.  Trusted: the server (it sees updates).  Neighbours: one
       client added or removed, among at most N.  Released: the sum of the
-      Poisson(q) cohort's clipped updates plus N(0, qN·σ²C²), a fixed total
-      whatever the cohort's size.  Charged: Poisson-subsampled Gaussian, rate
-      q, noise multiplier σ√(qN).  Needs qN >= 1.
+      Poisson cohort's clipped updates plus N(0, mσ²C²), a fixed total
+      whatever the cohort's size, m the expected cohort (qN; Σ q_i where
+      clients have rates of their own, given as ``cohort``).  Charged: a
+      Poisson-subsampled Gaussian, rate q (the client's own), noise
+      multiplier σ√m.  Needs m >= 1.  In Flower (``framework="flower"``),
+      which samples m of N without replacement under replace-one
+      neighbours (sensitivity 2C), a fixed-size subsampled Gaussian of
+      σ√m / 2.
     * ``client-local`` -- client-level DP of each update the server receives.
       Trusted: nobody.  Neighbours: one client's data replaced by none (its
       clipped update by zero).  Released: each participating client's
@@ -800,18 +814,26 @@ def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | No
     * ``sample`` -- sample-level DP-SGD inside a client: rate = the Poisson
       batch rate, noise multiplier σ, charged once per local step.
     """
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
     q = check_rate(q, "q")
     sigma = _check_positive(sigma, "sigma")
     if mechanism == "client-aggregate":
-        if n_clients is None or int(n_clients) < 1:
-            raise ValueError("the client-aggregate mechanism needs the number of clients n_clients >= 1")
-        m = q * int(n_clients)
-        if m < 1.0 - 1e-9:
+        if cohort is None:
+            if n_clients is None or int(n_clients) < 1:
+                raise ValueError("the client-aggregate mechanism needs the number of clients n_clients >= 1")
+            cohort = q * int(n_clients)
+        if cohort < 1.0 - 1e-9:
             raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort), "
-                             f"got {m:g}")
-        return Charge("poisson", q, aggregate_noise_multiplier(q, sigma, int(n_clients)))
+                             f"got {cohort:g}")
+        z = sigma * math.sqrt(cohort)
+        if framework == "flower":
+            return Charge("fixed-size", q, z / 2.0, z)
+        return Charge("poisson", q, z, z)
+    if framework == "flower":
+        raise ValueError("Flower's DP wrappers release the aggregate: design for mechanism client-aggregate")
     if mechanism == "client-local":
-        return Charge("attributed", q, sigma)
+        return Charge("attributed", q, sigma, sigma)
     if mechanism == "sample":
-        return Charge("poisson", q, sigma)
+        return Charge("poisson", q, sigma, sigma)
     raise ValueError(f"unknown mechanism {mechanism!r}; use one of {', '.join(MECHANISMS)}")

@@ -57,10 +57,11 @@ class Ledger:
                         self.accountants[r].step(float(z[r]), float(q[r]), int(s[r]), sampling)
 
     def affordable(self, charges, inc, epsilon, active=None) -> np.ndarray:
-        """Which replicas can pay for a round (charges, priced as ``inc``)
-        within ``epsilon``: on the order grid first; a replica the grid
+        """Which ledgers can pay for a round (charges, priced as ``inc``)
+        within ``epsilon`` (one budget, or one per ledger): on the order grid first; a replica the grid
         refuses is asked again with its orders searched (the ε reported),
         so a run stops where the reported ε would pass the budget."""
+        epsilon = np.broadcast_to(np.asarray(epsilon, dtype=float), (self.rdp.shape[0],))
         ok = self.grid_epsilon(self.rdp + inc) <= epsilon
         ask = ~ok & ~self.unlimited & (True if active is None else np.asarray(active, dtype=bool))
         for r in np.flatnonzero(ask):
@@ -72,7 +73,7 @@ class Ledger:
                         free = False
                         break
                     trial.step(float(z[r]), float(q[r]), int(s[r]), sampling)
-            ok[r] = free and trial.get_epsilon(self.delta) <= epsilon
+            ok[r] = free and trial.get_epsilon(self.delta) <= epsilon[r]
         return ok
 
     def grid_epsilon(self, rdp=None) -> np.ndarray:
@@ -167,6 +168,12 @@ class Policy:
     def max_rounds(self):
         return None
 
+    #: one ledger per replica unless the policy has groups of clients with budgets of their own
+    n_groups = 1
+
+    def group_names(self):
+        return None
+
     def max_cohort(self):
         """The most clients a round of each replica trains (R,): all N
         unless the policy samples fewer."""
@@ -257,7 +264,12 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     eng = policy.engine
     check_memory(policy)
     R = eng.R
-    ledger = Ledger(R, delta)
+    # clients with budgets of their own: one ledger per (replica, group), each
+    # group stopped at its own budget (a replica stops when any group would pass it)
+    G, names = policy.n_groups, policy.group_names()
+    if names is not None:
+        epsilon = np.tile(policy.group_budgets, R)
+    ledger = Ledger(R * G, delta)
     glob = eng.init_global()
     active = np.ones(R, dtype=bool)
     done_rounds = np.zeros(R, dtype=int)
@@ -271,8 +283,11 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
 
         bar = tqdm(total=rounds, desc=policy.name, unit="round", leave=False)
 
-    def reported():
-        return ledger.epsilon() if policy.fixed_epsilon() is None else np.full(R, policy.fixed_epsilon())
+    def spent():
+        """ε of each replica's ledgers, (R, G)."""
+        if policy.fixed_epsilon() is not None:
+            return np.full((R, G), policy.fixed_epsilon())
+        return ledger.epsilon().reshape(R, G)
 
     t0 = time.perf_counter()
     try:
@@ -282,14 +297,14 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
             ch = policy.charges(t)
             inc = ledger.increment(ch) if ch is not None else None
             if inc is not None and epsilon is not None:
-                active &= ledger.affordable(ch, inc, epsilon, active)
+                active &= ledger.affordable(ch, inc, epsilon, np.repeat(active, G)).reshape(R, G).all(1)
             if not active.any():
                 break
             new = policy.round(t, glob, active)
             glob = _freeze(new, glob, active)
             fresh = None
             if inc is not None:
-                ledger.commit(ch, inc, active)
+                ledger.commit(ch, inc, np.repeat(active, G))
             done_rounds[active] += 1
             last = t == rounds - 1
             # the policy adapts every round (ALI-DPFL's τ*, Adap DP-FL's C and σ);
@@ -301,10 +316,11 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
                 with torch.no_grad():
                     test_loss, acc = fresh = eng.evaluate(glob)
                     last_acc = float(acc.max())
-                eps = reported()
+                eps = spent()
                 for r in range(R):
+                    per = {} if names is None else {f"epsilon_{n}": float(e) for n, e in zip(names, eps[r])}
                     hist.add(round=t + 1, replica=r, active=bool(active[r]), test_loss=float(test_loss[r]),
-                             accuracy=float(acc[r]), epsilon=float(eps[r]), **policy.info_row(r))
+                             accuracy=float(acc[r]), epsilon=float(eps[r].max()), **per, **policy.info_row(r))
             if on_round is not None:
                 on_round(t)
             if bar is not None:
@@ -314,6 +330,10 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
         if bar is not None:
             bar.close()
     test_loss, acc = fresh if fresh is not None else eng.evaluate(glob)
-    final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": reported(),
+    eps = spent()
+    final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": eps.max(1),
              "rounds": done_rounds, "delta": delta, "seconds": time.perf_counter() - t0}
+    if names is not None:
+        final["epsilon_groups"] = {n: eps[:, g] for g, n in enumerate(names)}
+        final["budgets"] = {n: float(e) for n, e in zip(names, policy.group_budgets)}
     return glob, hist, final

@@ -34,7 +34,7 @@ class DPFedAvg(Policy):
     name = "dpfedavg"
     Config = DPFedAvgConfig
 
-    def __init__(self, engine, config=None, *, sizes=None, **kw):
+    def __init__(self, engine, config=None, *, sizes=None, groups=None, **kw):
         super().__init__(engine, config, **kw)
         c = self.config
         N = engine.N
@@ -55,6 +55,49 @@ class DPFedAvg(Policy):
         if self.mechanism == "client-aggregate" and np.any(self.client_rate * N < 1 - 1e-9):
             raise ValueError(f"the client-aggregate mechanism needs client_rate * clients >= 1 (here "
                              f"{float(np.min(self.client_rate * N)):g}): raise client_rate or use client-local")
+        # each client's sampling rate (R, N), the expected cohort m (R,), and
+        # each client's share of the sum's noise variance m/N (qN/N = q)
+        self.rates = np.repeat(self.client_rate[:, None], N, axis=1)
+        self.cohort, self.share = self.client_rate * N, self.client_rate
+        self.groups = None
+        if groups is not None:
+            self._use_groups(groups)
+
+    def _use_groups(self, gd):
+        """Clients with budgets of their own (a :class:`paretofl.budgets.GroupDesign`):
+        each client sampled at its group's rate; the aggregate view's sum
+        carries N(0, mσ²C²) with m = Σ_i q_i, divided by m; the local view's
+        clients each add their group's σ; one ledger per group."""
+        eng, N = self.engine, self.engine.N
+        if self.mechanism not in ("client-aggregate", "client-local"):
+            raise ValueError("per-client budgets apply to client-level DP-FedAvg (client-aggregate or client-local)")
+        if gd.mechanism != self.mechanism:
+            raise ValueError(f"the design is for mechanism {gd.mechanism}, the run uses {self.mechanism}")
+        if gd.n_clients != N:
+            raise ValueError(f"the budgets are for {gd.n_clients} clients, the run has {N}")
+        self.groups = gd
+        self.group_of = np.asarray(gd.group_of, dtype=int)
+        self.group_budgets = np.array([g["budget"] for g in gd.groups])
+        self.group_rates = np.array([g["q"] for g in gd.groups])
+        self.group_sigmas = np.array([g["sigma"] for g in gd.groups])
+        self.rates = np.repeat(self.group_rates[self.group_of][None, :], eng.R, axis=0)
+        self.cohort = self.rates.sum(1)
+        self.share = self.cohort / N
+        self.client_rate = self.cohort / N            # the mean rate, for what reads one
+        if self.mechanism == "client-aggregate":
+            self.sigma = np.full(eng.R, float(gd.sigma))
+        else:
+            self.sigma = np.full(eng.R, float(np.sqrt(np.mean(self.group_sigmas[self.group_of] ** 2))))
+        if np.any(self.cohort < 1 - 1e-9):
+            raise ValueError(f"the expected cohort {float(self.cohort.min()):g} is below one client a round")
+
+    @property
+    def n_groups(self) -> int:
+        return 1 if self.groups is None else len(self.group_budgets)
+
+    def group_names(self):
+        """The groups' names in the history (ε per group): by budget."""
+        return None if self.groups is None else [f"{e:g}" for e in self.group_budgets]
 
     # ------------------------------------------------------------- privacy
     def steps_this_round(self):
@@ -63,12 +106,24 @@ class DPFedAvg(Policy):
     def charges(self, t):
         if self.mechanism == "sample":
             return [("poisson", self.sigma, self.batch_rate, self.steps_this_round())]
-        ones = np.ones(self.engine.R, dtype=int)
-        N = self.engine.N
-        z = np.array([0.0 if s == 0 else mechanism_charge(self.mechanism, q, s, N).noise_multiplier
-                      for s, q in zip(self.sigma, self.client_rate)])
-        sampling = "poisson" if self.mechanism == "client-aggregate" else "attributed"
-        return [(sampling, z, self.client_rate, ones)]
+        R, N = self.engine.R, self.engine.N
+        if self.groups is None:
+            ones = np.ones(R, dtype=int)
+            z = np.array([0.0 if s == 0 else mechanism_charge(self.mechanism, q, s, N).noise_multiplier
+                          for s, q in zip(self.sigma, self.client_rate)])
+            sampling = "poisson" if self.mechanism == "client-aggregate" else "attributed"
+            return [(sampling, z, self.client_rate, ones)]
+        # one ledger per (replica, group): each group charged at its own rate
+        # (and, in the local view, its own σ)
+        z, q = [], []
+        for r in range(R):
+            for g in range(self.n_groups):
+                sig = self.sigma[r] if self.mechanism == "client-aggregate" else self.group_sigmas[g]
+                ch = mechanism_charge(self.mechanism, float(self.group_rates[g]), float(sig), N,
+                                      cohort=float(self.cohort[r]))
+                z.append(ch.noise_multiplier)
+                q.append(ch.rate)
+        return [(ch.sampling, np.array(z), np.array(q), np.ones(R * self.n_groups, dtype=int))]
 
     # ------------------------------------------------------------- a round
     def round(self, t, glob, active):
@@ -80,18 +135,20 @@ class DPFedAvg(Policy):
         """This round's cohort: each client of an active replica joins with
         probability q (Poisson), drawn from N uniforms a replica."""
         eng = self.engine
-        if np.all(self.client_rate >= 1):
+        if np.all(self.rates >= 1):
             sel = torch.ones(eng.R, eng.N, dtype=torch.bool, device=eng.device)
-        else:
+        elif self.groups is None:
             sel = eng.sample_clients(torch.as_tensor(self.client_rate, device=eng.device))
+        else:
+            sel = eng.sample_clients(torch.as_tensor(self.rates, device=eng.device))
         return eng.cohort(sel & torch.as_tensor(active, device=eng.device)[:, None])
 
     def max_cohort(self):
         """The most rows a round of each replica is expected to hold (R,):
         qN plus six standard deviations of the Poisson cohort's size."""
-        qn = np.minimum(self.client_rate, 1.0) * self.engine.N
-        return np.minimum(self.engine.N, np.ceil(qn + 6 * np.sqrt(qn * (1 - np.minimum(self.client_rate, 1.0)))
-                                                  + 1)).astype(int)
+        r = np.minimum(self.rates, 1.0)
+        qn, var = r.sum(1), (r * (1 - r)).sum(1)
+        return np.minimum(self.engine.N, np.ceil(qn + 6 * np.sqrt(var) + 1)).astype(int)
 
     def max_batch(self):
         if self.mechanism == "sample":
@@ -159,19 +216,23 @@ class DPFedAvg(Policy):
         return eng.flat(new) - eng.flat(params)
 
     def noise_stds(self, c):
-        """(each client's noise std (R,), the server's top-up std (R,)) per
-        coordinate, in units of the update (docs/theory.md §5): client-aggregate
-        releases N(0, qN σ²C²) in total, whatever |S| is — each of the
-        selected clients adds its share qσ²C² of that total over the N
-        clients, the server the rest (N - |S|)qσ²C² >= 0; client-local has
-        each client add σ²C² and no top-up."""
+        """(each cohort client's noise std (K,), the server's top-up std (R,))
+        per coordinate, in units of the update (docs/theory.md §5):
+        client-aggregate releases N(0, m σ²C²) in total (m = qN, or Σ_i q_i
+        where clients have rates of their own), whatever |S| is — each of the
+        selected clients adds its share (m/N)σ²C² of that total over the N
+        clients, the server the rest (N - |S|)(m/N)σ²C² >= 0; client-local
+        has each client add its σ²C² and no top-up."""
         eng = self.engine
         sc = torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
         if self.mechanism == "client-local":
-            return sc, torch.zeros_like(sc)
-        q = torch.as_tensor(self.client_rate, dtype=eng.dtype, device=eng.device)
+            if self.groups is not None:
+                own = self.group_sigmas[self.group_of][c.client.cpu().numpy()] * self.clip[c.replica.cpu().numpy()]
+                return torch.as_tensor(own, dtype=eng.dtype, device=eng.device), torch.zeros_like(sc)
+            return sc[c.replica], torch.zeros_like(sc)
+        q = torch.as_tensor(self.share, dtype=eng.dtype, device=eng.device)
         rest = (eng.N - torch.as_tensor(c.counts, dtype=eng.dtype, device=eng.device)).clamp(min=0)
-        return sc * q.sqrt(), sc * (q * rest).sqrt()
+        return (sc * q.sqrt())[c.replica], sc * (q * rest).sqrt()
 
     def privatise(self, update, c):
         """Each cohort client's noisy clipped update (K, d) and the server's
@@ -180,19 +241,19 @@ class DPFedAvg(Policy):
         eng = self.engine
         delta, _ = eng.clip_rows(update, eng.rows(self.clip, c))
         client_std, top_std = self.noise_stds(c)
-        noisy = delta + eng.noise_like([delta], c)[0] * client_std[c.replica][:, None]
+        noisy = delta + eng.noise_like([delta], c)[0] * client_std[:, None]
         top = top_std[:, None] * eng.normal((delta.shape[1],))
         return noisy, top
 
     def _release(self, glob, update, c):
         """The privatisation: clip each update to C, add the clients' noise,
-        sum the cohort's, add the server's top-up, divide by qN (a public
-        number).  Everything the accountant's charge covers happens here
+        sum the cohort's, add the server's top-up, divide by the expected
+        cohort qN (Σ_i q_i with rates of their own: a public number).  Everything the accountant's charge covers happens here
         (the audit drives this code with canaries)."""
         eng = self.engine
         noisy, top = self.privatise(update, c)
         total = eng.aggregate(noisy, torch.ones(c.size, device=eng.device), c) + top
-        qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
+        qn = torch.as_tensor(self.cohort, dtype=eng.dtype, device=eng.device)
         return eng.unflat(eng.flat(glob) + total / qn[:, None], glob)
 
     def info_row(self, r):

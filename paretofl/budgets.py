@@ -1,0 +1,364 @@
+"""Clients with budgets of their own: the budgets, and the design that
+spends each group's budget (docs/theory.md §4.1).  numpy/scipy only.
+
+A federation whose clients accept different ε (δ common) is split into
+groups of equal ε.  paretofl plans it in either view:
+
+* **aggregate** (the server trusted): one noise on the released sum,
+  N(0, z²C²) with z the sum's noise multiplier, and a Poisson rate q_g for
+  each group's clients; the sum is divided by the expected cohort
+  m = Σ_g n_g q_g, a public number.  A client of group g is then a
+  Poisson-subsampled Gaussian of rate q_g and noise multiplier z, so each
+  group's ε comes from its own rate: the strict groups are sampled less
+  (Boenisch et al. 2023, "Have it your way", the "Sample" method).
+* **local** (nobody trusted): every client is sampled at a common rate q
+  and adds its own noise σ_g to its update, charged as a Gaussian of σ_g at
+  each participation (seen).
+
+The common number of rounds T and the noise are chosen for the lowest
+predicted utility loss 1/T + κ·v, with v the variance of the noise on the
+averaged update in the bound's units: v = z²/m² (aggregate; with one
+group, σ²/(qN) as in Gu et al.) and v = Σ_g n_g σ_g² / (N · qN) (local).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .theory.privacy import (DEFAULT_ORDERS, calibrate_noise, compute_epsilon, conversion_offset, max_steps,
+                             rdp_curve)
+
+__all__ = ["Budgets", "GroupDesign", "read_budgets", "design_groups"]
+
+
+@dataclass
+class Budgets:
+    """Each client's ε, as groups of equal ε: ``epsilons`` (G,) ascending,
+    ``group_of`` (N,) the group of each client 0..N-1."""
+
+    epsilons: np.ndarray
+    group_of: np.ndarray
+
+    def __post_init__(self):
+        self.epsilons = np.asarray(self.epsilons, dtype=float)
+        self.group_of = np.asarray(self.group_of, dtype=int)
+        if self.epsilons.ndim != 1 or len(self.epsilons) == 0:
+            raise ValueError("budgets need at least one group")
+        if np.any(~np.isfinite(self.epsilons)) or np.any(self.epsilons <= 0):
+            bad = self.epsilons[~(np.isfinite(self.epsilons) & (self.epsilons > 0))][0]
+            raise ValueError(f"every budget epsilon must be a positive finite number, got {bad:g}")
+        if np.any(np.diff(self.epsilons) <= 0):
+            raise ValueError("budgets' groups must have distinct epsilons, in increasing order")
+        if len(self.group_of) == 0 or self.group_of.min() < 0 or self.group_of.max() >= len(self.epsilons):
+            raise ValueError("every client needs a group")
+        empty = np.flatnonzero(self.counts == 0)
+        if len(empty):
+            raise ValueError(f"no client has budget epsilon = {self.epsilons[empty[0]]:g}")
+
+    @property
+    def n_clients(self) -> int:
+        return len(self.group_of)
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.group_of, minlength=len(self.epsilons))
+
+    @classmethod
+    def per_client(cls, epsilons) -> "Budgets":
+        """From one ε per client (client i's at position i)."""
+        e = np.asarray(epsilons, dtype=float)
+        if e.ndim != 1 or len(e) == 0:
+            raise ValueError("give one epsilon per client")
+        if np.any(~np.isfinite(e)) or np.any(e <= 0):
+            bad = e[~(np.isfinite(e) & (e > 0))][0]
+            raise ValueError(f"every budget epsilon must be a positive finite number, got {bad:g}")
+        levels, group = np.unique(e, return_inverse=True)
+        return cls(levels, group)
+
+    @classmethod
+    def shares(cls, shares, epsilons, n_clients: int) -> "Budgets":
+        """Groups given as shares of the N clients (summing to one): group g
+        gets round(share·N) clients by largest remainder, clients
+        0, 1, … filled group after group in order of ε."""
+        s, e = np.asarray(shares, dtype=float), np.asarray(epsilons, dtype=float)
+        if s.shape != e.shape or s.ndim != 1 or len(s) == 0:
+            raise ValueError("give one share per epsilon")
+        if np.any(~np.isfinite(s)) or np.any(s <= 0):
+            raise ValueError(f"every share must be positive, got {s[~(np.isfinite(s) & (s > 0))][0]:g}")
+        if abs(s.sum() - 1.0) > 1e-6:
+            raise ValueError(f"the shares must sum to one, they sum to {s.sum():.6g}")
+        if len(np.unique(e)) != len(e):
+            raise ValueError("each epsilon may have one share only")
+        order = np.argsort(e)
+        s, e = s[order], e[order]
+        raw = s * n_clients
+        n = np.floor(raw).astype(int)
+        n[np.argsort(-(raw - n), kind="stable")[: n_clients - n.sum()]] += 1
+        if np.any(n == 0):
+            g = int(np.flatnonzero(n == 0)[0])
+            raise ValueError(f"the share {s[g]:g} of epsilon = {e[g]:g} is no client of {n_clients}: "
+                             "raise it or the number of clients")
+        return cls(e, np.repeat(np.arange(len(e)), n))
+
+
+def read_budgets(path, n_clients: int | None = None) -> Budgets:
+    """A budgets CSV file with a header: ``client,epsilon`` (a line per
+    client, ids 0..N-1 each once) or ``share,epsilon`` (a line per group;
+    needs ``n_clients``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"budgets file {path} does not exist or is not a file")
+    try:
+        with open(p, newline="") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"budgets file {path} cannot be read: {exc}") from None
+    rows = [[c.strip() for c in r] for r in rows if any(c.strip() for c in r)]
+    if not rows:
+        raise ValueError(f"budgets file {path} is empty")
+    head = [h.lower() for h in rows[0]]
+    if head not in (["client", "epsilon"], ["share", "epsilon"]):
+        raise ValueError(f"budgets file {path}: the header must be client,epsilon or share,epsilon, got "
+                         f"{','.join(rows[0])}")
+    body = rows[1:]
+    if not body:
+        raise ValueError(f"budgets file {path} has a header and no lines")
+    values = []
+    for k, r in enumerate(body, start=2):
+        if len(r) != 2:
+            raise ValueError(f"budgets file {path}, line {k}: expected 2 values, got {len(r)}")
+        try:
+            a, b = float(r[0]), float(r[1])
+        except ValueError:
+            raise ValueError(f"budgets file {path}, line {k}: {','.join(r)} is not two numbers") from None
+        if not (math.isfinite(b) and b > 0):
+            raise ValueError(f"budgets file {path}, line {k}: epsilon must be positive, got {r[1]}")
+        values.append((a, b))
+    a, b = np.array(values).T
+    if head[0] == "share":
+        if n_clients is None:
+            raise ValueError(f"budgets file {path} gives shares: the number of clients is needed too")
+        try:
+            return Budgets.shares(a, b, n_clients)
+        except ValueError as exc:
+            raise ValueError(f"budgets file {path}: {exc}") from None
+    if np.any(a != np.round(a)) or np.any(a < 0):
+        raise ValueError(f"budgets file {path}: client ids must be integers 0, 1, …")
+    ids = a.astype(int)
+    seen, dup = np.unique(ids, return_counts=True)
+    if np.any(dup > 1):
+        raise ValueError(f"budgets file {path}: client {seen[dup > 1][0]} is listed twice")
+    n = int(ids.max()) + 1
+    if len(ids) != n:
+        missing = sorted(set(range(n)) - set(ids.tolist()))[0]
+        raise ValueError(f"budgets file {path}: client {missing} is missing (ids must run 0..{n - 1})")
+    if n_clients is not None and n != n_clients:
+        raise ValueError(f"budgets file {path} lists {n} clients, not {n_clients}")
+    eps = np.empty(n)
+    eps[ids] = b
+    return Budgets.per_client(eps)
+
+
+@dataclass
+class GroupDesign:
+    """A design for clients with budgets of their own.  ``groups``: per group,
+    its budget ``budget``, ``clients``, ``q`` (its clients' sampling rate),
+    ``sigma`` (its clients' noise multiplier: the common σ = z/√m in the
+    aggregate view, its own σ_g in the local view) and ``epsilon`` (spent,
+    the exact accountant's).  ``noise_multiplier``: the noise std on the
+    released sum over C (aggregate view; None in the local view)."""
+
+    mechanism: str
+    n_clients: int
+    rounds: int
+    delta: float
+    cohort: float                     # the expected cohort m = Σ_i q_i
+    sigma: float                      # aggregate: the common σ (z/√m); local: √(mean σ_i²)
+    noise_multiplier: float | None
+    utility_bound: float
+    kappa: float
+    kappa_source: str
+    max_rounds: int
+    groups: list = field(default_factory=list)
+    group_of: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    @property
+    def q(self) -> float:
+        """The mean sampling rate m/N."""
+        return self.cohort / self.n_clients
+
+    @property
+    def budget(self) -> float:
+        """The strictest group's budget."""
+        return min(g["budget"] for g in self.groups)
+
+    @property
+    def epsilon(self) -> float:
+        """The largest ε any group spends."""
+        return max(g["epsilon"] for g in self.groups)
+
+    def client_rates(self) -> np.ndarray:
+        return np.array([self.groups[g]["q"] for g in self.group_of])
+
+    def client_sigmas(self) -> np.ndarray:
+        return np.array([self.groups[g]["sigma"] for g in self.group_of])
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("group_of")
+        out["q"], out["epsilon"] = self.q, self.epsilon
+        return out
+
+    def __str__(self) -> str:
+        per = ", ".join(f"eps {g['budget']:g}: q={g['q']:.4g}, sigma={g['sigma']:.4g}" for g in self.groups)
+        return (f"GroupDesign(rounds={self.rounds}, cohort={self.cohort:.4g}, mechanism={self.mechanism!r}, "
+                f"utility_bound={self.utility_bound:.4g}; {per})")
+
+    __repr__ = __str__
+
+
+def _t_grid(t_cap: int) -> np.ndarray:
+    if t_cap <= 300:
+        return np.arange(1, t_cap + 1)
+    return np.unique(np.concatenate([np.arange(1, 50), np.geomspace(50, t_cap, 250).astype(int), [t_cap]]))
+
+
+def _largest_rate(eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e-4):
+    """The largest q in [lo, hi] (to ``rtol``) whose Poisson-subsampled
+    Gaussian of noise multiplier z meets ε after T rounds on the grid of
+    orders (an upper bound on the ε reported, so the answer is safe), by
+    bisection on log q; 0 where even ``lo`` does not."""
+    off = conversion_offset(np.asarray(orders, dtype=float), delta)
+
+    def meets(q):
+        return float(np.min(T * np.asarray(rdp_curve("poisson", q, z, orders)) + off)) <= eps
+
+    if meets(hi):
+        return hi
+    if not meets(lo):
+        return 0.0
+    while hi / lo > 1 + rtol:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if meets(mid) else (lo, mid)
+    return lo
+
+
+def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kappa_source: str,
+                  mechanism: str = "client-aggregate", q_max: float = 1.0, sigma_min: float = 1e-4,
+                  sigma_max: float = 1e6, orders=DEFAULT_ORDERS) -> GroupDesign:
+    """The (T, noise, rates) of lowest 1/T + κ·v under every group's budget
+    (module docstring).  Aggregate view: a grid of z (noise multiplier of
+    the sum) × the rounds 1..T̃, each group's largest rate on a grid of q
+    from the accountant's closed form (:func:`max_steps`), then the best
+    point's rates refined by bisection on the exact accountant.  Local
+    view: the common q over the cohort sizes, each group's σ_g calibrated.
+    Raises ValueError where some group's budget allows no round."""
+    from .recommendation import InfeasibleBudget
+
+    n, counts, eps = budgets.n_clients, budgets.counts, budgets.epsilons
+    ts = _t_grid(t_cap)
+    if mechanism == "client-aggregate":
+        qs = np.geomspace(q_max * 1e-3, q_max, 24)
+        zs = np.geomspace(max(0.05, sigma_min), max(sigma_max * math.sqrt(n), 0.1), 40)
+        # the per-round RDP of every (q, z) once; each group's most rounds from it
+        rdp = np.stack([np.atleast_2d(rdp_curve("poisson", float(qq), zs, orders)) for qq in qs])   # (Q, Z, A)
+        off = conversion_offset(np.asarray(orders, dtype=float), delta)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = eps[:, None] - off[None, :]                                                    # (G, A)
+            steps = np.where(room[:, None, None, :] > 0, np.floor(room[:, None, None, :] / rdp[None]), -1)
+        tmax = np.nan_to_num(steps.max(axis=-1), nan=-1, posinf=1e12)                             # (G, Q, Z)
+        ok = tmax[..., None] >= ts[None, None, None, :]                          # (G, Q, Z, T)
+        rate = np.where(ok, qs[None, :, None, None], 0.0).max(axis=1)            # (G, Z, T)
+        m = np.tensordot(counts, rate, axes=1)                                   # (Z, T)
+        feasible = np.all(rate > 0, axis=0) & (m >= 1 - 1e-9)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sig = zs[:, None] / np.sqrt(m)
+            u = 1.0 / ts[None, :] + kappa * zs[:, None] ** 2 / m ** 2
+        feasible &= (sig >= sigma_min) & (sig <= sigma_max)
+        if not feasible.any():
+            worst = float(eps[0])
+            raise InfeasibleBudget(f"the strictest group's budget (epsilon = {worst:g}) allows no round at any "
+                                   "rate and noise allowed: raise its budget or the sigma range", worst)
+        u = np.where(feasible, u, np.inf)
+        iz, it = np.unravel_index(np.argmin(u), u.shape)
+        T = int(ts[it])
+
+        def rates_at(z):
+            """Each group's largest rate at noise z (exact accountant), and m."""
+            r = [_largest_rate(float(e), z, T, delta, 1e-9, q_max, orders) for e in eps]
+            return np.array(r), float(counts @ np.array(r))
+
+        def cost(z):
+            r, mm = rates_at(z)
+            ss = z / math.sqrt(mm) if mm > 0 else math.inf
+            bad = mm < 1 - 1e-9 or not (sigma_min <= ss <= sigma_max) or min(r) <= 0
+            return (math.inf if bad else 1.0 / T + kappa * z * z / (mm * mm)), r, mm
+
+        # the grid's best z refined (golden section between its neighbours)
+        lo, hi = float(zs[max(iz - 1, 0)]), float(zs[min(iz + 1, len(zs) - 1)])
+        best = min((cost(float(zs[iz])) + (float(zs[iz]),),), key=lambda c: c[0])
+        g = (math.sqrt(5) - 1) / 2
+        a_, b_ = math.log(lo), math.log(hi)
+        for _ in range(6):
+            c_, d_ = b_ - g * (b_ - a_), a_ + g * (b_ - a_)
+            fc, fd = cost(math.exp(c_)), cost(math.exp(d_))
+            for f, x in ((fc, c_), (fd, d_)):
+                if f[0] < best[0]:
+                    best = f + (math.exp(x),)
+            if fc[0] <= fd[0]:
+                b_ = d_
+            else:
+                a_ = c_
+        _, q_g, m, z = best
+        sigma = z / math.sqrt(m)
+        spent = [compute_epsilon(float(qq), z, T, delta) for qq in q_g]
+        groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=float(qq), sigma=sigma,
+                       epsilon=float(s)) for e, c, qq, s in zip(eps, counts, q_g, spent)]
+        out = GroupDesign(mechanism, n, T, delta, m, sigma, z, 1.0 / T + kappa * z * z / (m * m), kappa,
+                          kappa_source, t_cap, groups, budgets.group_of.tolist())
+    elif mechanism == "client-local":
+        cand = np.unique(np.concatenate([np.arange(1, min(n, 24) + 1),
+                                         np.geomspace(1, n, 24).round()])) / n
+        cand = cand[cand <= q_max * (1 + 1e-12)]
+        ss = np.geomspace(1e-2, 1e4, 200)
+        best = None
+        for q in cand:
+            tmax = np.stack([np.asarray(max_steps(e, q, ss, delta, orders, sampling="attributed"), dtype=float)
+                             for e in eps])                                      # (G, S)
+            ok = tmax[..., None] >= ts[None, None, :]                            # (G, S, T)
+            first = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)              # least σ index (G, T)
+            good = np.all(first >= 0, axis=0)
+            if not good.any():
+                continue
+            s2 = np.where(first >= 0, ss[np.maximum(first, 0)] ** 2, np.inf)
+            u = 1.0 / ts + kappa * (counts @ s2) / (n * q * n)
+            u = np.where(good, u, np.inf)
+            it = int(np.argmin(u))
+            if best is None or u[it] < best[0]:
+                best = (float(u[it]), float(q), int(ts[it]))
+        if best is None:
+            raise InfeasibleBudget(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round: raise "
+                                   "it", float(eps[0]))
+        _, q, T = best
+        sig = np.array([calibrate_noise(float(e), q, T, delta, orders, sampling="attributed") for e in eps])
+        spent = [compute_epsilon(q, float(s), T, delta, sampling="attributed") for s in sig]
+        groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=q, sigma=float(s), epsilon=float(x))
+                  for e, c, s, x in zip(eps, counts, sig, spent)]
+        ms2 = float(counts @ sig ** 2) / n
+        out = GroupDesign(mechanism, n, T, delta, q * n, math.sqrt(ms2), None, 1.0 / T + kappa * ms2 / (q * n),
+                          kappa, kappa_source, t_cap, groups, budgets.group_of.tolist())
+    else:
+        raise ValueError(f"per-client budgets are designed for client-aggregate or client-local, not {mechanism!r}")
+    if T == t_cap:
+        out.notes.append(f"T is at its cap of {t_cap} rounds (raise max_rounds)")
+    full = [g["budget"] for g in out.groups if g["q"] >= q_max * (1 - 1e-9) and g["epsilon"] < 0.95 * g["budget"]]
+    if full:
+        out.notes.append(f"the groups of epsilon {', '.join(f'{e:g}' for e in full)} take part every round and "
+                         "still do not spend their budget: their clients cannot use more")
+    return out
