@@ -123,6 +123,7 @@ class TrainResult:
     options: dict
     clients: int = 0
     partition: str = ""
+    epsilon_groups: dict | None = None    # clients with budgets of their own: ε spent per group (by budget)
     history: list = field(default_factory=list, repr=False)
 
     def to_dict(self, with_history: bool = False) -> dict:
@@ -136,7 +137,7 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
           epsilon: float = 2.0, delta: float = 1e-5, rounds: int = 100, partition: str | None = None,
           beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu", data_dir: str | None = None,
           eval_every: int = 1, history: str | None = None, progress: bool = False, design: Design | None = None,
-          strategy: str = "auto", **options) -> TrainResult:
+          strategy: str = "auto", budgets=None, **options) -> TrainResult:
     """Train DP federated learning on real data (torch is imported here).
 
     ``dataset``: a built-in name, a "package.module:function" loader, a
@@ -158,7 +159,11 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     would spend more than ``epsilon``.  ``history``: a CSV path that gets a
     row per (round, replica) as they finish.  ``design``: apply a
     :class:`Design` (its q, T, σ, mechanism and budget) to client-level
-    DP-FedAvg.
+    DP-FedAvg, or a :class:`paretofl.budgets.GroupDesign`.  ``budgets``:
+    clients with budgets of their own (a budgets CSV file or a
+    :class:`paretofl.budgets.Budgets`): the group design for ``rounds``
+    rounds at most is made here (the shipped κ) and trained; each group is
+    accounted on its own and stops at its own budget (``epsilon`` unused).
     """
     import numpy as np
 
@@ -170,6 +175,7 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
         raise ModuleNotFoundError("paretofl.train needs PyTorch, which is not installed: "
                                   "pip install 'paretofl[train]'", name="torch") from None
 
+    from .budgets import GroupDesign
     from .fl.algorithms import ALGORITHMS, History
     from .fl.algorithms import train as run
     from .fl.build import prepare
@@ -179,6 +185,11 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
 
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    if budgets is not None and design is not None:
+        raise ValueError("give budgets or a design, not both (a group design carries its budgets)")
+    if (budgets is not None or isinstance(design, GroupDesign)) and algorithm != "dpfedavg":
+        raise ValueError("per-client budgets apply to client-level dpfedavg")
+    groups = design if isinstance(design, GroupDesign) else None
     if design is not None:
         if algorithm != "dpfedavg":
             raise ValueError("a design applies to client-level dpfedavg")
@@ -186,8 +197,10 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
             clients = design.n_clients
         if clients != design.n_clients:
             raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
-        options = {"mechanism": design.mechanism, "client_rate": design.q, "sigma": design.sigma, **options}
+        options = {"mechanism": design.mechanism, "client_rate": min(1.0, design.q), "sigma": design.sigma, **options}
         epsilon, delta, rounds = design.budget, design.delta, design.rounds
+    if budgets is not None:
+        options = {"mechanism": "client-aggregate", **options}
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**62:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     for name, v in (("clients", clients), ("rounds", rounds), ("replicas", replicas), ("eval_every", eval_every)):
@@ -234,6 +247,13 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy,
                     subset="all" if ds.public is None else "rest")
     ds, parts, net = setup.data, setup.parts, setup.model
+    if budgets is not None:
+        from .recommendation import design as make_design
+
+        groups = make_design(len(parts), None, delta, max_rounds=rounds, budgets=budgets,
+                             mechanism=config.mechanism, sigma_min=0.01)
+        config = cls.Config(**{**asdict(config), "sigma": groups.sigma, "client_rate": min(1.0, groups.q)})
+        rounds = groups.rounds
     sample_level = algorithm in ("ali-dpfl", "adap-dpfl") or getattr(config, "mechanism", None) == "sample"
     check_delta(delta, len(ds.y_train) if sample_level else len(parts), "sample" if sample_level else "client")
     rate = getattr(config, "client_rate", 1.0)
@@ -241,9 +261,9 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
         raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * len(parts))):g} < 1: most "
                          "rounds would select no client; raise client_rate or clients")
     eng = Engine(net, ds, parts, replicas, device=device, seeds=[seed + r for r in range(replicas)])
-    pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds)
+    pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds, **({"groups": groups} if groups else {}))
     first = pol.charges(0)
-    if first is not None:
+    if first is not None and groups is None:
         from .fl.algorithms.base import Ledger
 
         ledger = Ledger(replicas, delta)
@@ -265,7 +285,9 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
         per_replica={k: np.asarray(fin[k]).tolist() for k in ("accuracy", "test_loss", "epsilon", "rounds")},
         seconds=float(fin["seconds"]), algorithm=algorithm, dataset=_label(dataset), model=net.name,
         options={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in asdict(config).items()},
-        clients=len(parts), partition=partition, history=hist.rows)
+        clients=len(parts), partition=partition, history=hist.rows,
+        epsilon_groups=None if "epsilon_groups" not in fin else {
+            k: float(np.max(v)) for k, v in fin["epsilon_groups"].items()})
 
 
 def _label(obj) -> str:

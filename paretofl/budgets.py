@@ -30,8 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .theory.privacy import (DEFAULT_ORDERS, calibrate_noise, compute_epsilon, conversion_offset, max_steps,
-                             rdp_curve)
+from .theory.privacy import DEFAULT_ORDERS, calibrate_noise, compute_epsilon, conversion_offset, max_steps, rdp_curve
 
 __all__ = ["Budgets", "GroupDesign", "read_budgets", "design_groups"]
 
@@ -69,7 +68,7 @@ class Budgets:
         return np.bincount(self.group_of, minlength=len(self.epsilons))
 
     @classmethod
-    def per_client(cls, epsilons) -> "Budgets":
+    def per_client(cls, epsilons) -> Budgets:
         """From one ε per client (client i's at position i)."""
         e = np.asarray(epsilons, dtype=float)
         if e.ndim != 1 or len(e) == 0:
@@ -81,7 +80,7 @@ class Budgets:
         return cls(levels, group)
 
     @classmethod
-    def shares(cls, shares, epsilons, n_clients: int) -> "Budgets":
+    def shares(cls, shares, epsilons, n_clients: int) -> Budgets:
         """Groups given as shares of the N clients (summing to one): group g
         gets round(share·N) clients by largest remainder, clients
         0, 1, … filled group after group in order of ε."""
@@ -259,8 +258,6 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
     point's rates refined by bisection on the exact accountant.  Local
     view: the common q over the cohort sizes, each group's σ_g calibrated.
     Raises ValueError where some group's budget allows no round."""
-    from .recommendation import InfeasibleBudget
-
     n, counts, eps = budgets.n_clients, budgets.counts, budgets.epsilons
     ts = _t_grid(t_cap)
     if mechanism == "client-aggregate":
@@ -273,8 +270,21 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
             room = eps[:, None] - off[None, :]                                                    # (G, A)
             steps = np.where(room[:, None, None, :] > 0, np.floor(room[:, None, None, :] / rdp[None]), -1)
         tmax = np.nan_to_num(steps.max(axis=-1), nan=-1, posinf=1e12)                             # (G, Q, Z)
+        # each group's largest rate for (z, T): the last grid q whose most rounds
+        # reach T, then log-log interpolated towards the next (T_max falls with q)
         ok = tmax[..., None] >= ts[None, None, None, :]                          # (G, Q, Z, T)
-        rate = np.where(ok, qs[None, :, None, None], 0.0).max(axis=1)            # (G, Z, T)
+        k = ok.sum(axis=1)                                                       # feasible prefix (G, Z, T)
+        i = np.clip(k - 1, 0, len(qs) - 1)
+        j = np.clip(k, 0, len(qs) - 1)
+        full = np.broadcast_to(tmax[..., None], ok.shape)
+        ti = np.take_along_axis(full, i[:, None], 1)[:, 0]
+        tj = np.take_along_axis(full, j[:, None], 1)[:, 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lt = np.log(np.maximum(ts, 1))[None, None, :]
+            frac = (np.log(np.maximum(ti, 1)) - lt) / (np.log(np.maximum(ti, 1)) - np.log(np.maximum(tj, 1)))
+        frac = np.where(np.isfinite(frac) & (j > i), np.clip(frac, 0, 1), 0.0)
+        lq = np.log(qs)
+        rate = np.where(k > 0, np.exp(lq[i] + frac * (lq[j] - lq[i])), 0.0)      # (G, Z, T)
         m = np.tensordot(counts, rate, axes=1)                                   # (Z, T)
         feasible = np.all(rate > 0, axis=0) & (m >= 1 - 1e-9)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -283,8 +293,8 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
         feasible &= (sig >= sigma_min) & (sig <= sigma_max)
         if not feasible.any():
             worst = float(eps[0])
-            raise InfeasibleBudget(f"the strictest group's budget (epsilon = {worst:g}) allows no round at any "
-                                   "rate and noise allowed: raise its budget or the sigma range", worst)
+            raise ValueError(f"the strictest group's budget (epsilon = {worst:g}) allows no round at any rate and "
+                             "noise allowed: raise its budget or the sigma range")
         u = np.where(feasible, u, np.inf)
         iz, it = np.unravel_index(np.argmin(u), u.shape)
         T = int(ts[it])
@@ -343,8 +353,8 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
             if best is None or u[it] < best[0]:
                 best = (float(u[it]), float(q), int(ts[it]))
         if best is None:
-            raise InfeasibleBudget(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round: raise "
-                                   "it", float(eps[0]))
+            raise ValueError(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round at any rate "
+                             "and noise allowed: raise its budget or the sigma range")
         _, q, T = best
         sig = np.array([calibrate_noise(float(e), q, T, delta, orders, sampling="attributed") for e in eps])
         spent = [compute_epsilon(q, float(s), T, delta, sampling="attributed") for s in sig]

@@ -238,6 +238,10 @@ def cmd_design(a):
         raise ValueError(f"--export {a.export} needs --clip (the clipping norm C)")
     if a.export is not None and not (a.clip > 0):
         raise ValueError(f"--clip must be positive, got {a.clip}")
+    if (a.budget is None) == (a.budgets is None):
+        raise ValueError("give --budget (one epsilon for every client) or --budgets FILE (a budget per client)")
+    if a.budgets is not None:
+        return _design_groups(a, design)
     try:
         d = design(a.clients, a.budget, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
                    round_time=a.round_time, q=a.q, q_min=a.q_min, q_max=a.q_max, sigma_min=a.sigma_min,
@@ -293,6 +297,39 @@ def cmd_design(a):
         plots.design_figure(d, a.plot)
 
 
+def _design_groups(a, design):
+    """design --budgets: each group's rate (or sigma), the common T and noise."""
+    for flag, v in (("--export", a.export), ("--plot", a.plot), ("--q", a.q), ("--q-min", a.q_min),
+                    ("--from-store", a.from_store), ("--framework flower", a.framework == "flower" or None)):
+        if v is not None:
+            raise ValueError(f"{flag} does not apply with --budgets: each group's rate is designed, in paretofl's "
+                             "trainer (docs/api.md says what Flower can run instead)")
+    d = design(a.clients, None, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
+               round_time=a.round_time, q_max=a.q_max, sigma_min=a.sigma_min, sigma_max=a.sigma_max,
+               kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, budgets=a.budgets)
+    out = d.to_dict()
+    out["feasible"], out["notes"] = True, [_flagged(n) for n in d.notes]
+    aggregate = d.mechanism == "client-aggregate"
+    lines = [f"Recommendation for N = {d.n_clients} clients with budgets of their own ({len(d.groups)} groups), "
+             f"delta = {d.delta:g}, at most {d.max_rounds} rounds ({d.mechanism} mechanism):",
+             f"  rounds T            {d.rounds}",
+             f"  clients a round     {d.cohort:.4g} expected (sum of the clients' rates; the released sum is "
+             f"divided by it)"]
+    if aggregate:
+        lines.append(f"  noise sigma         {d.sigma:.4g}  per client (noise multiplier on the released sum: "
+                     f"{d.noise_multiplier:.4g}, the same for every group)")
+    lines += [f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa x the noise variance of the average)",
+              f"  kappa               {d.kappa:.4g}  ({d.kappa_source})",
+              "  per group:  budget  clients  rate q  " + ("" if aggregate else "own sigma  ") + "epsilon spent"]
+    for g in d.groups:
+        lines.append(f"    {g['budget']:>14g}  {g['clients']:>7}  {g['q']:>6.4g}  "
+                     + ("" if aggregate else f"{g['sigma']:>9.4g}  ") + f"{g['epsilon']:.4f}")
+    lines += [f"note: {n}" for n in out["notes"]]
+    lines.append(f"next: train it (paretofl train --budgets {a.budgets} --clients {d.n_clients} --mechanism "
+                 f"{d.mechanism} --rounds {d.max_rounds}); each group is accounted on its own")
+    _emit(out, a.json, "\n".join(lines))
+
+
 # --------------------------------------------------------------------------
 # train
 # --------------------------------------------------------------------------
@@ -329,8 +366,13 @@ def cmd_train(a):
                          f"{'it' if len(unused) == 1 else 'them'} or choose the mechanism that does")
     if a.history is not None:
         _check_out_path(a.history, (".csv",))
+    if a.budgets is not None and a.epsilon is not None:
+        raise ValueError("give --epsilon (one budget for all) or --budgets FILE (a budget per client), not both")
     keep_freed_memory()
     run = {k: getattr(a, k) for k in _RUN_FLAGS}
+    run["epsilon"] = 2.0 if a.epsilon is None else a.epsilon
+    if a.budgets is not None:
+        run["budgets"] = a.budgets
     try:
         r = train(a.algorithm, history=a.history, progress=not a.json and sys.stderr.isatty(), **run, **given)
     except KeyboardInterrupt:
@@ -349,6 +391,8 @@ def cmd_train(a):
               f"{_plural(a.replicas, 'replica')}, {r.seconds:.1f} s:",
               f"  test accuracy {r.accuracy:.4f}   test loss {r.test_loss:.4f}",
               f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {a.delta:g} after {_plural(r.rounds, 'round')}"]
+    if r.epsilon_groups:
+        lines.append("  per group (budget: spent)  " + ", ".join(f"{k}: {v:.4g}" for k, v in r.epsilon_groups.items()))
     if a.history:
         lines.append(f"  history written to {a.history}")
     _emit(out, a.json, "\n".join(lines))
@@ -573,7 +617,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("design", help="recommend q, T and sigma for a privacy budget")
     s.add_argument("--clients", type=INT, required=True, help="number of clients N")
-    s.add_argument("--budget", type=FLOAT, required=True, help="privacy budget epsilon")
+    s.add_argument("--budget", type=FLOAT, help="privacy budget epsilon, the same for every client (or --budgets)")
+    s.add_argument("--budgets", metavar="FILE", help="clients with budgets of their own: a CSV file with the header "
+                                                     "client,epsilon (a line per client) or share,epsilon (a line "
+                                                     "per group)")
     s.add_argument("--delta", type=FLOAT, default=1e-5, help="the delta of (epsilon, delta); keep it below 1/N")
     s.add_argument("--max-rounds", type=INT, help="efficiency budget: most rounds")
     s.add_argument("--time-budget", type=FLOAT, help="efficiency budget: total time (with --round-time); with "
@@ -622,7 +669,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--partition", choices=PARTITIONS, default=None,
                    help="how the data is split (default: given when the data has client ids, else iid)")
     s.add_argument("--beta", type=FLOAT, default=0.05, help="Dirichlet concentration (dirichlet partitions)")
-    s.add_argument("--epsilon", type=FLOAT, default=2.0, help="privacy budget; a replica stops when it is spent")
+    s.add_argument("--epsilon", type=FLOAT, help="privacy budget; a replica stops when it is spent (default 2)")
+    s.add_argument("--budgets", metavar="FILE", help="clients with budgets of their own (CSV: client,epsilon or "
+                                                     "share,epsilon): the group design for --rounds rounds at most "
+                                                     "is trained, each group stopped at its own budget")
     s.add_argument("--delta", type=FLOAT, default=1e-5, help="the delta of (epsilon, delta)")
     s.add_argument("--rounds", type=INT, default=100, help="most communication rounds")
     s.add_argument("--replicas", type=INT, default=1, help="independent seeds run side by side")

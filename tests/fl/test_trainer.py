@@ -855,3 +855,92 @@ def test_train_refuses_a_meaningless_delta_and_options_its_mechanism_ignores(cap
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "--mechanism client-aggregate does not use --batch-rate, --local-steps: drop them" in err
     assert "batch_rate" not in err and len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------- clients with budgets of their own
+def _groups(mechanism, rates, sigmas, n, budgets=(1.0, 4.0)):
+    from paretofl.budgets import GroupDesign
+
+    group_of = [0] * (n // 2) + [1] * (n - n // 2)
+    m = sum(rates[g] for g in group_of)
+    groups = [dict(budget=b, clients=group_of.count(g), share=group_of.count(g) / n, q=rates[g], sigma=sigmas[g],
+                   epsilon=0.0) for g, b in enumerate(budgets)]
+    s = sigmas[0] if mechanism == "client-aggregate" else math.sqrt(np.mean([sigmas[g] ** 2 for g in group_of]))
+    return GroupDesign(mechanism, n, 5, 1e-5, m, s, s * math.sqrt(m) if mechanism == "client-aggregate" else None,
+                       0.0, 1.0, "test", 5, groups, group_of)
+
+
+def test_each_group_is_sampled_at_its_rate_and_the_sum_keeps_its_noise(digits, device):
+    """Aggregate view with two groups sampled at 0.2 and 0.8: each client
+    joins at its group's rate; the released update carries noise of
+    variance z²C²/m² per coordinate (z = σ√m, m = Σ q_i) whatever the
+    cohort, and is divided by m."""
+    n, R, sigma, C = 10, 400, 1.5, 0.05
+    gd = _groups("client-aggregate", (0.2, 0.8), (sigma, sigma), n)
+    eng = Engine(build_model("lr", digits.shape), digits, D.partition_iid(digits.y_train.numpy(), n), R,
+                 seeds=range(R), device=device)
+    pol = ALGORITHMS["dpfedavg"](eng, mechanism="client-aggregate", sigma=sigma, clip=C, lr=1e-9, client_rate=0.5,
+                                 batch_size=64, groups=gd)
+    g0 = eng.init_global()
+    g0 = [p[:1].expand_as(p).clone() for p in g0]
+    out = pol.round(0, g0, np.ones(R, bool))
+    mask = pol.last_cohort.mask.cpu().numpy()
+    for g, q in ((0, 0.2), (1, 0.8)):
+        freq = mask[:, np.array(gd.group_of) == g].mean()
+        assert abs(freq - q) < 5 * math.sqrt(q * (1 - q) / (R * n / 2))
+    step = (eng.flat(out) - eng.flat(g0)).cpu().numpy().astype(np.float64)
+    m = 5 * 0.2 + 5 * 0.8
+    ratio = (step ** 2).mean(1) / ((sigma * math.sqrt(m) * C) ** 2 / m ** 2)
+    counts = pol.last_cohort.counts
+    assert ratio[counts < m].mean() == pytest.approx(1.0, rel=0.04)
+    assert ratio[counts > m].mean() == pytest.approx(1.0, rel=0.04)
+
+
+def test_the_local_view_adds_each_groups_own_noise(digits, device):
+    n, R, C = 8, 60, 0.1
+    gd = _groups("client-local", (1.0, 1.0), (3.0, 0.5), n)
+    eng = Engine(build_model("lr", digits.shape), digits, D.partition_iid(digits.y_train.numpy(), n), R,
+                 seeds=range(R), device=device)
+    pol = ALGORITHMS["dpfedavg"](eng, mechanism="client-local", sigma=1.0, clip=C, lr=1e-9, groups=gd)
+    c = pol._selection(np.ones(R, bool))
+    noisy, top = pol.privatise(torch.zeros(c.size, eng.net.n_params, device=device), c)
+    grp = np.array(gd.group_of)[c.client.cpu().numpy()]
+    for g, s in ((0, 3.0), (1, 0.5)):
+        assert noisy[torch.as_tensor(grp == g)].double().var().item() == pytest.approx((s * C) ** 2, rel=0.03)
+    assert torch.all(top == 0)
+    (sampling, z, rate, _), = pol.charges(0)
+    assert sampling == "attributed" and z.tolist() == [3.0, 0.5] * R and np.all(rate == 1.0)
+
+
+def test_training_with_budgets_keeps_each_group_within_its_own(digits):
+    """train(budgets=...): one ledger per group; the history reports ε per
+    group, each equal to its own accountant's at its rate and within its
+    budget; the run stops where the next round would pass any group's."""
+    import paretofl
+    from paretofl.theory.privacy import compute_epsilon
+
+    b = paretofl.budgets.Budgets.shares([0.5, 0.5], [1.0, 4.0], 20)
+    d = paretofl.design(20, None, max_rounds=30, budgets=b, kappa=2.0, sigma_min=0.01)
+    r = paretofl.train(dataset="digits", model="lr", clients=20, design=d, lr=0.5, eval_every=1)
+    assert set(r.epsilon_groups) == {"1", "4"} and r.rounds == d.rounds
+    for g in d.groups:
+        want = compute_epsilon(g["q"], d.noise_multiplier, d.rounds, d.delta)
+        assert r.epsilon_groups[f"{g['budget']:g}"] == pytest.approx(want, rel=1e-9)
+        assert want <= g["budget"] * (1 + 1e-9)
+    last = r.history[-1]
+    assert last["epsilon_1"] <= 1.0 and last["epsilon_4"] <= 4.0 and last["epsilon"] == last["epsilon_4"]
+
+
+def test_a_run_with_groups_stops_where_the_next_round_would_pass_any_groups_budget(digits):
+    from paretofl.theory.privacy import max_steps
+
+    n = 10
+    gd = _groups("client-aggregate", (0.3, 0.9), (0.8, 0.8), n, budgets=(1.0, 3.0))
+    eng = Engine(build_model("lr", digits.shape), digits, D.partition_iid(digits.y_train.numpy(), n), 2, seeds=[0, 1])
+    pol = ALGORITHMS["dpfedavg"](eng, mechanism="client-aggregate", sigma=0.8, clip=1.0, lr=0.1, client_rate=0.6,
+                                 groups=gd)
+    _, hist, fin = train(pol, rounds=500)
+    z = gd.noise_multiplier
+    want = min(int(max_steps(1.0, 0.3, z, 1e-5, refine=True)), int(max_steps(3.0, 0.9, z, 1e-5, refine=True)))
+    assert np.all(fin["rounds"] == want) and want < 500
+    assert np.all(fin["epsilon_groups"]["1"] <= 1.0) and np.all(fin["epsilon_groups"]["3"] <= 3.0)

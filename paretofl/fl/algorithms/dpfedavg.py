@@ -248,8 +248,9 @@ class DPFedAvg(Policy):
     def _release(self, glob, update, c):
         """The privatisation: clip each update to C, add the clients' noise,
         sum the cohort's, add the server's top-up, divide by the expected
-        cohort qN (Σ_i q_i with rates of their own: a public number).  Everything the accountant's charge covers happens here
-        (the audit drives this code with canaries)."""
+        cohort qN (Σ_i q_i with rates of their own: a public number).
+        Everything the accountant's charge covers happens here (the audit
+        drives this code with canaries)."""
         eng = self.engine
         noisy, top = self.privatise(update, c)
         total = eng.aggregate(noisy, torch.ones(c.size, device=eng.device), c) + top

@@ -1,0 +1,168 @@
+"""Clients with budgets of their own: the budgets files, the group design
+(each group's ε re-accounted by independent accountants), the trainer's
+per-group sampling and ledgers, and the command line."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting.pld import pld_privacy_accountant as pld
+from scipy.optimize import brentq
+from scipy.stats import norm
+
+import paretofl
+from paretofl.budgets import Budgets, read_budgets
+from paretofl.cli import main
+
+KAPPA = 16.4
+
+
+def _pld_epsilon(q, z, T, delta):
+    """dp-accounting's privacy-loss-distribution ε of T Poisson-subsampled
+    Gaussians (tight, unlike RDP: an upper bound on ε holds only if this is
+    below it too)."""
+    acc = pld.PLDAccountant(value_discretization_interval=1e-3)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), T)
+    return acc.get_epsilon(delta)
+
+
+def _rdp_integer_epsilon(q, z, T, delta):
+    """dp-accounting's RDP ε at integer orders (where its RDP is exact)."""
+    acc = dp_accounting.rdp.RdpAccountant(orders=list(range(2, 257)))
+    acc.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), T)
+    return acc.get_epsilon(delta)
+
+
+def _seen_gaussians_epsilon(T, z, delta):
+    """The tight ε of T Gaussians of noise multiplier z, each seen
+    (μ = √T/z; Balle & Wang 2018): the local view at q = 1."""
+    mu = math.sqrt(T) / z
+    f = lambda e: norm.cdf(mu / 2 - e / mu) - math.exp(e) * norm.cdf(-mu / 2 - e / mu) - delta  # noqa: E731
+    return brentq(f, 0, 500) if f(0) > 0 else 0.0
+
+
+def _random_budgets(rng, n):
+    g = int(rng.integers(1, 4))
+    eps = np.sort(rng.choice([0.5, 1, 2, 3, 4, 8], size=g, replace=False)).astype(float)
+    shares = rng.dirichlet(np.ones(g)) * 0.8 + 0.2 / g
+    return Budgets.shares(shares / shares.sum(), eps, n)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_each_groups_epsilon_re_accounted_is_within_its_budget_aggregate_view(seed):
+    """Aggregate view: the group design's (q_g, z, T), re-accounted by
+    dp-accounting (PLD, tight; and RDP at integer orders), keeps each
+    group within its own budget; paretofl's own ε never falls below the
+    tight one (no under-report)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([20, 100, 1000]))
+    b = _random_budgets(rng, n)
+    d = paretofl.design(n, None, max_rounds=int(rng.choice([30, 200])), budgets=b, kappa=KAPPA, sigma_min=0.01)
+    assert len(d.groups) == len(b.epsilons) and sum(g["clients"] for g in d.groups) == n
+    assert d.cohort == pytest.approx(sum(g["clients"] * g["q"] for g in d.groups))
+    z = d.noise_multiplier
+    assert z == pytest.approx(d.sigma * math.sqrt(d.cohort))
+    for g in d.groups:
+        tight = _pld_epsilon(g["q"], z, d.rounds, d.delta)
+        assert tight <= g["budget"] * (1 + 1e-9)
+        assert g["epsilon"] >= tight * (1 - 1e-3)
+        assert g["epsilon"] <= g["budget"] * (1 + 1e-9)
+        # RDP at integer orders only is coarser than paretofl's searched orders: a little above, never far
+        assert _rdp_integer_epsilon(g["q"], z, d.rounds, d.delta) <= g["budget"] * 1.05
+    rates = [g["q"] for g in d.groups]
+    assert rates == sorted(rates)                                      # a stricter group is sampled less
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_each_groups_epsilon_re_accounted_is_within_its_budget_local_view(seed):
+    """Local view: each group's own σ_g, re-accounted where the design
+    samples everyone (q = 1) by the tight composition of T seen Gaussians,
+    keeps each group within its budget; stricter groups add more noise."""
+    rng = np.random.default_rng(10 + seed)
+    b = _random_budgets(rng, 50)
+    d = paretofl.design(50, None, max_rounds=100, budgets=b, kappa=KAPPA, mechanism="client-local", sigma_min=0.01)
+    sig = [g["sigma"] for g in d.groups]
+    assert sig == sorted(sig, reverse=True)
+    for g in d.groups:
+        assert g["epsilon"] <= g["budget"] * (1 + 1e-9)
+        if g["q"] == 1.0:
+            tight = _seen_gaussians_epsilon(d.rounds, g["sigma"], d.delta)
+            assert tight <= g["budget"] and g["epsilon"] >= tight * (1 - 1e-3)
+
+
+def test_the_group_design_beats_everyone_at_the_strictest_budget_in_its_bound():
+    """The group design's search holds the design that gives everyone the
+    strictest budget (every group at the strict group's rate), so its
+    bound is no worse; with one group it is today's design."""
+    b = Budgets.shares([0.34, 0.43, 0.23], [1, 2, 3], 100)
+    g = paretofl.design(100, None, max_rounds=200, budgets=b, kappa=KAPPA, sigma_min=0.01)
+    strict = paretofl.design(100, 1.0, max_rounds=200, kappa=KAPPA, sigma_min=0.01)
+    assert g.utility_bound <= strict.utility_bound
+    one = paretofl.design(100, None, max_rounds=200, budgets=Budgets.shares([1.0], [2.0], 100), kappa=KAPPA,
+                          sigma_min=0.01)
+    same = paretofl.design(100, 2.0, max_rounds=200, kappa=KAPPA, sigma_min=0.01)
+    assert one.utility_bound == pytest.approx(same.utility_bound, rel=0.02)
+
+
+def test_shares_become_whole_clients_by_largest_remainder(tmp_path):
+    b = Budgets.shares([0.34, 0.43, 0.23], [1, 2, 3], 10)
+    assert b.counts.tolist() == [4, 4, 2] and b.n_clients == 10          # 3.4, 4.3, 2.3: the 0.4 rounds up
+    f = tmp_path / "c.csv"
+    f.write_text("client,epsilon\n2,8\n0,1\n1,1\n")
+    r = read_budgets(f)
+    assert r.epsilons.tolist() == [1.0, 8.0] and r.group_of.tolist() == [0, 0, 1]
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("client,epsilon\n0,1\n2,2\n", "client 1 is missing"),
+    ("client,epsilon\n0,1\n0,2\n", "client 0 is listed twice"),
+    ("client,epsilon\n0,1\n1,0\n", "epsilon must be positive"),
+    ("client,epsilon\n0,1\n1,-2\n", "epsilon must be positive"),
+    ("client,epsilon\n0,1\n1,nan\n", "epsilon must be positive"),
+    ("share,epsilon\n0.5,1\n0.4,2\n", "sum to one"),
+    ("share,epsilon\n0.5,1\n0.5,1\n", "one share only"),
+    ("share,epsilon\n1.2,1\n-0.2,2\n", "every share must be positive"),
+    ("epsilon,client\n1,0\n", "header must be"),
+    ("client,epsilon\n", "no lines"),
+    ("", "is empty"),
+    ("client,epsilon\n0,one\n", "is not two numbers"),
+])
+def test_a_bad_budgets_file_is_refused_in_one_line_and_nothing_is_written(text, msg, tmp_path, monkeypatch, capsys):
+    f = tmp_path / "b.csv"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=msg):
+        read_budgets(f, 2)
+    monkeypatch.chdir(tmp_path)
+    for cmd in (["design", "--clients", "2", "--budgets", "b.csv", "--max-rounds", "10"],
+                ["train", "--dataset", "digits", "--model", "lr", "--clients", "2", "--budgets", "b.csv",
+                 "--mechanism", "client-aggregate", "--rounds", "2", "--history", "h.csv"]):
+        rc = main(cmd)
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and msg in err, (cmd, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.csv"]
+
+
+def test_a_group_whose_budget_allows_no_round_is_refused(tmp_path, capsys):
+    f = tmp_path / "b.csv"
+    f.write_text("share,epsilon\n0.5,0.0001\n0.5,2\n")
+    with pytest.raises(ValueError, match="epsilon = 0.0001.* allows no round"):
+        paretofl.design(10, None, max_rounds=10, budgets=str(f), sigma_max=30.0)
+    assert main(["design", "--clients", "10", "--budgets", str(f), "--max-rounds", "10"]) == 2
+    assert "allows no round" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="the share 0.01 of epsilon = 1 is no client of 10"):
+        Budgets.shares([0.01, 0.99], [1, 2], 10)
+
+
+def test_design_with_budgets_on_the_command_line_lists_each_group(tmp_path, capsys):
+    f = tmp_path / "b.csv"
+    f.write_text("share,epsilon\n0.6,1\n0.3,2\n0.1,8\n")
+    assert main(["design", "--clients", "100", "--budgets", str(f), "--max-rounds", "100", "--kappa", "16.4",
+                 "--sigma-min", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "3 groups" in out and "per group" in out and "next: train it" in out
+    assert main(["design", "--clients", "100", "--budgets", str(f), "--budget", "2", "--max-rounds", "10"]) == 2
+    assert "give --budget" in capsys.readouterr().err
+    assert main(["design", "--clients", "100", "--budgets", str(f), "--max-rounds", "10", "--export", "flower",
+                 "--clip", "1"]) == 2
+    assert "does not apply with --budgets" in capsys.readouterr().err
