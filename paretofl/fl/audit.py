@@ -50,6 +50,7 @@ tests.  The settings (:data:`DEFAULTS`):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -257,6 +258,8 @@ class Setting:
     epsilon: float = 1.0     # NbAFL's calibration target
     delta: float = 1e-5
     calibration: str = "clipping"  # NbAFL: "clipping" (guaranteed) or "paper" (NbAFL's)
+    rates: tuple = ()        # groups-*: each group's sampling rate (strict first); the canary client 0 is in
+    group_of: tuple = ()     # ... the group group_of[0] (aggregate view, one noise on the sum)
 
 
 DEFAULTS = {
@@ -270,7 +273,27 @@ DEFAULTS = {
     "nbafl": Setting("nbafl", clip=10.0, clients=1, samples=64, lr=0.05, epsilon=2.0),
     "nbafl-paper": Setting("nbafl-paper", clip=10.0, clients=1, samples=64, lr=0.05, epsilon=1.0,
                            calibration="paper"),
+    # clients with budgets of their own: a strict group sampled at 0.01 and a
+    # loose one at 1, one noise on the sum (z = σ√m = 1.2, m = 2.02); the
+    # canary client in the strict group, or in the loose one
+    "groups-strict": Setting("groups-strict", sigma=1.2 / math.sqrt(2.02), clients=4, samples=20, features=50,
+                             rates=(0.01, 1.0), group_of=(0, 0, 1, 1)),
+    "groups-loose": Setting("groups-loose", sigma=1.2 / math.sqrt(2.02), clients=4, samples=20, features=50,
+                            rates=(0.01, 1.0), group_of=(1, 0, 0, 1)),
 }
+
+
+def _group_design(s: Setting):
+    """The audit setting's groups as a :class:`paretofl.budgets.GroupDesign`
+    (the budgets are the design's own ε: the audit checks the charge)."""
+    from ..budgets import GroupDesign
+
+    rates = [s.rates[g] for g in s.group_of]
+    m = float(sum(rates))
+    groups = [dict(budget=float(b), clients=s.group_of.count(g), share=s.group_of.count(g) / s.clients, q=q,
+                   sigma=s.sigma, epsilon=0.0) for g, (q, b) in enumerate(zip(s.rates, (1.0, 2.0)))]
+    return GroupDesign("client-aggregate", s.clients, 1, s.delta, m, s.sigma, s.sigma * math.sqrt(m), 0.0, 1.0,
+                       "audit", 1, groups, list(s.group_of))
 
 
 def _policy(s: Setting, eng, broken="none", sizes=None):
@@ -285,6 +308,14 @@ def _policy(s: Setting, eng, broken="none", sizes=None):
     if s.mechanism == "sample":
         return DPFedAvg(eng, mechanism="sample", sigma=s.sigma * factor, clip=s.clip, lr=s.lr, batch_rate=s.q,
                         local_steps=1, client_rate=1.0, sizes=sizes)
+    if s.mechanism.startswith("groups"):
+        gd = _group_design(s)
+        pol = _CanaryDPFedAvg(eng, mechanism="client-aggregate", sigma=s.sigma * factor, clip=s.clip, lr=s.lr,
+                              client_rate=gd.q, batch_size=64, groups=gd)
+        pol.sigma = pol.sigma * factor
+        if broken == "loosest-rate":   # every group sampled at the loosest rate; each still claimed at its own
+            pol.rates[:] = max(s.rates)
+        return pol
     pol = _CanaryDPFedAvg(eng, mechanism=s.mechanism, sigma=s.sigma * factor, clip=s.clip, lr=s.lr,
                           client_rate=s.q, batch_size=64)
     pol.legacy_topup = broken == "legacy-topup"
@@ -354,7 +385,8 @@ def _scores_nbafl(s: Setting, world, replicas, first_seed, broken):
 
 
 _RUNNERS = {"client-aggregate": _scores_client, "client-local": _scores_client,
-            "sample": _scores_sample, "nbafl": _scores_nbafl, "nbafl-paper": _scores_nbafl}
+            "sample": _scores_sample, "nbafl": _scores_nbafl, "nbafl-paper": _scores_nbafl,
+            "groups-strict": _scores_client, "groups-loose": _scores_client}
 
 
 def claimed_epsilon(s: Setting, broken: str = "none") -> float:
@@ -364,14 +396,15 @@ def claimed_epsilon(s: Setting, broken: str = "none") -> float:
     view's subsampled Gaussian (q, σ), as paretofl did before its fix."""
     if broken == "amplified-claim":
         return compute_epsilon(s.q, s.sigma, 1, s.delta)
-    n = s.samples * (s.clients if s.mechanism.startswith("client") else 1)
+    n = s.samples * (s.clients if s.mechanism.startswith(("client", "groups")) else 1)
     pol = _policy(s, _engine(_synthetic(n, 12345, s.features), s.clients, 1, 0, "none"))
     if pol.fixed_epsilon() is not None:
         return float(pol.fixed_epsilon())
-    ledger = Ledger(1, s.delta)
+    ledger = Ledger(pol.n_groups, s.delta)
     ch = pol.charges(0)
-    ledger.commit(ch, ledger.increment(ch), np.ones(1, dtype=bool))
-    return float(ledger.epsilon()[0])
+    ledger.commit(ch, ledger.increment(ch), np.ones(pol.n_groups, dtype=bool))
+    # the canary client's own ledger: its group's
+    return float(ledger.epsilon()[s.group_of[0] if s.group_of else 0])
 
 
 @dataclass

@@ -169,8 +169,10 @@ CONFIGS = {"dpfedavg": DPFedAvgConfig, "ali-dpfl": ALIDPFLConfig, "adap-dpfl": A
            "nbafl": NbAFLConfig}
 
 #: the audit's mechanisms and broken copies (docs/results.md); see paretofl.fl.audit
-AUDIT_MECHANISMS = ("client-aggregate", "client-local", "sample", "nbafl", "nbafl-paper")
-AUDIT_BREAKS = ("none", "noise/10", "no-clip", "legacy-topup", "private-divisor", "amplified-claim")
+AUDIT_MECHANISMS = ("client-aggregate", "client-local", "sample", "nbafl", "nbafl-paper", "groups-strict",
+                    "groups-loose")
+AUDIT_BREAKS = ("none", "noise/10", "no-clip", "legacy-topup", "private-divisor", "amplified-claim",
+                "loosest-rate")
 #: breaks that apply to some mechanisms only (the rest apply to all)
 AUDIT_APPLIES = {"legacy-topup": ("client-aggregate",), "private-divisor": ("sample",),
-                 "amplified-claim": ("client-local",)}
+                 "amplified-claim": ("client-local",), "loosest-rate": ("groups-strict",)}

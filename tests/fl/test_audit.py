@@ -103,14 +103,31 @@ def test_released_noise_does_not_depend_on_the_cohort():
     assert legacy_in > legacy_out * 1.05 and legacy_out > expected * 1.05
 
 
-CASES = [(m, b) for m in ("client-aggregate", "client-local", "sample", "nbafl") for b in A.breaks_for(m)]
+CASES = [(m, b) for m in ("client-aggregate", "client-local", "sample", "nbafl", "groups-strict")
+         for b in A.breaks_for(m)]
 
 
-@pytest.mark.parametrize("mechanism", ["client-aggregate", "client-local", "sample", "nbafl"])
+@pytest.mark.parametrize("mechanism", ["client-aggregate", "client-local", "sample", "nbafl", "groups-strict",
+                                       "groups-loose"])
 def test_real_mechanisms_pass(mechanism):
     real = A.audit(mechanism, runs=20000)
-    assert 0 < real.epsilon_claimed < 2.5
+    assert 0 < real.epsilon_claimed < (4.0 if mechanism == "groups-loose" else 2.5)
     assert not real.violated
+
+
+def test_groups_are_audited_each_against_its_own_claim():
+    """Clients with budgets of their own: a client of the strict group (rate
+    0.01) and one of the loose group (rate 1), under one noise on the sum,
+    each claim its own group's ε — the subsampled Gaussian at its own rate,
+    recomputed here — and the broken copy that samples every group at the
+    loosest rate while claiming each group's own ε is caught (above)."""
+    from paretofl.theory.privacy import compute_epsilon
+
+    for mech, q in (("groups-strict", 0.01), ("groups-loose", 1.0)):
+        s = A.DEFAULTS[mech]
+        z = s.sigma * np.sqrt(sum(s.rates[g] for g in s.group_of))
+        assert A.claimed_epsilon(s) == pytest.approx(compute_epsilon(q, z, 1, s.delta), rel=1e-9)
+    assert A.claimed_epsilon(A.DEFAULTS["groups-strict"]) < 0.2 * A.claimed_epsilon(A.DEFAULTS["groups-loose"])
 
 
 @pytest.mark.parametrize("mechanism,broken", CASES)
