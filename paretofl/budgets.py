@@ -1,5 +1,5 @@
 """Clients with budgets of their own: the budgets, and the design that
-spends each group's budget (docs/theory.md §4.1).  numpy/scipy only.
+spends each group's budget (docs/theory.md §4.B).  numpy/scipy only.
 
 A federation whose clients accept different ε (δ common) is split into
 groups of equal ε.  paretofl plans it in either view:

@@ -329,7 +329,7 @@ def design(
     budgets : clients with budgets of their own (instead of ``epsilon``): a
         budgets CSV file (``client,epsilon`` or ``share,epsilon``) or a
         :class:`paretofl.budgets.Budgets`; returns a
-        :class:`paretofl.budgets.GroupDesign` (docs/theory.md §4.1).
+        :class:`paretofl.budgets.GroupDesign` (docs/theory.md §4.B).
 
     Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
     ValueError) when no allowed point meets ε, and ValueError for bad input.

@@ -54,6 +54,7 @@ COMMANDS = {
         "--utility-model": ["curve", "", "bend"],                    # without --from-store
         "--framework": ["tff", ""], "--export": ["tff", "opacus", "flower"],   # exports need --clip
         "--clip": nums("0", "-1"),
+        "--budgets": MISSING + ["junk.sqlite", "fit.json", "store.sqlite", "figs"],   # beside --budget, or not CSV
         "--plot": ["design.gif", "nofolder/d.png", "figs"]}),
     "train": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--rounds", "2", "--batch-rate", "0.05",
                "--history", "hist.csv"], {
@@ -63,7 +64,7 @@ COMMANDS = {
         "--epsilon": nums("0", "-1", "1e-9"), "--delta": nums("0", "1", "-1", "0.9", "0.25"),
         "--replicas": nums("0", "-2"),
         "--eval-every": nums("0", "-1"), "--local-steps": nums("0", "-1"), "--dataset": ["imagenet", ""],
-        "--model": ["resnet", ""], "--algorithm": ["fedprox", ""], "--partition": ["zipf"], "--device": ["tpu"],
+        "--model": ["resnet", ""], "--algorithm": ["fedprox", ""], "--budgets": MISSING + ["fit.json", "figs"], "--partition": ["zipf"], "--device": ["tpu"],
         "--data-dir": ["/nonexistent", "hist.csv"], "--history": ["hist.txt", "nofolder/h.csv", "", "figs"],
         # options of another algorithm than the one run (dpfedavg here): refused, not ignored
         "--rounds-server": nums("0", "5"), "--gamma": nums("-1", "10"), "--prox-mu": nums("0.1"),

@@ -60,3 +60,16 @@ def test_your_model_section_runs_as_written(tmp_path):
     assert f"sample ratio q      {shown[0]}" in r.stdout and f"rounds T            {shown[1]}" in r.stdout
     assert f"noise sigma         {shown[2]}" in r.stdout
     assert (tmp_path / "examples" / "mlp.sqlite").is_file() and (tmp_path / "examples" / "mlp_fit.json").is_file()
+
+
+def test_budgets_section_runs_as_written(tmp_path):
+    """The "Clients with budgets of their own" block, as a shell runs it:
+    the budgets file it writes is read, and each group's rate is printed."""
+    section = README.split("## Clients with budgets of their own", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    block = block.replace(".venv/bin/paretofl", f'"{sys.executable}" -m paretofl.cli')
+    r = subprocess.run(["bash", "-c", "set -e\n" + block], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "3 groups" in r.stdout
+    rates = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)$", r.stdout, flags=re.M)
+    assert [b for b, *_ in rates] == ["1", "2", "8"] and float(rates[0][2]) < float(rates[2][2])
