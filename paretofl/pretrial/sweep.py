@@ -89,12 +89,13 @@ def identity(spec: Spec) -> dict:
     return base
 
 
-def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
-    """Train one job and return its rows (one per replica × T of the job)."""
+def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
+    """Train one job and return its rows (one per replica × T of the job);
+    ``on_rows(rows)`` receives each T's rows as soon as they are evaluated."""
     import numpy as np
     import torch
 
-    from ..fl.algorithms import train
+    from ..fl.algorithms import History, train
     from ..fl.algorithms.dpfedavg import DPFedAvg
     from ..fl.engine import Engine
     from ..theory.privacy import asymptotic_epsilon, compute_epsilon, mechanism_charge
@@ -107,26 +108,37 @@ def run_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
     eng = Engine(net, ds, parts, len(job.replicas), device=spec.device, seeds=[seed for _, seed in job.replicas])
     pol = DPFedAvg(eng, mechanism="client-aggregate", sigma=sig, clip=spec.clip, lr=spec.lr, client_rate=job.q,
                    local_epochs=spec.local_epochs, batch_size=spec.batch_size)
-    t0 = time.perf_counter()
-    _, hist, _ = train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, eval_at=job.rounds,
-                       on_round=on_round)
-    seconds = (time.perf_counter() - t0) / len(job.replicas)
     wanted = set(job.rounds)
     n = spec.clients
-    rows = []
-    for h in hist.rows:
-        t = h["round"]
-        if t not in wanted:
-            continue
+    rows, hist = [], History()
+    t0 = time.perf_counter()
+
+    def row(h, seconds):
         s, seed = job.replicas[h["replica"]]
+        t = h["round"]
         if s > 0:
             eps = compute_epsilon(job.q, mechanism_charge("client-aggregate", job.q, s, n).noise_multiplier,
                                   t, spec.delta)
             eps_a = float(asymptotic_epsilon(s, t, job.q, n, spec.delta))
         else:
             eps = eps_a = math.inf
-        rows.append(dict(sigma=s, rounds=t, q=job.q, seed=seed, test_loss=h["test_loss"], accuracy=h["accuracy"],
-                         epsilon=eps, epsilon_asymptotic=eps_a, seconds=seconds * t / max(job.rounds)))
+        return dict(sigma=s, rounds=t, q=job.q, seed=seed, test_loss=h["test_loss"], accuracy=h["accuracy"],
+                    epsilon=eps, epsilon_asymptotic=eps_a, seconds=seconds)
+
+    def after(t):
+        # the rows of T = t + 1, as soon as they are evaluated: a caller that
+        # stores them as they come loses at most one stretch of the T grid
+        if t + 1 in wanted:
+            new = [row(h, (time.perf_counter() - t0) / len(job.replicas)) for h in hist.rows[len(rows):]
+                   if h["round"] == t + 1]
+            rows.extend(new)
+            if on_rows is not None:
+                on_rows(new)
+        if on_round is not None:
+            on_round(t)
+
+    train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, eval_at=job.rounds, on_round=after,
+          history=hist)
     return rows
 
 
@@ -192,7 +204,8 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
                     width = len(job.replicas)
                     tick = None if bar is None else (lambda t: bar.update(width))
                     try:
-                        rows = run_job(spec, job, on_round=tick)
+                        # each T's rows are stored as they come: an interrupted job keeps them
+                        rows = run_job(spec, job, on_round=tick, on_rows=store.add_rows)
                     except BaseException:
                         store.release(job.q, job.replicas)
                         raise

@@ -638,3 +638,35 @@ def test_fit_says_where_the_front_disagrees_with_the_relation(tmp_path):
                      "--json"]) == 0
     d = _json.loads(buf.getvalue(), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
     assert d["kappa_ci"] == [None, None] and any("no bootstrap" in p for p in d["problems"])
+
+
+def test_an_interrupted_job_keeps_the_rounds_it_evaluated(tmp_path, monkeypatch):
+    """Ctrl-C inside a job (the demo's pre-trial is a single job) keeps every
+    T of the grid evaluated so far, releases the job's claims, and a rerun
+    trains only what is missing, to the same numbers."""
+    spec = small(seeds=1, sigmas=[0.7], rounds=[1, 2, 3])
+    path = tmp_path / "r.sqlite"
+    calls = []
+    real = Store.add_rows
+
+    def add_then_stop(self, rows, release=()):
+        real(self, rows, release)
+        calls.append(len(rows))
+        if len(calls) == 2:          # after T = 1 and T = 2 are stored
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Store, "add_rows", add_then_stop)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(spec, path, progress=False)
+    monkeypatch.setattr(Store, "add_rows", real)
+    kept = rows_of(path)
+    assert sorted({t for _, t, _, _ in kept}) == [1, 2] and len(kept) == 4      # σ 0.7 and the reference
+    s = run_sweep(spec, path, progress=False)
+    assert s["runs_total"] == 6 and s["runs_trained"] == 2
+    full = rows_of(path)
+    assert all(full[k] == kept[k] for k in kept) and sorted({t for _, t, _, _ in full}) == [1, 2, 3]
+    run_sweep(spec, tmp_path / "whole.sqlite", progress=False)
+    whole = rows_of(tmp_path / "whole.sqlite")
+    assert set(whole) == set(full)
+    for k in whole:
+        assert full[k][0] == pytest.approx(whole[k][0], rel=1e-6) and full[k][1] == whole[k][1]
