@@ -8,6 +8,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,13 +19,17 @@ SCENARIOS = {
     "N=10, q searched": ["--clients", "10", "--budget", "2", "--max-rounds", "200"],
     "N=1000, q=0.05 fixed, eps=1": ["--clients", "1000", "--budget", "1", "--max-rounds", "2000", "--q", "0.05"],
     "N=1000, q searched, eps=1": ["--clients", "1000", "--budget", "1", "--max-rounds", "2000"],
+    "N=100, budgets 1/2/8 (3 groups)": ["--clients", "100", "--budgets", "BUDGETS", "--max-rounds", "200"],
 }
 
 
 def main():
     as_json = "--json" in sys.argv
     res = {}
+    budgets = Path(tempfile.mkdtemp()) / "budgets.csv"
+    budgets.write_text("share,epsilon\n0.6,1\n0.3,2\n0.1,8\n")
     for name, args in SCENARIOS.items():
+        args = [str(budgets) if a == "BUDGETS" else a for a in args]
         times = []
         for _ in range(5):
             t = time.perf_counter()

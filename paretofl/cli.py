@@ -222,6 +222,12 @@ def _export(a, d):
     return p.to_dict(), lines, opacus.snippet(p)
 
 
+#: Theorem 3's cases in words: where the round cap T~ (--max-rounds) cuts the Pareto front
+_CASES = {"I": "the round cap does not bind: the front runs from sigma_max down to sigma_min",
+          "II": "the round cap binds: the front ends on the relation at T = max rounds",
+          "III": "the round cap binds early: the front never reaches the relation, T stays at max rounds"}
+
+
 def cmd_design(a):
     from .api import InfeasibleBudget, design
 
@@ -240,6 +246,12 @@ def cmd_design(a):
         raise ValueError(f"--clip must be positive, got {a.clip}")
     if (a.budget is None) == (a.budgets is None):
         raise ValueError("give --budget (one epsilon for every client) or --budgets FILE (a budget per client)")
+    # the library's checks, said with the flags the user typed
+    if a.max_rounds is None and a.time_budget is None and a.round_time is None:
+        raise ValueError("give an efficiency budget: --max-rounds (the most rounds), or --time-budget with "
+                         "--round-time")
+    if sum(v is not None for v in (a.kappa, a.fit, a.from_store)) > 1:
+        raise ValueError("give one of --kappa, --fit or --from-store (where kappa comes from)")
     if a.budgets is not None:
         return _design_groups(a, design)
     try:
@@ -263,17 +275,20 @@ def cmd_design(a):
         f"  noise sigma         {d.sigma:.4g}  per client (noise multiplier on the released sum: "
         f"{d.noise_multiplier:.4g}; charged: {d.charged_noise_multiplier:.4g})",
         f"  epsilon spent       {d.epsilon:.4f}  (RDP accountant, {d.sampling} sampling; budget {d.budget:g})",
-        f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa sigma^2/(qN), units of A)",
+        f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa sigma^2/(qN): the bound on the loss above "
+        f"non-private training, divided by its 1/T term's constant; lower is better)",
         f"  kappa               {d.kappa:.4g}  ({d.kappa_source})",
         *([f"  predicted loss      {d.predicted_utility_loss:.4g}  (the {d.utility_model} model's utility loss "
            f"at this point)"] if d.predicted_utility_loss is not None else []),
-        f"  Theorem 3 case      {d.case}",
+        f"  Theorem 3 case      {d.case}  ({_CASES[d.case]})",
     ]
     if cf:
         lines.append(f"  closed-form point   q {cf['q']:.4g}, T {cf['rounds']}, sigma {cf['sigma']:.4g} "
-                     f"(utility {cf['utility_bound']:.4g}; exact search is "
-                     f"{-100 * d.distance['utility_rel']:.2f} % better)")
-    lines.append(f"  sigma by (4.1)      {d.sigma_relation:.4g}  (relation kappa sigma^2 T = qN at this q, T)")
+                     f"(utility {cf['utility_bound']:.4g}, from the bounds of Theorem 3; the exact search's is "
+                     f"{abs(100 * d.distance['utility_rel']):.2f} % "
+                     f"{'lower' if d.distance['utility_rel'] <= 0 else 'higher'})")
+    lines.append(f"  sigma by relation   {d.sigma_relation:.4g}  (what kappa sigma^2 T = qN alone gives at this "
+                 "q and T)")
     lines += [f"note: {n}" for n in out["notes"]]
     if a.export is not None:
         params, more, code = _export(a, d)
@@ -622,7 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "client,epsilon (a line per client) or share,epsilon (a line "
                                                      "per group)")
     s.add_argument("--delta", type=FLOAT, default=1e-5, help="the delta of (epsilon, delta); keep it below 1/N")
-    s.add_argument("--max-rounds", type=INT, help="efficiency budget: most rounds")
+    s.add_argument("--max-rounds", type=INT, help="efficiency budget, required: the most rounds T~ (or give "
+                                                  "--time-budget with --round-time)")
     s.add_argument("--time-budget", type=FLOAT, help="efficiency budget: total time (with --round-time); with "
                                                       "--max-rounds too, the tighter binds")
     s.add_argument("--round-time", type=FLOAT, help="time of one round")

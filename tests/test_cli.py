@@ -3,6 +3,7 @@ on the analytic commands, plots written."""
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -245,3 +246,23 @@ def test_errors_name_what_the_user_typed(args, words, capsys, monkeypatch):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1 and "Errno" not in err, err
+
+
+@pytest.mark.parametrize("rounds", ["200", "8", "2"])
+def test_design_says_its_terms_in_words(rounds, capsys):
+    """No bare paper labels in what design prints: Theorem 3's case is said
+    in words, the bound's unit and the closed form's distance too; a missing
+    efficiency budget or two sources of kappa are named by their flags."""
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", rounds]) == 0
+    out = capsys.readouterr().out
+    for jargon in ("units of A", "(4.1)", "% better", "T̃"):
+        assert jargon not in out
+    case = re.search(r"Theorem 3 case\s+(I+)\s+\((.+)\)", out)
+    assert case and ("does not bind" in case.group(2)) == (case.group(1) == "I")
+    assert "lower is better" in out and re.search(r"the exact search's is [\d.]+ % (lower|higher)", out)
+    assert main(["design", "--clients", "100", "--budget", "2"]) == 2
+    assert "--max-rounds" in capsys.readouterr().err
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "9", "--kappa", "1", "--fit",
+                 "x.json"]) == 2
+    err = capsys.readouterr().err
+    assert "--kappa, --fit or --from-store" in err and "from_store" not in err
