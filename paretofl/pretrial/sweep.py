@@ -177,6 +177,8 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
     check_runnable(spec)
+    if executor == "ray":   # before the store exists: an unreachable cluster leaves nothing behind
+        _check_reachable(ray_address or os.environ.get("RAY_ADDRESS"))
     store = Store(results, identity(spec))
     try:
         jobs = plan(spec, store.done())
@@ -235,7 +237,8 @@ def _check_reachable(address: str, timeout: float = 10.0):
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot reach a Ray cluster at {address} ({exc}); start one (ray start --head) or "
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise ValueError(f"cannot reach a Ray cluster at {address} ({why}); start one (ray start --head) or "
                          "check the address") from None
 
 
