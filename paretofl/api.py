@@ -133,6 +133,23 @@ class TrainResult:
         return d
 
 
+def check_out_path(path, suffixes):
+    """An output file must be a path with one of ``suffixes`` in an existing
+    folder (the same check for the API and the command line)."""
+    import os
+    from pathlib import Path
+
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise ValueError(f"an output path must be a file name ending in {' or '.join(suffixes)}, got {path!r}")
+    p = Path(path)
+    if p.suffix.lower() not in suffixes:
+        raise ValueError(f"{str(path)!r} must end in {' or '.join(suffixes)}")
+    if not p.parent.exists():
+        raise ValueError(f"cannot write {path}: folder {p.parent} does not exist")
+    if p.is_dir():
+        raise ValueError(f"cannot write {path}: it is a folder")
+
+
 def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clients: int | None = None,
           epsilon: float = 2.0, delta: float = 1e-5, rounds: int = 100, partition: str | None = None,
           beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu", data_dir: str | None = None,
@@ -185,6 +202,8 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
 
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    if history is not None:
+        check_out_path(history, (".csv",))
     if budgets is not None and design is not None:
         raise ValueError("give budgets or a design, not both (a group design carries its budgets)")
     if (budgets is not None or isinstance(design, GroupDesign)) and algorithm != "dpfedavg":

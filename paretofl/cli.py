@@ -119,16 +119,9 @@ def _flagged(text: str, mapping=_FLAGS) -> str:
 
 
 def _check_out_path(path, suffixes):
-    """An output file must have one of ``suffixes`` and an existing folder."""
-    from pathlib import Path
+    from .api import check_out_path
 
-    p = Path(path)
-    if p.suffix.lower() not in suffixes:
-        raise ValueError(f"{path!r} must end in {' or '.join(suffixes)}")
-    if not p.parent.exists():
-        raise ValueError(f"cannot write {path}: folder {p.parent} does not exist")
-    if p.is_dir():
-        raise ValueError(f"cannot write {path}: it is a folder")
+    check_out_path(path, suffixes)
 
 
 def _check_plot_path(path):

@@ -266,3 +266,20 @@ def test_design_says_its_terms_in_words(rounds, capsys):
                  "x.json"]) == 2
     err = capsys.readouterr().err
     assert "--kappa, --fit or --from-store" in err and "from_store" not in err
+
+
+def test_the_api_refuses_what_the_command_line_refuses(tmp_path):
+    """One set of checks: a number given as text, a flag-like boolean, and a
+    history file that is not .csv are refused by the library too."""
+    import paretofl
+
+    for call, msg in ((lambda: paretofl.account("1", 0.1, 10), "noise_multiplier must be a number, got '1'"),
+                      (lambda: paretofl.account(1.0, True, 10), "sample_rate must be a number, got True"),
+                      (lambda: paretofl.design(10, "2", max_rounds=5), "epsilon"),
+                      (lambda: paretofl.train(dataset="digits", model="lr", history=str(tmp_path / "h.txt")),
+                       "must end in .csv"),
+                      (lambda: paretofl.train(dataset="digits", model="lr", history=str(tmp_path / "no" / "h.csv")),
+                       "does not exist")):
+        with pytest.raises(ValueError, match=msg):
+            call()
+    assert list(tmp_path.iterdir()) == []

@@ -85,15 +85,23 @@ _FRAC_MAX = 16.0
 # --------------------------------------------------------------------------
 # validation
 # --------------------------------------------------------------------------
+def _number(x, name: str) -> float:
+    """x as a float; a string, a boolean or anything that is not a real
+    number is refused (the API checks what the command line's flags do)."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {x!r}")
+    return float(x)
+
+
 def check_rate(q: float, name: str = "sampling rate q") -> float:
-    q = float(q)
+    q = _number(q, name)
     if not (0.0 < q <= 1.0) or math.isnan(q):
         raise ValueError(f"{name} must lie in (0, 1], got {q}")
     return q
 
 
 def _check_positive(x: float, name: str) -> float:
-    x = float(x)
+    x = _number(x, name)
     if not (x > 0.0) or math.isinf(x):
         raise ValueError(f"{name} must be a positive finite number, got {x}")
     return x
