@@ -73,3 +73,30 @@ def test_budgets_section_runs_as_written(tmp_path):
     assert "3 groups" in r.stdout
     rates = re.findall(r"^\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)$", r.stdout, flags=re.M)
     assert [b for b, *_ in rates] == ["1", "2", "8"] and float(rates[0][2]) < float(rates[2][2])
+
+
+COMMANDS = [b for b in re.findall(r"```\n(paretofl .*?)```", README, flags=re.S)]
+
+
+def _shell_lines(block):
+    """A block's commands, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n\s*", " ", block)
+    return [re.sub(r"\s+#.*$", "", line).strip() for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, marks=pytest.mark.slow) if "pretrial" in b else b
+                                   for b in COMMANDS], ids=[f"commands{i}" for i in range(len(COMMANDS))])
+def test_command_blocks_run_as_written(block, tmp_path):
+    """Every plain command block of the README runs as written, in order, in
+    a fresh folder with the README's relative paths (pretrials/) in place,
+    and each command exits 0 (the pre-trial's block is slow: make test-slow)."""
+    import shutil
+
+    shutil.copytree(ROOT / "pretrials", tmp_path / "pretrials")
+    for line in _shell_lines(block):
+        args = shlex.split(line)
+        assert args[0] == "paretofl"
+        r = subprocess.run([sys.executable, "-m", "paretofl.cli", *args[1:]], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=900)
+        assert r.returncode == 0, (line, r.stderr[-2000:])
+        assert r.stdout.strip() and "Traceback" not in r.stderr
