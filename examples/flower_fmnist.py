@@ -201,6 +201,12 @@ def main():
         acc, loss = np.array([x["accuracy"] for x in rr]), np.array([x["test_loss"] for x in rr])
         print(f"| {who} | {100 * acc.mean():.1f} ± {100 * acc.std():.1f} % | {loss.mean():.4f} ± {loss.std():.4f} "
               f"| {max(x['epsilon'] for x in rr):.3f} | {np.mean([x['seconds'] for x in rr]):.1f} |")
+    print("\nwhy the two epsilons differ on the same q, T and sigma: Flower draws m of N clients without "
+          "replacement, and its neighbouring data sets differ by one client replaced by another (sensitivity "
+          "2C), so the design for Flower spends the whole budget there; paretofl's trainer samples each client "
+          "with probability q and its neighbours add or remove one client (sensitivity C), which the same noise "
+          "protects better. Each epsilon is exact for its own relation; they are not two measurements of one "
+          "thing (docs/theory.md section 5).")
     if a.out:
         with open(a.out, "w") as fh:
             json.dump({"design": {k: v for k, v in d.to_dict().items() if k != "notes"}, "plan": plan.to_dict(),
