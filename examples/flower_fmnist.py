@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -75,8 +76,8 @@ def simulate(plan: bridge.FlowerPlan, dataset="fashion-mnist", clients=100, seed
     from flwr.server import ServerApp, ServerAppComponents, ServerConfig
     from flwr.simulation import run_simulation
 
-    if quiet:
-        logging.getLogger("flwr").setLevel(logging.WARNING)
+    if quiet:   # Flower logs its deprecation notices as warnings: this example shows only errors
+        logging.getLogger("flwr").setLevel(logging.ERROR)
     x_tr, y_tr, x_te, y_te = _data(dataset)
     shape, n_cls = tuple(x_tr.shape[1:]), int(y_tr.max()) + 1
     factory = _factory(model)
@@ -138,9 +139,13 @@ def simulate(plan: bridge.FlowerPlan, dataset="fashion-mnist", clients=100, seed
     t = time.perf_counter()
     saved = os.environ.get("PYTHONPATH")
     try:
-        run_simulation(ServerApp(server_fn=server_fn), ClientApp(client_fn=client_fn), num_supernodes=clients,
-                       backend_config={"client_resources": {"num_cpus": 1},
-                                       "init_args": {"include_dashboard": False, "log_to_driver": False}})
+        with warnings.catch_warnings():   # Flower's and Ray's deprecation and future warnings stay quiet here
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            run_simulation(ServerApp(server_fn=server_fn), ClientApp(client_fn=client_fn), num_supernodes=clients,
+                           backend_config={"client_resources": {"num_cpus": 1},
+                                           "init_args": {"include_dashboard": False, "log_to_driver": False,
+                                                         "logging_level": logging.ERROR}})
     finally:   # Ray's start sets PYTHONPATH for this process's children: put it back
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
