@@ -96,7 +96,7 @@ COMMANDS = {
 # positional inputs that must be refused: missing, foreign, truncated
 POSITIONAL = {"fit": MISSING + ["junk.sqlite", "truncated.sqlite", "spec.toml"],
               "plot": MISSING + ["junk.sqlite", "truncated.sqlite"],
-              "validate": MISSING + ["junk.sqlite"]}
+              "validate": MISSING + ["junk.sqlite", "empty.toml"]}
 
 
 def _workdir():
@@ -109,6 +109,7 @@ def _workdir():
     (d / "spec.toml").write_text('dataset = "digits"\nmodel = "lr"\nclients = 4\nsigmas = [1.0]\n'
                                  'rounds = [2]\nseeds = 1\npublic_fraction = 0.5\n')
     (d / "junk.sqlite").write_text("this is not a results store\n")
+    (d / "empty.toml").write_text("")
     (d / "truncated.sqlite").write_bytes(STORE.read_bytes()[:5000])
     (d / "figs").mkdir()
     (d / "vout").mkdir()

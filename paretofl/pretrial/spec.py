@@ -36,7 +36,11 @@ def read_toml(path) -> dict:
     """A TOML file as a dict; a missing or malformed file is a ValueError."""
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = tomllib.load(f)
+        if not data:
+            raise ValueError(f"spec file {path} is empty: write the grid you want (e.g. sigmas, rounds, q) or "
+                             "give the flags alone, without a file")
+        return data
     except FileNotFoundError:
         raise ValueError(f"spec file {path} does not exist") from None
     except IsADirectoryError:

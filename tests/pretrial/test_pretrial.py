@@ -671,3 +671,13 @@ def test_an_interrupted_job_keeps_the_rounds_it_evaluated(tmp_path, monkeypatch)
     assert set(whole) == set(full)
     for k in whole:
         assert full[k][0] == pytest.approx(whole[k][0], rel=1e-6) and full[k][1] == whole[k][1]
+
+
+def test_an_empty_spec_file_is_refused_and_nothing_is_written(tmp_path, monkeypatch, capsys):
+    from paretofl.cli import main
+
+    (tmp_path / "empty.toml").write_text("\n# nothing here\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["pretrial", "empty.toml", "--out", "e.sqlite"]) == 2
+    assert "spec file empty.toml is empty" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.toml"]
