@@ -11,15 +11,19 @@ The Python API (the ``paretofl`` commands are thin shells over it)::
 * :func:`pareto_set` -- Theorem 3's closed-form Pareto set (no torch);
 * :func:`fit` -- κ and the experimental front of a pre-trial store (no torch);
 * :func:`train` -- DP federated learning on real data (imports torch when
-  called; ``pip install 'paretofl[train]'``).
+  called; ``pip install 'paretofl[train]'``);
+* :mod:`budgets` -- clients with budgets of their own (``design(budgets=...)``);
+* :func:`nbafl_design` -- NbAFL's own answers (T*, K*) and what they guarantee.
 
 Integrations: :mod:`paretofl.integrations.flower`, :mod:`paretofl.integrations.opacus`.
 The mathematics: docs/theory.md.
 """
 
-from .api import Accounting, Design, InfeasibleBudget, TrainResult, account, design, fit, pareto_set, train
+from . import budgets
+from .api import (Accounting, Design, InfeasibleBudget, TrainResult, account, design, fit, nbafl_design, pareto_set,
+                  train)
 
 __version__ = "0.2.0"
 
 __all__ = ["design", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "fit", "train",
-           "TrainResult", "__version__"]
+           "TrainResult", "budgets", "nbafl_design", "__version__"]

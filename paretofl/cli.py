@@ -224,6 +224,8 @@ _CASES = {"I": "the round cap does not bind: the front runs from sigma_max down 
 def cmd_design(a):
     from .api import InfeasibleBudget, design
 
+    if a.mechanism == "nbafl":
+        return _design_nbafl(a)
     export_flags = {"--clip": a.clip, "--client-size": a.client_size, "--batch-size": a.batch_size,
                     "--local-steps": a.local_steps}
     unused = [f for f, v in export_flags.items() if v is not None and
@@ -303,6 +305,43 @@ def cmd_design(a):
         from . import plots
 
         plots.design_figure(d, a.plot)
+
+
+def _design_nbafl(a):
+    """design --mechanism nbafl: NbAFL's own T* and K* (Wei et al., Remarks 4
+    and 5) and what its calibration guarantees beside paretofl's."""
+    from .api import nbafl_design
+    from .theory.privacy import check_delta
+
+    if a.budget is None or a.budgets is not None or a.export is not None or a.plot is not None:
+        raise ValueError("--mechanism nbafl takes one --budget (the paper's protection level epsilon), and no "
+                         "--budgets, --export or --plot")
+    for flag, v in (("--batch-size", a.batch_size), ("--local-steps", a.local_steps), ("--q", a.q),
+                    ("--from-store", a.from_store), ("--fit", a.fit), ("--kappa", a.kappa)):
+        if v is not None:
+            raise ValueError(f"{flag} does not apply to --mechanism nbafl (its constants are Theorem 2's)")
+    if a.clip is None or a.client_size is None:
+        raise ValueError("--mechanism nbafl needs --clip (the parameter clipping bound C) and --client-size "
+                         "(the smallest client's samples m)")
+    check_delta(a.delta, a.clients)
+    r = nbafl_design(a.clients, a.budget, a.delta, a.clip, a.client_size, max_rounds=a.max_rounds or 10_000)
+    lines = [f"NbAFL's design (Wei et al. 2020) for N = {a.clients} clients of at least {a.client_size} samples, "
+             f"protection level epsilon = {a.budget:g}, delta = {a.delta:g}, C = {a.clip:g}:",
+             f"  rounds T*           {r['rounds']}  (minimises Theorem 2's bound with all clients: "
+             f"{r['bound_all_clients']:.4g})",
+             f"  clients a round K*  {r['clients_per_round']}  (minimises Theorem 3's bound at T*: "
+             f"{r['bound_scheduled']:.4g})",
+             f"  the paper's uplink noise sigma_U {r['sigma_uplink_paper']:.4g} guarantees epsilon "
+             f"{r['epsilon_guaranteed_paper']:.4g}, not {a.budget:g} (parameter clipping bounds a client's change "
+             "by 2C, not 2C/m)",
+             f"  paretofl's calibration sigma_U {r['sigma_uplink_clipping']:.4g} guarantees epsilon "
+             f"{r['epsilon_guaranteed_clipping']:.4g} over the {r['rounds']} uploads",
+             "  constants rho, B, mu, l, beta, Theta: " + ", ".join(f"{v:g}" for v in r["constants"].values())
+             + f" ({r['constants_source']}: the bounds' optima move with them)",
+             f"next: paretofl train --algorithm nbafl --clients {a.clients} --epsilon {a.budget:g} --rounds "
+             f"{r['rounds']} --clip {a.clip:g} --clients-per-round {r['clients_per_round']} (paretofl's calibration; "
+             "--calibration paper reproduces the paper's)"]
+    _emit(r, a.json, "\n".join(lines))
 
 
 def _design_groups(a, design):
@@ -647,7 +686,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--utility-model", choices=("bound", "bend"),
                    help="with --from-store: the bound (1.2) with free constants, or one that bends (adds a term "
                         "growing with sigma^2 T) (default: the one the store's held-out seeds prefer)")
-    s.add_argument("--mechanism", choices=("client-aggregate", "client-local"), default="client-aggregate",
+    s.add_argument("--mechanism", choices=("client-aggregate", "client-local", "nbafl"), default="client-aggregate",
                    help="what is released and charged (docs/theory.md, section 5)")
     s.add_argument("--framework", choices=("paretofl", "flower"),
                    help="where it runs: paretofl's trainer (Poisson client sampling) or Flower (m of N without "

@@ -121,3 +121,50 @@ def test_nbafl_bounds_reject_invalid_settings():
     # past the point where the scheduling argument reaches 0 the noise terms vanish
     assert cv.nbafl_b(50, 2, 1, 100.0) == math.inf
     assert cv.nbafl_sigma_downlink_k(1.0, 1000, 50, 2, 3, 1, 100.0, 1e-2) == 0.0
+
+
+def test_nbafl_design_answers_are_the_bounds_minima_and_its_guarantees_re_account(capsys):
+    """design --mechanism nbafl: T* is the integer minimum of Theorem 2's
+    bound (a scan of every T here), K* the minimum of Theorem 3's at T* (a
+    scan of every K), and each calibration's guarantee over T* uploads —
+    T* Gaussians of noise multiplier σ_U/(2C) — re-accounted by
+    dp-accounting: paretofl's ε is never below the tight (PLD) one, and its
+    own calibration stays within the budget; the paper's is far above."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant as pld
+
+    from paretofl.cli import main
+
+    N, eps, delta, C, m = 50, 60.0, 1e-2, 15.0, 512
+    r = cv.nbafl_design(N, eps, delta, C, m, max_rounds=2000)
+    k = cv.NBAFL_CONSTANTS
+    ts = np.arange(1, 2001)
+    h = cv.nbafl_theorem2_bound(ts, eps, delta, C, m, N, **k)
+    assert r["rounds"] == int(ts[np.argmin(h)])
+    scan = {}
+    for K in range(1, N + 1):
+        try:
+            scan[K] = cv.nbafl_theorem3_bound(r["rounds"], K, eps, delta, C, m, N, **k)
+        except ValueError:
+            pass
+    assert r["clients_per_round"] == min(scan, key=scan.get) and 1 < r["clients_per_round"] < N
+
+    def tight(z):
+        acc = pld.PLDAccountant(value_discretization_interval=1e-3)
+        acc.compose(dp_accounting.GaussianDpEvent(z), r["rounds"])
+        return acc.get_epsilon(delta)
+
+    ours = r["sigma_uplink_clipping"] / (2 * C)
+    assert tight(ours) <= r["epsilon_guaranteed_clipping"] * (1 + 1e-6) <= eps * (1 + 1e-6)
+    # the paper's noise is far too small for a PLD grid: the Gaussian's RDP T·α/(2z²) with the classic
+    # conversion (Mironov 2017), minimised over α by hand, bounds it from above
+    z = r["sigma_uplink_paper"] / (2 * C)
+    alphas = np.linspace(1.0001, 10, 200001)
+    classic = float(np.min(r["rounds"] * alphas / (2 * z * z) + np.log(1 / delta) / (alphas - 1)))
+    assert 0.9 * classic <= r["epsilon_guaranteed_paper"] <= classic and r["epsilon_guaranteed_paper"] > 100 * eps
+    assert main(["design", "--mechanism", "nbafl", "--clients", "50", "--budget", "60", "--delta", "0.01",
+                 "--clip", "15", "--client-size", "512", "--max-rounds", "2000"]) == 0
+    out = capsys.readouterr().out
+    assert f"rounds T*           {r['rounds']}" in out and "stated defaults" in out
+    assert main(["design", "--mechanism", "nbafl", "--clients", "50", "--budget", "60", "--delta", "0.01"]) == 2
+    assert "needs --clip" in capsys.readouterr().err

@@ -241,3 +241,45 @@ def nbafl_optimal_k(T, eps, delta, C, m, N, rho, B, mu, l, beta, theta):
     return best
 
 
+
+
+#: the Theorem 2/3 constants nbafl_design assumes where the user gives none:
+#: illustrative values that meet the theorems' conditions (0 < P, Q < 1), not
+#: estimates from data (ρ, B: smoothness and dissimilarity; μ: the proximal
+#: term; l: the step; β: the update bound; Θ: the initial gap)
+NBAFL_CONSTANTS = dict(rho=1.0, B=0.5, mu=5.0, l=0.5, beta=1.0, theta=10.0)
+
+
+def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, client_size: int,
+                 max_rounds: int = 10_000, constants: dict | None = None) -> dict:
+    """NbAFL's own design answers (Wei et al. 2020, Remarks 4 and 5): the
+    number of aggregation rounds T* minimising Theorem 2's bound with all N
+    clients, and the number of scheduled clients K* minimising Theorem 3's
+    bound at T*, for protection level ε (the paper's), δ, clipping C and the
+    smallest client data set m.  Beside them, the privacy each uplink
+    calibration actually guarantees over T* uploads (a Gaussian of noise
+    multiplier σ_U/(2C) each, parameter clipping bounding a change of the
+    client's data by 2C; docs/theory.md §6): the paper's σ_U = cLΔs_U/ε
+    (L = T*) and paretofl's, calibrated so that the guarantee is ε.
+    ``constants``: ρ, B, μ, l, β, Θ of the bounds (default
+    :data:`NBAFL_CONSTANTS`, stated, not estimated)."""
+    from .privacy import calibrate_noise, compute_epsilon
+
+    k = dict(NBAFL_CONSTANTS, **(constants or {}))
+    unknown = set(k) - set(NBAFL_CONSTANTS)
+    if unknown:
+        raise ValueError(f"unknown NbAFL constants {', '.join(sorted(unknown))}; use {', '.join(NBAFL_CONSTANTS)}")
+    args = dict(delta=delta, C=clip, m=client_size, N=n_clients, **k)
+    T = nbafl_optimal_rounds(epsilon, t_max=max_rounds, **args)
+    K, bound_k = nbafl_optimal_k(T, epsilon, **args)
+    sigma_paper = nbafl_sigma_uplink(clip, client_size, T, epsilon, delta)
+    z = sigma_paper / (2 * clip)
+    guaranteed = compute_epsilon(1.0, z, T, delta) if z >= 1e-6 else math.inf
+    sigma_ours = 2 * clip * calibrate_noise(epsilon, 1.0, T, delta)
+    return {"rounds": int(T), "clients_per_round": int(K), "bound_all_clients": float(nbafl_theorem2_bound(
+                T, epsilon, **args)), "bound_scheduled": float(bound_k), "epsilon_paper": float(epsilon),
+            "sigma_uplink_paper": float(sigma_paper), "epsilon_guaranteed_paper": float(guaranteed),
+            "sigma_uplink_clipping": float(sigma_ours),
+            "epsilon_guaranteed_clipping": float(compute_epsilon(1.0, sigma_ours / (2 * clip), T, delta)),
+            "constants": k, "constants_source": "given" if constants else "stated defaults (NBAFL_CONSTANTS)",
+            "n_clients": int(n_clients), "delta": float(delta), "clip": float(clip), "client_size": int(client_size)}
