@@ -14,8 +14,8 @@ from .theory.convergence import nbafl_design  # noqa: F401  (re-exported)
 from .theory.pareto import ParetoSet, theorem3
 from .theory.privacy import SAMPLINGS, RDPAccountant, check_delta, check_step
 
-__all__ = ["nbafl_design", "design", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "ParetoSet", "fit",
-           "train", "TrainResult", "PRV_LIMITS"]
+__all__ = ["nbafl_design", "design", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "ParetoSet",
+           "fit", "train", "TrainResult", "PRV_LIMITS"]
 
 #: where Opacus's PRV accountant is run at all: beyond these its grid grows
 #: past gigabytes and minutes (measured: 26 GiB at small σ and many steps)

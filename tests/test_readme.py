@@ -75,7 +75,7 @@ def test_budgets_section_runs_as_written(tmp_path):
     assert [b for b, *_ in rates] == ["1", "2", "8"] and float(rates[0][2]) < float(rates[2][2])
 
 
-COMMANDS = [b for b in re.findall(r"```\n(paretofl .*?)```", README, flags=re.S)]
+COMMANDS = list(re.findall(r"```\n(paretofl .*?)```", README, flags=re.S))
 
 
 def _shell_lines(block):
