@@ -20,8 +20,18 @@ The mathematics: docs/theory.md.
 """
 
 from . import budgets
-from .api import Accounting, Design, InfeasibleBudget, TrainResult, account, design, fit, nbafl_design, pareto_set
-from .api import train
+from .api import (
+           Accounting,
+           Design,
+           InfeasibleBudget,
+           TrainResult,
+           account,
+           design,
+           fit,
+           nbafl_design,
+           pareto_set,
+           train,
+)
 
 __version__ = "0.2.0"
 
