@@ -10,7 +10,6 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .recommendation import Design, InfeasibleBudget, design  # noqa: F401  (re-exported)
-from .theory.convergence import nbafl_design  # noqa: F401  (re-exported)
 from .theory.pareto import ParetoSet, theorem3
 from .theory.privacy import SAMPLINGS, RDPAccountant, check_delta, check_step
 
@@ -132,6 +131,16 @@ class TrainResult:
         if not with_history:
             d.pop("history")
         return d
+
+
+def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, client_size: int,
+                 max_rounds: int = 10_000, constants: dict | None = None) -> dict:
+    """NbAFL's own T* and K* and what its calibrations guarantee:
+    :func:`paretofl.theory.convergence.nbafl_design` (imported when called:
+    SciPy's optimiser is not needed by ``design``)."""
+    from .theory.convergence import nbafl_design as run
+
+    return run(n_clients, epsilon, delta, clip, client_size, max_rounds=max_rounds, constants=constants)
 
 
 def check_out_path(path, suffixes):
