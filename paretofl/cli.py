@@ -135,8 +135,15 @@ def _check_plot_path(path):
 def cmd_account(a):
     from .api import account
 
-    r = account(a.sigma, a.q, a.steps, a.delta, sampling=a.sampling, accountant=a.accountant,
-                conversion=a.conversion)
+    try:
+        r = account(a.sigma, a.q, a.steps, a.delta, sampling=a.sampling, accountant=a.accountant,
+                    conversion=a.conversion)
+    except ValueError as exc:   # the library's check, said with the flag the user typed
+        msg = str(exc)
+        for name, flag in (("noise_multiplier", "--sigma"), ("sample_rate", "--q"), ("steps", "--steps"),
+                           ("delta", "--delta")):
+            msg = re.sub(rf"\b{name}\b", flag, msg)
+        raise ValueError(msg) from None
     out = {"epsilon": r.epsilon, "delta": r.delta, "accountant": r.accountant, "sigma": a.sigma, "q": a.q,
            "steps": a.steps, "sampling": r.sampling}
     if r.by_accountant:

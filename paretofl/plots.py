@@ -23,7 +23,7 @@ from .theory.privacy import DEFAULT_ORDERS, conversion_offset, max_steps, mechan
 COLORS = {"rounds_min": "#9467bd", "sigma_max": "#d62728", "relation": "#1f77b4",
           "rounds_max": "#2ca02c", "sigma_min": "#ff7f0e"}
 LABELS = {"rounds_min": "T = T_min", "sigma_max": "σ = σ_max", "relation": "κσ²T = qN",
-          "rounds_max": "T = T̃", "sigma_min": "σ = σ_min"}
+          "rounds_max": "T = max rounds", "sigma_min": "σ = σ_min"}
 
 
 def _g(x, digits=3) -> str:

@@ -283,3 +283,10 @@ def test_the_api_refuses_what_the_command_line_refuses(tmp_path):
         with pytest.raises(ValueError, match=msg):
             call()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_account_errors_name_the_flags(capsys):
+    for args, flag in ((["--sigma", "0", "--q", "0.1"], "--sigma"), (["--sigma", "1", "--q", "0"], "--q")):
+        assert main(["account", *args, "--steps", "10"]) == 2
+        err = capsys.readouterr().err
+        assert flag in err and "noise_multiplier" not in err and "sample_rate" not in err

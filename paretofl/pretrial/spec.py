@@ -157,10 +157,13 @@ class Spec:
             bad(f"delta = {self.delta:g} is not below 1/{self.clients} (one over the clients protected): publishing "
                 f"one client's data outright meets it; use delta well below, e.g. {1 / self.clients ** 2:.0e}")
         num("chunk", 0, 100_000, integer=True)
-        for q in self.q:
-            if q * self.clients < 1:
-                bad(f"q={q:g} with {self.clients} clients selects fewer than one client per round on average; "
-                    "the aggregate view needs q*clients >= 1")
+        from ..theory.privacy import mechanism_charge
+
+        for q in self.q:      # what the aggregate view's charge needs (q·N >= 1), asked of the charge itself
+            try:
+                mechanism_charge("client-aggregate", q, 1.0, self.clients)
+            except ValueError as exc:
+                bad(f"q={q:g} with {self.clients} clients: {exc}")
 
     # ------------------------------------------------------------------ views
     def base(self) -> dict:

@@ -52,9 +52,9 @@ class DPFedAvg(Policy):
         if self.sizes.shape != (N,) or np.any(~(self.sizes > 0)):
             raise ValueError(f"sizes must list a positive declared size for each of the {N} clients")
         self.weights = torch.as_tensor(self.sizes / self.sizes.sum(), dtype=engine.dtype, device=engine.device)
-        if self.mechanism == "client-aggregate" and np.any(self.client_rate * N < 1 - 1e-9):
-            raise ValueError(f"the client-aggregate mechanism needs client_rate * clients >= 1 (here "
-                             f"{float(np.min(self.client_rate * N)):g}): raise client_rate or use client-local")
+        if self.mechanism == "client-aggregate":   # the charge's own checks (q·N >= 1), in one place
+            for q, s in zip(self.client_rate, self.sigma):
+                mechanism_charge(self.mechanism, float(q), float(s) if s > 0 else 1.0, N)
         # each client's sampling rate (R, N), the expected cohort m (R,), and
         # each client's share of the sum's noise variance m/N (qN/N = q)
         self.rates = np.repeat(self.client_rate[:, None], N, axis=1)
