@@ -163,7 +163,7 @@ class Spec:
             try:
                 mechanism_charge("client-aggregate", q, 1.0, self.clients)
             except ValueError as exc:
-                bad(f"q={q:g} with {self.clients} clients: {exc}")
+                bad(str(exc))
 
     # ------------------------------------------------------------------ views
     def base(self) -> dict:

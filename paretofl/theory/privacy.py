@@ -832,8 +832,9 @@ def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | No
                 raise ValueError("the client-aggregate mechanism needs the number of clients n_clients >= 1")
             cohort = q * int(n_clients)
         if cohort < 1.0 - 1e-9:
-            raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort), "
-                             f"got {cohort:g}")
+            where = f"q = {q:g} of {int(n_clients)} clients" if n_clients is not None else "the clients' rates"
+            raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort): {where} "
+                             f"selects {cohort:g}, fewer than one client a round on average")
         z = sigma * math.sqrt(cohort)
         if framework == "flower":
             return Charge("fixed-size", q, z / 2.0, z)
