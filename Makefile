@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 	  (timeout 300 apt-get update -qq && timeout 300 apt-get install -y -qq dataset-fashion-mnist) >/dev/null 2>&1 \
 	  && echo "installed FashionMNIST into /usr/share/datasets/fashion-mnist" \
 	  || echo "note: dataset-fashion-mnist not installed; FashionMNIST will come from torchvision"; fi
-	touch $(STAMP)
+	@touch $(STAMP)
 
 # The main job end to end: a small pre-trial on the public 10 % of FashionMNIST, the fit of kappa,
 # the recommendation for 100 clients at epsilon 2 (delta 1e-5, at most 500 rounds), the figures.
@@ -36,7 +36,7 @@ demo: setup
 	@echo "== 4/4 the recommendation for 100 clients at epsilon 2 (delta 1e-5, at most 500 rounds)"
 	@$(BIN)/paretofl design --clients 100 --budget 2 --delta 1e-5 --max-rounds 500 \
 	  --fit $(OUT)/demo_fit.json --plot $(OUT)/design.png
-	@echo "== done: the recommendation is just above; figures in $(OUT)/ ($$(cd $(OUT) && ls *.png | tr '\n' ' '))"
+	@echo "== done: the recommendation is just above; figures in $(OUT)/ ($$(cd $(OUT) && ls *.png | xargs))"
 
 lint: setup
 	$(BIN)/ruff check paretofl tests benchmarks analysis examples

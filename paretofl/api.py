@@ -279,8 +279,8 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     if budgets is not None:
         from .recommendation import design as make_design
 
-        groups = make_design(len(parts), None, delta, max_rounds=rounds, budgets=budgets,
-                             mechanism=config.mechanism, sigma_min=0.01)
+        # design's own defaults, so that train --budgets trains what design --budgets printed
+        groups = make_design(len(parts), None, delta, max_rounds=rounds, budgets=budgets, mechanism=config.mechanism)
         config = cls.Config(**{**asdict(config), "sigma": groups.sigma, "client_rate": min(1.0, groups.q)})
         rounds = groups.rounds
     sample_level = algorithm in ("ali-dpfl", "adap-dpfl") or getattr(config, "mechanism", None) == "sample"

@@ -259,7 +259,8 @@ class Engine:
         out.scatter_reduce_(0, c.replica, values, "amax", include_self=True)
         return out.cpu().numpy()
 
-    def _drawing(self, c: Cohort, drawing):
+    def _drawing(self, drawing):
+        """Which replicas draw (R,) bool: all unless told."""
         return np.ones(self.R, dtype=bool) if drawing is None else np.asarray(drawing, dtype=bool)
 
     def normal(self, shape_per_replica):
@@ -295,7 +296,7 @@ class Engine:
         LR's (157k a replica) stays serial: drawn in tasks, its step went
         7.7 → 8.2 ms — the threads' hand-over cost more than it saved."""
         counts = np.asarray(counts, dtype=int)
-        drawing = np.ones(self.R, dtype=bool) if drawing is None else np.asarray(drawing, dtype=bool)
+        drawing = self._drawing(drawing)
         b = np.concatenate([[0], np.cumsum(counts)])
         K = int(b[-1])
         sizes = [math.prod(t) for t in tails]
@@ -329,7 +330,7 @@ class Engine:
         that draw this step (the others' rows get empty batches).
         Returns (idx (K, B), weight (K, B)); padding has weight 0."""
         c = cohort or self.everyone()
-        drawing = self._drawing(c, drawing)
+        drawing = self._drawing(drawing)
         n = self.client_n[c.client]
         rate = torch.clamp(rate, max=1.0)
         means = self._per_replica_max(rate * n, c)
@@ -368,7 +369,7 @@ class Engine:
         a key for each of its largest client's positions, a row, and each row
         takes its client's smallest keys."""
         c = cohort or self.everyone()
-        drawing = self._drawing(c, drawing)
+        drawing = self._drawing(drawing)
         n = self.client_n[c.client]
         widths = self._per_replica_max(n, c)
         keys = self._uniform_rows(c, widths, drawing, fill=2.0)
@@ -471,7 +472,7 @@ class Engine:
     def model_seeds(self, cohort: Cohort | None = None, drawing=None):
         """One seed per row (K,), each from its replica's generator."""
         c = cohort or self.everyone()
-        drawing = self._drawing(c, drawing)
+        drawing = self._drawing(drawing)
         out = torch.zeros(c.size, dtype=torch.long, device=self.device)
         b = c.bounds
         for r, g in enumerate(self.gens):
@@ -530,10 +531,8 @@ class Engine:
         default).  Where K = R the values are taken per row."""
         c = cohort or self.everyone()
         t = torch.as_tensor(v, dtype=self.dtype, device=self.device)
-        if t.ndim == 0:
-            return t.expand(c.size)
-        if t.shape[0] == self.R and self.R != c.size:
-            return t.repeat_interleave(self.N) if c.full else t[c.replica]
+        if t.ndim == 0 or (t.shape[0] == self.R and self.R != c.size):
+            return self.rows(t, c)
         if t.shape[0] != c.size:
             raise ValueError(f"a setting has {t.shape[0]} values for {self.R} replicas and {c.size} rows")
         return t

@@ -26,8 +26,9 @@ Contents
   PRV accountant has the same interface in :mod:`paretofl.fl.prv`.
 * :func:`calibrate_noise` and :func:`max_steps` (ALI-DPFL, Algorithm 3).
 * :func:`mechanism_charge` -- what each of paretofl's mechanisms charges
-  (docs/theory.md §5, table), and :func:`aggregate_noise_multiplier` (σ√(qN)), the one
-  place that formula lives.
+  (docs/theory.md §5, table): the one place the design, the trainer, the
+  pre-trials, the validation and the plots ask; :func:`aggregate_noise_multiplier`
+  (σ√(qN)) is the same noise multiplier over arrays of q and σ.
 """
 
 from __future__ import annotations

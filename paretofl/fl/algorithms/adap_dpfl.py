@@ -47,7 +47,7 @@ class AdapDPFL(DPFedAvg):
         # DP mean of clipped norms over the cohort: each client's noisy sum
         # divided by its expected batch, then the cohort's weighted average
         std = eng.rows(self.sigma * self.clip, c)
-        noisy = st.clipped_norm_sum + std * eng._normals([()], c.counts)[0]
+        noisy = st.clipped_norm_sum + std * eng.noise_like([st.clipped_norm_sum], c)[0]
         rep, cli = c.replica.cpu().numpy(), c.client.cpu().numpy()
         expected = torch.as_tensor(self.batch_rate[rep] * self.sizes[cli], dtype=eng.dtype,
                                    device=eng.device)       # q_b times the declared sizes: public

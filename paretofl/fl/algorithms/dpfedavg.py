@@ -162,11 +162,11 @@ class DPFedAvg(Policy):
         if self.optimizer != "adam":
             return 0
         eng = self.engine
-        q = np.minimum(self.client_rate, 1.0)
-        seen = eng.N if self.rounds is None else np.minimum(eng.N, np.ceil(eng.N * (1 - (1 - q) ** self.rounds)
-                                                                          * 1.1 + 10))
-        return int(2 * np.sum(seen) * eng.net.n_params * (torch.finfo(eng.dtype).bits // 8)) if np.ndim(seen) \
-            else int(2 * eng.R * seen * eng.net.n_params * (torch.finfo(eng.dtype).bits // 8))
+        seen = np.full(eng.R, eng.N, dtype=float)
+        if self.rounds is not None:
+            q = np.minimum(self.client_rate, 1.0)
+            seen = np.minimum(seen, np.ceil(eng.N * (1 - (1 - q) ** self.rounds) * 1.1 + 10))
+        return int(2 * seen.sum() * eng.net.n_params * (torch.finfo(eng.dtype).bits // 8))
 
     def divisor(self, c):
         """DP-SGD's divisor of each row's noised sum (K,): a public number."""
