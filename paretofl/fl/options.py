@@ -64,6 +64,11 @@ class DPFedAvgConfig:
     batch_size: int = option(64, "client-*: batch size of the local SGD")
     optimizer: str = option("sgd", "clients' optimizer; adam keeps each client's moments across rounds",
                             choices=("sgd", "adam"))
+    clip_quantile: float | None = option(None, "client-aggregate: adaptive clipping (Andrew et al. 2021) towards "
+                                               "this quantile of the update norms, from C = clip (TFF, Flower: 0.5)")
+    clip_lr: float = option(0.2, "adaptive clipping: the geometric step η_C of C <- C·exp(-η_C(b - γ))")
+    count_noise: float | None = option(None, "adaptive clipping: std σ_b of the noise on the count of unclipped "
+                                             "updates (default: expected cohort / 20)")
 
     def __post_init__(self):
         check_choice("mechanism", self.mechanism, DPFEDAVG_MECHANISMS)
@@ -76,6 +81,16 @@ class DPFedAvgConfig:
         check_range("local_steps", self.local_steps, 1, 1e6, lo_open=False, integer=True)
         check_range("local_epochs", self.local_epochs, 1, 1e6, lo_open=False, integer=True)
         check_range("batch_size", self.batch_size, 1, 1e9, lo_open=False, integer=True)
+        if self.clip_quantile is not None:
+            if isinstance(self.clip_quantile, bool) or not isinstance(self.clip_quantile, (int, float)) \
+                    or not (0 < self.clip_quantile < 1):
+                raise ValueError(f"clip_quantile must be a number strictly between 0 and 1, got {self.clip_quantile}")
+            if self.mechanism != "client-aggregate":
+                raise ValueError("adaptive clipping (clip_quantile) applies to the client-aggregate mechanism: "
+                                 "its clipped count is released beside the aggregate")
+        check_range("clip_lr", self.clip_lr, 0, 1e3)
+        if self.count_noise is not None:
+            check_range("count_noise", self.count_noise, 0, 1e12)
         if self.batch_divisor is not None:
             check_range("batch_divisor", self.batch_divisor, 0, 1e12)
             if self.mechanism != "sample":
@@ -151,9 +166,10 @@ class NbAFLConfig:
 
 #: the options each DP-FedAvg mechanism does not use (DP-SGD's batches, or
 #: client-level SGD's epochs): given, they are refused, never ignored
-UNUSED_BY = {"sample": ("local_epochs", "batch_size"),
+_ADAPTIVE = ("clip_lr", "count_noise")
+UNUSED_BY = {"sample": ("local_epochs", "batch_size", *_ADAPTIVE),
              "client-aggregate": ("batch_rate", "local_steps", "batch_divisor"),
-             "client-local": ("batch_rate", "local_steps", "batch_divisor")}
+             "client-local": ("batch_rate", "local_steps", "batch_divisor", *_ADAPTIVE)}
 
 
 def unused_options(algorithm: str, options) -> tuple[str, list]:
@@ -162,7 +178,10 @@ def unused_options(algorithm: str, options) -> tuple[str, list]:
     if algorithm == "nbafl":
         return "nbafl", []
     mechanism = options.get("mechanism") or "sample"
-    return mechanism, [o for o in options if o in UNUSED_BY.get(mechanism, ())]
+    unused = [o for o in options if o in UNUSED_BY.get(mechanism, ())]
+    if mechanism == "client-aggregate" and options.get("clip_quantile") is None:
+        unused += [o for o in options if o in _ADAPTIVE]   # fixed clipping: no count to noise, no step
+    return mechanism, unused
 
 
 CONFIGS = {"dpfedavg": DPFedAvgConfig, "ali-dpfl": ALIDPFLConfig, "adap-dpfl": AdapDPFLConfig,

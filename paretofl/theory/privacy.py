@@ -42,6 +42,7 @@ import numpy as np
 __all__ = [
     "DEFAULT_ORDERS",
     "SAMPLINGS",
+    "adaptive_update_multiplier",
     "MECHANISMS",
     "asymptotic_epsilon",
     "rdp_gaussian",
@@ -796,6 +797,23 @@ def aggregate_noise_multiplier(q, sigma, n_clients):
     whose noise is N(0, qN·σ²C²) (docs/theory.md §1 and §5).  Broadcasts."""
     return np.asarray(sigma, dtype=float) * np.sqrt(np.asarray(q, dtype=float) * n_clients) \
         if np.ndim(sigma) or np.ndim(q) else float(sigma) * math.sqrt(float(q) * n_clients)
+
+
+def adaptive_update_multiplier(noise_multiplier: float, count_noise: float) -> float:
+    """Adaptive clipping's split of one charge (Andrew et al. 2021, arXiv
+    1905.03871, Theorem 1 and §3): each round releases the noised sum of the
+    clipped updates (noise multiplier z_Δ, sensitivity C) and the noised sum
+    of the centred bits b_i - ½, b_i = 1[‖Δ_i‖ <= C] (noise std σ_b,
+    sensitivity ½ when a client is added or removed).  Together they are one
+    Gaussian mechanism of noise multiplier (z_Δ⁻² + (2σ_b)⁻²)^(-1/2); for a
+    charged ``noise_multiplier`` z the update gets
+    z_Δ = (z⁻² - (2σ_b)⁻²)^(-1/2), which exists only where 2σ_b > z."""
+    z = _check_positive(_number(noise_multiplier, "noise_multiplier"), "noise_multiplier")
+    sb = _check_positive(_number(count_noise, "count_noise"), "count_noise")
+    if 2.0 * sb <= z:
+        raise ValueError(f"the count noise {sb:.4g} leaves no budget for the update: the joint noise multiplier "
+                         f"{z:.4g} needs a count noise above {z / 2:.4g} (half of it); raise count_noise")
+    return (z ** -2 - (2.0 * sb) ** -2) ** -0.5
 
 
 def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | None = None,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...theory.privacy import mechanism_charge
+from ...theory.privacy import adaptive_update_multiplier, mechanism_charge
 from ..engine import AdamState
 from ..options import DPFedAvgConfig
 from .base import Policy
@@ -62,6 +62,29 @@ class DPFedAvg(Policy):
         self.groups = None
         if groups is not None:
             self._use_groups(groups)
+        self.clip_quantile = c.clip_quantile
+        self.update_factor = np.ones(engine.R)
+        if self.clip_quantile is not None:
+            self._use_adaptive_clipping(c)
+
+    def _use_adaptive_clipping(self, c):
+        """Adaptive clipping (Andrew et al. 2021, Algorithm 1 with §3's
+        centred count): after each round b̄ = (Σ_S (b_i - ½) + N(0, σ_b²))/m
+        + ½, b_i = 1[‖Δ_i‖ <= C], and C <- C·exp(-η_C(b̄ - γ)); the next
+        round clips to the new C, and the sum's noise always uses the C its
+        updates were clipped to.  The charge is unchanged: the update's noise
+        multiplier is raised to z_Δ so that sum and count together are one
+        Gaussian of the charged z (:func:`adaptive_update_multiplier`)."""
+        R = self.engine.R
+        self.clip = np.array(self.clip, dtype=float)
+        self.clip_lr = float(c.clip_lr)
+        sb = self.cohort / 20.0 if c.count_noise is None else np.full(R, float(c.count_noise))
+        self.count_noise = np.where(self.sigma > 0, sb, 0.0)
+        for r in range(R):
+            if self.sigma[r] > 0:
+                z = mechanism_charge(self.mechanism, float(self.client_rate[r]), float(self.sigma[r]), self.engine.N,
+                                     cohort=float(self.cohort[r])).noise_multiplier
+                self.update_factor[r] = adaptive_update_multiplier(z, float(sb[r])) / z
 
     def _use_groups(self, gd):
         """Clients with budgets of their own (a :class:`paretofl.budgets.GroupDesign`):
@@ -201,7 +224,21 @@ class DPFedAvg(Policy):
     def _client_round(self, glob, active):
         c = self._selection(active)
         self.last_cohort = c
-        return self._release(glob, self._client_updates(glob, c), c)
+        out = self._release(glob, self._client_updates(glob, c), c)
+        if self.clip_quantile is not None:
+            self._adapt_clip(c, active)
+        return out
+
+    def _adapt_clip(self, c, active):
+        """The geometric step of adaptive clipping, from this round's
+        noised, centred count of updates that fitted under C."""
+        eng = self.engine
+        bits = (self.last_norms <= eng.rows(self.clip, c)).to(eng.dtype) - 0.5
+        count = eng.replica_sum(bits, c) + eng.normal((1,))[:, 0] * torch.as_tensor(
+            self.count_noise, dtype=eng.dtype, device=eng.device)
+        b = count.cpu().numpy().astype(float) / self.cohort + 0.5
+        step = np.exp(-self.clip_lr * (b - self.clip_quantile))
+        self.clip = np.where(np.asarray(active, dtype=bool), self.clip * step, self.clip)
 
     def _client_updates(self, glob, c):
         """Local epochs of plain SGD on every client of the cohort: the
@@ -224,7 +261,7 @@ class DPFedAvg(Policy):
         clients, the server the rest (N - |S|)(m/N)σ²C² >= 0; client-local
         has each client add its σ²C² and no top-up."""
         eng = self.engine
-        sc = torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
+        sc = torch.as_tensor(self.sigma * self.update_factor * self.clip, dtype=eng.dtype, device=eng.device)
         if self.mechanism == "client-local":
             if self.groups is not None:
                 own = self.group_sigmas[self.group_of][c.client.cpu().numpy()] * self.clip[c.replica.cpu().numpy()]
@@ -239,7 +276,7 @@ class DPFedAvg(Policy):
         top-up (R, d): what the mechanism adds before anything leaves a
         client or the server."""
         eng = self.engine
-        delta, _ = eng.clip_rows(update, eng.rows(self.clip, c))
+        delta, self.last_norms = eng.clip_rows(update, eng.rows(self.clip, c))
         client_std, top_std = self.noise_stds(c)
         noisy = delta + eng.noise_like([delta], c)[0] * client_std[:, None]
         top = top_std[:, None] * eng.normal((delta.shape[1],))

@@ -1,0 +1,198 @@
+"""The whole recipe (issue 27): adaptive clipping and its joint charge, C and
+η from the public pre-trial, Flower's own accountant, the privacy statement."""
+
+import math
+
+import numpy as np
+import pytest
+
+from paretofl.theory.privacy import adaptive_update_multiplier, rdp_subsampled_gaussian
+
+
+# --------------------------------------------------------------------------
+# adaptive clipping: the charge
+# --------------------------------------------------------------------------
+def _rdp_2d_mixture(q, shift, alpha, half_width=14.0, n=1401):
+    """D_α between the Poisson-subsampled 2-D Gaussian (1-q)N(0, I) +
+    qN(shift, I) and N(0, I), both orders, by integration on a grid: the
+    adaptive release (noised sum along the update's direction, noised
+    count) as it is, without reducing it to one dimension."""
+    x = np.linspace(-half_width, half_width, n)
+    h = x[1] - x[0]
+    X, Y = np.meshgrid(x, x, indexing="ij")
+    log_q0 = -0.5 * (X ** 2 + Y ** 2) - math.log(2 * math.pi)
+    log_q1 = -0.5 * ((X - shift[0]) ** 2 + (Y - shift[1]) ** 2) - math.log(2 * math.pi)
+    log_p = np.logaddexp(math.log1p(-q) + log_q0, math.log(q) + log_q1)
+    out = []
+    for a, b in ((log_p, log_q0), (log_q0, log_p)):
+        v = alpha * a + (1 - alpha) * b
+        m = v.max()
+        out.append((m + math.log(np.exp(v - m).sum() * h * h)) / (alpha - 1))
+    return max(out)
+
+
+@pytest.mark.parametrize("z_update,count_noise", [(1.3, 1.0), (3.0, 5.0)])
+def test_adaptive_joint_charge_by_integration(z_update, count_noise):
+    """The sum (noise multiplier z_Δ, sensitivity C) and the centred count
+    (noise σ_b, sensitivity ½) released together, Poisson-subsampled at q:
+    its RDP, integrated in two dimensions, equals the one-dimensional
+    subsampled Gaussian at the joint multiplier (z_Δ⁻² + (2σ_b)⁻²)^(-1/2)
+    that paretofl charges — and adaptive_update_multiplier inverts it."""
+    q = 0.1
+    z_joint = (z_update ** -2 + (2 * count_noise) ** -2) ** -0.5
+    assert adaptive_update_multiplier(z_joint, count_noise) == pytest.approx(z_update, rel=1e-12)
+    shift = (1.0 / z_update, 0.5 / count_noise)
+    for alpha in (2, 4, 8):
+        direct = _rdp_2d_mixture(q, shift, alpha)
+        charged = float(rdp_subsampled_gaussian(q, z_joint, [alpha])[0])
+        assert charged >= direct * (1 - 1e-3)
+        assert charged == pytest.approx(direct, rel=1e-3)
+
+
+def test_adaptive_count_noise_that_leaves_no_budget_is_refused():
+    with pytest.raises(ValueError, match="leaves no budget for the update"):
+        adaptive_update_multiplier(2.0, 1.0)
+    assert adaptive_update_multiplier(2.0, 1.0001) > 100   # just above: nearly all of it goes to the count
+
+
+# --------------------------------------------------------------------------
+# adaptive clipping: the trainer
+# --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits():
+    from paretofl.fl import data as D
+
+    return D.load_dataset("digits")
+
+
+def _policy(digits, R, n_clients=10, **kw):
+    from paretofl.fl import data as D
+    from paretofl.fl.algorithms import ALGORITHMS
+    from paretofl.fl.engine import Engine
+    from paretofl.fl.models import build_model
+
+    parts = D.partition_iid(digits.y_train.numpy(), n_clients)
+    eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R))
+    return eng, ALGORITHMS["dpfedavg"](eng, mechanism="client-aggregate", local_epochs=1, batch_size=32, **kw)
+
+
+@pytest.mark.parametrize("lr,fits", [(1e-9, True), (5.0, False)])
+def test_adaptive_clip_moves_as_andrew_et_al(digits, lr, fits):
+    """Updates that all fit under C (lr ≈ 0) make C shrink by exp(-η(1 - γ));
+    updates that all exceed it make it grow by exp(ηγ) — Andrew et al.'s
+    Algorithm 1 — with the count's noise showing as a spread of η·σ_b/m."""
+    R, m, gamma, eta, sb = 400, 10, 0.3, 0.2, 0.5
+    eng, pol = _policy(digits, R, sigma=0.1, clip=1e-3 if not fits else 10.0, lr=lr, client_rate=1.0,
+                       clip_quantile=gamma, clip_lr=eta, count_noise=sb)
+    c0 = pol.clip.copy()
+    pol.round(0, eng.init_global(), np.ones(R, bool))
+    log_step = np.log(pol.clip / c0)
+    expected = -eta * ((1.0 if fits else 0.0) - gamma)
+    assert log_step.mean() == pytest.approx(expected, abs=4 * eta * sb / m / math.sqrt(R))
+    assert log_step.std() == pytest.approx(eta * sb / m, rel=0.15)
+
+
+def test_adaptive_noise_uses_the_clip_its_updates_were_clipped_to(digits):
+    """Each round's mean carries noise of std z_Δ·C_t/m per coordinate: the
+    update's raised multiplier z_Δ (so that sum and count are charged z
+    together) at the C_t the round clipped to, not the next round's."""
+    R, n, sigma, gamma = 300, 10, 1.0, 0.5
+    eng, pol = _policy(digits, R, n_clients=n, sigma=sigma, clip=0.05, lr=1e-9, client_rate=1.0,
+                       clip_quantile=gamma, count_noise=3.0)
+    z = sigma * math.sqrt(n)
+    f = adaptive_update_multiplier(z, 3.0) / z
+    g = eng.init_global()
+    for _ in range(2):
+        c_round = pol.clip.copy()
+        out = pol.round(0, g, np.ones(R, bool))
+        step = (eng.flat(out) - eng.flat(g)).cpu().numpy().astype(np.float64)
+        ratio = (step ** 2).mean(1) / ((sigma * f * c_round) ** 2 / n)
+        assert ratio.mean() == pytest.approx(1.0, rel=0.03)
+        assert not np.allclose(pol.clip, c_round)             # C moved after the round
+        g = out
+
+
+def test_adaptive_clipping_charges_the_design(digits):
+    """The ledger charges the joint multiplier σ√m: adaptive clipping spends
+    the same ε as fixed clipping at the same σ."""
+    from paretofl.fl.algorithms import History, train
+
+    eps = []
+    for quantile in (None, 0.5):
+        eng, pol = _policy(digits, 1, sigma=1.0, clip=0.1, lr=0.1, client_rate=0.5, clip_quantile=quantile,
+                           count_noise=2.0)
+        h = History()
+        train(pol, rounds=5, epsilon=None, delta=1e-5, history=h)
+        eps.append(h.rows[-1]["epsilon"])
+    assert eps[0] == pytest.approx(eps[1], rel=1e-12)
+
+
+@pytest.mark.parametrize("kw,msg", [({"clip_quantile": 0.0}, "strictly between 0 and 1"),
+                                    ({"clip_quantile": 1.0}, "strictly between 0 and 1"),
+                                    ({"clip_quantile": 0.5, "count_noise": 0.2}, "leaves no budget"),
+                                    ({"clip_quantile": 0.5, "mechanism": "client-local"}, "client-aggregate")])
+def test_adaptive_bad_input(digits, kw, msg):
+    kw = {"mechanism": "client-aggregate", **kw}
+    from paretofl.fl.algorithms import ALGORITHMS
+
+    with pytest.raises(ValueError, match=msg):
+        from paretofl.fl import data as D
+        from paretofl.fl.engine import Engine
+        from paretofl.fl.models import build_model
+
+        eng = Engine(build_model("lr", digits.shape), digits, D.partition_iid(digits.y_train.numpy(), 10), 1)
+        ALGORITHMS["dpfedavg"](eng, sigma=1.0, clip=0.1, lr=0.1, client_rate=1.0, **kw)
+
+
+# --------------------------------------------------------------------------
+# Flower's adaptive wrapper, as it is in flwr 1.41
+# --------------------------------------------------------------------------
+def _flower_adaptive(noise_multiplier, count_noise, m=5, d=20_000, clip=0.1):
+    pytest.importorskip("flwr")
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+    from flwr.server.strategy import DifferentialPrivacyServerSideAdaptiveClipping
+
+    from paretofl.integrations.flower import equal_weight_fedavg
+
+    strat = DifferentialPrivacyServerSideAdaptiveClipping(
+        equal_weight_fedavg()(), noise_multiplier=noise_multiplier, num_sampled_clients=m,
+        initial_clipping_norm=clip, target_clipped_quantile=0.5, clip_norm_lr=0.2,
+        clipped_count_stddev=count_noise)
+    strat.current_round_params = [np.zeros(d)]
+    big = np.zeros(d)
+    big[0] = 100.0                                                   # every update far above C
+    res = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([big.copy()]), 1, {})) for _ in range(m)]
+    return strat, res
+
+
+def test_flower_adaptive_wrapper_moves_c_the_other_way():
+    """Flower's server-side adaptive wrapper counts the updates it *clipped*
+    and steps C <- C·exp(-η(fraction clipped - γ)): when every update
+    exceeds C it shrinks C, where Andrew et al.'s rule (the fraction that
+    fits) grows it by exp(ηγ).  paretofl's trainer grows it."""
+    strat, res = _flower_adaptive(0.0, 0.0)
+    strat.aggregate_fit(1, res, [])
+    assert strat.clipping_norm == pytest.approx(0.1 * math.exp(-0.2 * 0.5))   # Flower: shrinks
+    assert 0.1 * math.exp(0.2 * 0.5) > 0.1                                    # the paper: grows
+
+
+def test_flower_adaptive_wrapper_noises_with_the_next_c():
+    """Flower adds the sum's noise with the C it has just updated, not the C
+    the updates were clipped to: when C shrinks, the noise is below what
+    the charge assumes (by exp(-η(b - γ)) a round)."""
+    from paretofl.fl.data import Dataset  # noqa: F401  (torch is there: the test runs with the train extra)
+
+    z, sb, m = 1.0, 2.0, 5
+    strat, res = _flower_adaptive(z, sb, m=m)
+    c_clipped = strat.clipping_norm
+    np.random.seed(0)
+    params, _ = strat.aggregate_fit(1, res, [])
+    from flwr.common import parameters_to_ndarrays
+
+    out = parameters_to_ndarrays(params)[0]
+    std = out[1:].std()                                              # coordinates the updates do not touch
+    z_update = strat.noise_multiplier
+    assert z_update == pytest.approx(adaptive_update_multiplier(z, sb))
+    assert strat.clipping_norm < c_clipped
+    assert std == pytest.approx(z_update * strat.clipping_norm / m, rel=0.03)     # the new C
+    assert std < 0.97 * z_update * c_clipped / m                                   # not the one it clipped to
