@@ -196,6 +196,21 @@ def _export(a, d):
         from .integrations import flower
 
         p = flower.plan(d, a.clip)
+        if p.accounted:
+            lines = ["Flower with its own accountant (flwr.serverapp; m of N nodes a round, no amplification "
+                     "charged):",
+                     f"  FedAvg(fraction_train={p.fraction_fit:.6g}, min_train_nodes={p.num_sampled_clients}, "
+                     f"min_available_nodes={p.num_clients}, fraction_evaluate=0.0)",
+                     f"  DifferentialPrivacyServerSideFixedClipping(strategy, noise_multiplier={p.noise_multiplier:.6g}, "
+                     f"clipping_norm={p.clipping_norm:g}, num_sampled_clients={p.num_sampled_clients}, "
+                     "accountant=RdpAccountant(PrivacyConfig(target_delta="
+                     f"{p.delta:g}, population_size={p.num_clients}, neighboring_relation='add-or-remove-one', "
+                     f"sampling_method='no-amplification', max_epsilon={p.budget:g})))",
+                     f"  strategy.start(grid, initial_arrays, num_rounds={p.num_rounds});  noise std on the mean: "
+                     f"{p.noise_std_on_mean:.4g}",
+                     f"  epsilon {p.epsilon:.4f} (what Flower's accountant reports), delta {p.delta:g}; every "
+                     "ClientApp reports num-examples 1 (Flower accounts equal weights only)"]
+            return p.to_dict(), lines, flower.snippet(p)
         lines = ["Flower (central DP, server-side fixed clipping; each round m of N clients without replacement):",
                  f"  FedAvg(fraction_fit={p.fraction_fit:.6g}, min_fit_clients={p.num_sampled_clients}, "
                  f"min_available_clients={p.num_clients}, fraction_evaluate=0.0)",
@@ -240,8 +255,9 @@ def cmd_design(a):
     if unused:
         raise ValueError(f"{', '.join(unused)} only apply to --export {'opacus' if a.export else 'flower|opacus'}")
     framework = a.framework or ("flower" if a.export == "flower" else "paretofl")
-    if a.export == "flower" and framework != "flower":
-        raise ValueError("--export flower designs for Flower's sampling: leave --framework out or set it to flower")
+    if a.export == "flower" and not framework.startswith("flower"):
+        raise ValueError("--export flower designs for Flower: leave --framework out or set it to flower "
+                         "(or flower-accounted, for Flower's own accountant)")
     if a.export is not None and a.clip is None:
         raise ValueError(f"--export {a.export} needs --clip (the clipping norm C)")
     if a.export is not None and not (a.clip > 0):
@@ -354,7 +370,7 @@ def _design_nbafl(a):
 def _design_groups(a, design):
     """design --budgets: each group's rate (or sigma), the common T and noise."""
     for flag, v in (("--export", a.export), ("--plot", a.plot), ("--q", a.q), ("--q-min", a.q_min),
-                    ("--from-store", a.from_store), ("--framework flower", a.framework == "flower" or None)):
+                    ("--from-store", a.from_store), ("--framework flower", (a.framework or "").startswith("flower") or None)):
         if v is not None:
             raise ValueError(f"{flag} does not apply with --budgets: each group's rate is designed, in paretofl's "
                              "trainer (docs/api.md says what Flower can run instead)")
@@ -695,9 +711,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "growing with sigma^2 T) (default: the one the store's held-out seeds prefer)")
     s.add_argument("--mechanism", choices=("client-aggregate", "client-local", "nbafl"), default="client-aggregate",
                    help="what is released and charged (docs/theory.md, section 5)")
-    s.add_argument("--framework", choices=("paretofl", "flower"),
-                   help="where it runs: paretofl's trainer (Poisson client sampling) or Flower (m of N without "
-                        "replacement) (default: paretofl, or flower with --export flower)")
+    s.add_argument("--framework", choices=("paretofl", "flower", "flower-accounted"),
+                   help="where it runs: paretofl's trainer (Poisson client sampling), Flower (m of N without "
+                        "replacement, accounted by paretofl), or Flower with its own accountant on (no "
+                        "amplification: Flower's reported epsilon then matches) (default: paretofl, or flower with "
+                        "--export flower)")
     s.add_argument("--export", choices=("flower", "opacus"), help="print the design in the framework's own "
                                                                   "parameters, with a snippet")
     s.add_argument("--clip", type=FLOAT, help="clipping norm C (for --export)")

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from .theory import pareto
-from .theory.privacy import DEFAULT_ORDERS, FRAMEWORKS, check_delta, compute_epsilon, max_steps, mechanism_charge
+from .theory.privacy import DEFAULT_ORDERS, FLOWER_ORDERS, FRAMEWORKS, check_delta, compute_epsilon, max_steps, mechanism_charge, \
+    rdp_curve, rdp_to_epsilon
 
 __all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
            "DESIGN_MECHANISMS", "FRAMEWORKS", "accounting", "sum_noise_multiplier", "shipped_fit"]
@@ -318,9 +319,12 @@ def design(
         the fit of the shipped LR pre-trial.
     mechanism : "client-aggregate" (noise multiplier σ√(qN) charged,
         Poisson-subsampled) or "client-local" (σ at each participation).
-    framework : "paretofl" (its trainer's Poisson sampling) or "flower"
-        (m = qN clients drawn without replacement; see
-        :mod:`paretofl.integrations.flower`).
+    framework : "paretofl" (its trainer's Poisson sampling), "flower"
+        (m = qN clients drawn without replacement, accounted by paretofl) or
+        "flower-accounted" (Flower's own accountant on: no amplification by
+        sampling, so that Flower's reported ε, its ``max_epsilon`` and
+        ``PrivacyBudgetExhausted`` enforce this budget); see
+        :mod:`paretofl.integrations.flower`.
     from_store : the empirical mode: instead of the closed form, a model of
         the utility loss fitted to this pre-trial store over (σ²/(qN), T) —
         ``utility_model`` "bound" (1.2) with free constants, or "bend", which
@@ -336,7 +340,8 @@ def design(
     ``notes`` says when a bound binds, the budget is not spent, or the
     budget is too small to learn.
     """
-    orders = DEFAULT_ORDERS if orders is None else orders
+    if orders is None:   # Flower's own accountant reports on its orders: design on them
+        orders = FLOWER_ORDERS if framework == "flower-accounted" else DEFAULT_ORDERS
     n = _int_at_least(n_clients, 1, "n_clients")
     if n > MAX_CLIENTS:
         raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
@@ -410,7 +415,7 @@ def design(
         return design_groups(b, delta, t_cap, kappa, kappa_source, mechanism, 1.0 if q_max is None else q_max,
                              sigma_min, sigma_max, orders)
     qs = _q_candidates(n, q, q_min, 1.0 if q_max is None else q_max, mechanism)
-    if framework == "flower" and any(abs(qq * n - round(qq * n)) > 1e-9 for qq in qs):
+    if framework.startswith("flower") and any(abs(qq * n - round(qq * n)) > 1e-9 for qq in qs):
         raise ValueError(f"Flower samples a whole number of clients: q = {q:g} times {n} clients is not one")
     accts = {qq: accounting(mechanism, qq, n, framework) for qq in qs}   # validates qN >= 1
     args = (n, epsilon, delta, t_cap, sigma_min, sigma_max, kappa, orders)
@@ -448,6 +453,8 @@ def design(
     sampling, zf = accts[qb]
     z = sig * zf
     eps_exact = compute_epsilon(qb, z, T, delta, sampling, orders=orders)
+    if framework == "flower-accounted":   # Flower reports on its orders, not refined between them: the larger
+        eps_exact = max(eps_exact, rdp_to_epsilon(orders, T * rdp_curve(sampling, qb, z, orders), delta)[0])
     if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
         raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
 

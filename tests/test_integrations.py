@@ -192,3 +192,88 @@ def test_snippets_run():
     env = {}
     exec(compile(code, "snippet", "exec"), env)
     assert env["plan"].num_rounds == d.rounds and env["strategy"] is not None
+
+
+# --------------------------------------------------------------------------
+# Flower's own accountant (flwr.serverapp, add/remove, no amplification)
+# --------------------------------------------------------------------------
+def _accounted_simulation(plan, dim=40):
+    """A Flower Message-API simulation (Ray engine) of an accounted plan with
+    clients that send back a fixed step: Flower's accountant on, max_epsilon
+    the budget.  Returns the strategy's PrivacySpent."""
+    from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.simulation import run_simulation
+
+    client = ClientApp()
+
+    @client.train()
+    def train(msg: Message, context: Context):
+        arrays = msg.content["arrays"].to_numpy_ndarrays()
+        reply = RecordDict({"arrays": ArrayRecord([a + 0.01 for a in arrays]),
+                            "metrics": MetricRecord({"num-examples": 1})})
+        return Message(reply, reply_to=msg)
+
+    server, out = ServerApp(), {}
+
+    @server.main()
+    def main(grid: Grid, context: Context):
+        strategy = bridge.accounted_strategy(plan)
+        strategy.start(grid=grid, initial_arrays=ArrayRecord([np.zeros(dim)]), num_rounds=plan.num_rounds)
+        out["spent"], out["strategy"] = strategy.privacy_spent(), strategy
+
+    run_simulation(server_app=server, client_app=client, num_supernodes=plan.num_clients,
+                   backend_config={"client_resources": {"num_cpus": 1}}, verbose_logging=False)
+    return out
+
+
+def test_flower_accountant_reports_the_designs_epsilon():
+    """A design for Flower's own accountant, run in a Flower simulation with
+    that accountant on: Flower's final ε is within the budget and within 1 %
+    of paretofl's exact accountant for the same releases (T Gaussians of z,
+    no amplification), after the design's T releases; one more would pass
+    max_epsilon, so Flower's PrivacyBudgetExhausted guards the budget."""
+    from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+
+    budget, delta = 3.0, 1e-3
+    d = paretofl.design(20, budget, delta=delta, max_rounds=8, q=0.5, framework="flower-accounted",
+                        sigma_min=0.01)
+    plan = bridge.plan(d, 0.5)
+    assert plan.accounted and plan.num_sampled_clients == 10 and plan.num_rounds > 1
+    out = _accounted_simulation(plan)
+    spent = out["spent"]
+    ours = P.compute_epsilon(1.0, plan.noise_multiplier, plan.num_rounds, delta)   # finer orders, own code
+    assert spent.num_releases == plan.num_rounds
+    assert spent.epsilon <= budget
+    assert spent.epsilon == pytest.approx(ours, rel=0.01)
+    assert spent.epsilon == pytest.approx(d.epsilon, rel=1e-9)                   # the design says what Flower says
+    more = GaussianPrivacyEvent(noise_multiplier=plan.noise_multiplier, sample_size=10, population_size=20)
+    if d.rounds < d.max_rounds:                                                  # the budget, not the cap, bound T
+        assert out["strategy"].accountant.would_exceed(more)
+
+
+def test_flower_accountant_mistakes_the_bridge_rules_out():
+    """(a) a q < 1 design for sampling without replacement (framework
+    "flower") has no accountant Flower can attach: Flower would charge it
+    without amplification, a larger ε than its budget; (b) Flower's
+    replace-one accountant given the strategy's z as it is reports less
+    than the ε paretofl charges (replace-one moves the sum by 2C)."""
+    pytest.importorskip("flwr")
+    from flwr.supercore.privacy_accounting import (
+        GaussianPrivacyEvent, NeighboringRelation, PrivacyConfig, SamplingMethod)
+    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+    d = paretofl.design(100, 2.0, max_rounds=200, q=0.2, framework="flower")
+    plan = bridge.plan(d, 0.5)
+    with pytest.raises(ValueError, match="flower-accounted"):
+        bridge.accountant(plan)
+    assert P.compute_epsilon(1.0, d.noise_multiplier, d.rounds, d.delta) > 1.05 * d.budget   # (a)
+    acc = RdpAccountant(PrivacyConfig(target_delta=d.delta, population_size=100,
+                                      neighboring_relation=NeighboringRelation.REPLACE_ONE,
+                                      sampling_method=SamplingMethod.WITHOUT_REPLACEMENT))
+    acc.compose(GaussianPrivacyEvent(noise_multiplier=d.noise_multiplier, sample_size=20, population_size=100),
+                d.rounds)
+    naive = acc.get_privacy_spent().epsilon
+    assert naive < 0.75 * d.epsilon                                                           # (b)
+    assert bridge.flower_epsilon(100, 20, d.noise_multiplier, d.rounds, d.delta) == pytest.approx(d.epsilon, rel=1e-9)

@@ -23,6 +23,30 @@ What Flower does, and what paretofl charges for it (docs/theory.md §5.1):
   (``fraction_evaluate=0``); evaluate centrally on public data
   (``evaluate_fn``).
 
+Flower's own accountant (flwr >= 1.41, ``flwr.serverapp``): its accounted
+fixed-clipping wrappers accept only ``sampling_method="no-amplification"``
+with add/remove neighbours, where each round is a Gaussian of noise
+multiplier z on the sum (sensitivity C) and sampling buys nothing.  A design
+for it is made with ``framework="flower-accounted"``; :func:`accountant`
+builds that accountant (``max_epsilon`` = the design's budget) and
+:func:`accounted_strategy` the Message-API strategy around it, so that
+Flower's reported ε, its ``max_epsilon`` and ``PrivacyBudgetExhausted``
+enforce the design's budget.  Two mistakes this bridge rules out: a q < 1
+design made for sampling without replacement ("flower") shows a larger ε
+under Flower's accountant, which then stops it early; and Flower's
+replace-one accountant given the strategy's z as it is understates ε (the
+replace-one sensitivity is 2C: it would need z/2).
+
+Flower's adaptive-clipping wrappers (``DifferentialPrivacy*AdaptiveClipping``
+in flwr 1.41) differ from Andrew et al. (2021), whose update paretofl's
+trainer runs (``clip_quantile``): they count the updates that were
+*clipped* and step C <- C·exp(-η(fraction clipped - γ)), which moves C away
+from the target quantile; they noise the sum with the C just updated, not
+the C the updates were clipped to (below the charge when C shrinks); and
+their raw count moves by 1 when a client is added, where the joint
+multiplier (z⁻² - (2σ_b)⁻²)^(-1/2) they use assumes ½.  paretofl exports no
+design to them (tests/test_recipe.py shows the first two).
+
 Flower is imported only inside the functions that build its objects.
 """
 
@@ -34,7 +58,8 @@ from dataclasses import asdict, dataclass
 from ..recommendation import Design
 from ..theory.privacy import compute_epsilon
 
-__all__ = ["FlowerPlan", "plan", "strategy", "flower_epsilon", "equal_weight_fedavg", "snippet"]
+__all__ = ["FlowerPlan", "plan", "strategy", "flower_epsilon", "equal_weight_fedavg", "snippet", "accountant",
+           "accounted_strategy"]
 
 
 def flower_epsilon(num_clients: int, num_sampled_clients: int, noise_multiplier: float, rounds: int,
@@ -59,6 +84,8 @@ class FlowerPlan:
     clipping_norm: float
     epsilon: float
     delta: float
+    accounted: bool = False    # made for Flower's own accountant (framework="flower-accounted")
+    budget: float | None = None
 
     @property
     def fraction_fit(self) -> float:
@@ -73,19 +100,23 @@ class FlowerPlan:
         return {**asdict(self), "fraction_fit": self.fraction_fit, "noise_std_on_mean": self.noise_std_on_mean}
 
 
-def plan(design: Design, clipping_norm: float) -> FlowerPlan:
+def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     """Flower's parameters for ``design`` (made with ``framework="flower"``,
     the ``client-aggregate`` mechanism) and a clipping norm C."""
     if not isinstance(design, Design):
         raise ValueError("plan needs a paretofl Design (paretofl.design(..., framework='flower'))")
-    if design.mechanism != "client-aggregate" or design.sampling != "fixed-size":
-        raise ValueError("this design was not made for Flower's sampling: run design(..., framework='flower')")
-    if not (clipping_norm > 0) or math.isinf(clipping_norm):
+    if design.mechanism != "client-aggregate" or design.framework not in ("flower", "flower-accounted"):
+        raise ValueError("this design was not made for Flower's sampling: run design(..., framework='flower') "
+                         "(or 'flower-accounted' for Flower's own accountant)")
+    if clipping_norm is None:
+        clipping_norm = getattr(design, "clip", None)
+    if clipping_norm is None or not (clipping_norm > 0) or math.isinf(clipping_norm):
         raise ValueError(f"clipping_norm must be a positive finite number, got {clipping_norm}")
     m = int(round(design.q * design.n_clients))
     return FlowerPlan(num_clients=design.n_clients, num_sampled_clients=m, num_rounds=design.rounds,
                       noise_multiplier=design.noise_multiplier, clipping_norm=float(clipping_norm),
-                      epsilon=design.epsilon, delta=design.delta)
+                      epsilon=design.epsilon, delta=design.delta, accounted=design.framework == "flower-accounted",
+                      budget=design.budget)
 
 
 _EQUAL = None
@@ -130,6 +161,8 @@ def strategy(design_or_plan, clipping_norm: float | None = None, side: str = "se
     )
 
     p = design_or_plan if isinstance(design_or_plan, FlowerPlan) else plan(design_or_plan, clipping_norm)
+    if p.accounted:
+        raise ValueError("this plan is for Flower's own accountant: build it with accounted_strategy(plan)")
     if side not in ("server", "client"):
         raise ValueError(f"side must be 'server' or 'client', got {side!r}")
     kw = {"fraction_fit": p.fraction_fit, "min_fit_clients": p.num_sampled_clients,
@@ -145,6 +178,20 @@ def strategy(design_or_plan, clipping_norm: float | None = None, side: str = "se
 def snippet(p: FlowerPlan) -> str:
     """Python that builds this plan's strategy in a Flower ServerApp."""
     args = ", ".join(f"{k}={v!r}" for k, v in asdict(p).items())
+    if p.accounted:
+        return "\n".join([
+            "from flwr.serverapp import Grid, ServerApp",
+            "from paretofl.integrations import flower",
+            "",
+            f"plan = flower.FlowerPlan({args})",
+            "app = ServerApp()",
+            "",
+            "@app.main()",
+            "def main(grid: Grid, context):",
+            "    strategy = flower.accounted_strategy(plan)   # Flower's accountant, max_epsilon = the budget",
+            "    strategy.start(grid=grid, initial_arrays=initial_arrays, num_rounds=plan.num_rounds)",
+            "    print(strategy.privacy_spent())",
+        ])
     return "\n".join([
         "from flwr.server import ServerApp, ServerAppComponents, ServerConfig",
         "from paretofl.integrations import flower",
@@ -154,3 +201,50 @@ def snippet(p: FlowerPlan) -> str:
         "app = ServerApp(server_fn=lambda context: ServerAppComponents(",
         "    strategy=strategy, config=ServerConfig(num_rounds=plan.num_rounds)))",
     ])
+
+
+def accountant(p: FlowerPlan):
+    """Flower's own RDP accountant configured as Flower can account the plan:
+    add/remove neighbours, no amplification, population N, the plan's δ, and
+    ``max_epsilon`` = the design's budget (Flower then raises
+    ``PrivacyBudgetExhausted`` before a round that would pass it)."""
+    from flwr.supercore.privacy_accounting import NeighboringRelation, PrivacyConfig, SamplingMethod
+    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+    if not p.accounted:
+        raise ValueError("Flower's accountant cannot account this plan's sampling without replacement (it accepts "
+                         "fixed clipping without amplification only): design with framework='flower-accounted'")
+    cfg = PrivacyConfig(target_delta=p.delta, population_size=p.num_clients,
+                        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+                        sampling_method=SamplingMethod.NO_AMPLIFICATION,
+                        max_epsilon=p.budget if p.budget else p.epsilon)
+    return RdpAccountant(cfg)
+
+
+def accounted_strategy(p: FlowerPlan, side: str = "server", **fedavg_kwargs):
+    """The Message-API (``flwr.serverapp``) strategy that runs an accounted
+    plan: FedAvg training exactly m of N nodes a round (``fraction_train``,
+    ``min_train_nodes``), wrapped in Flower's fixed-clipping DP strategy with
+    :func:`accountant` attached.  Flower's accounted mode averages with equal
+    weights: each ClientApp must report the same ``num-examples`` (1, say).
+    ``fedavg_kwargs`` go to ``flwr.serverapp.strategy.FedAvg``; federated
+    evaluation is off unless you turn it on.  Run it with
+    ``strategy.start(grid, initial_arrays, num_rounds=plan.num_rounds)``."""
+    from flwr.serverapp.strategy import (
+        DifferentialPrivacyClientSideFixedClipping,
+        DifferentialPrivacyServerSideFixedClipping,
+        FedAvg,
+    )
+
+    if not isinstance(p, FlowerPlan):
+        raise ValueError("accounted_strategy needs a FlowerPlan (flower.plan(design, C))")
+    if side not in ("server", "client"):
+        raise ValueError(f"side must be 'server' or 'client', got {side!r}")
+    acc = accountant(p)
+    kw = {"fraction_train": p.fraction_fit, "min_train_nodes": p.num_sampled_clients,
+          "min_available_nodes": p.num_clients, "fraction_evaluate": 0.0, "min_evaluate_nodes": 0,
+          **fedavg_kwargs}
+    wrap = (DifferentialPrivacyServerSideFixedClipping if side == "server"
+            else DifferentialPrivacyClientSideFixedClipping)
+    return wrap(FedAvg(**kw), noise_multiplier=p.noise_multiplier, clipping_norm=p.clipping_norm,
+                num_sampled_clients=p.num_sampled_clients, accountant=acc)

@@ -42,6 +42,7 @@ import numpy as np
 __all__ = [
     "DEFAULT_ORDERS",
     "SAMPLINGS",
+    "FLOWER_ORDERS",
     "adaptive_update_multiplier",
     "MECHANISMS",
     "asymptotic_epsilon",
@@ -515,6 +516,7 @@ SAMPLINGS: dict[str, Callable] = {
     "poisson": rdp_subsampled_gaussian,       # hidden Poisson sample (add/remove)
     "attributed": rdp_attributed_gaussian,    # participation seen (local view)
     "fixed-size": rdp_fixed_size_gaussian,    # hidden sample of fixed size (replace-one)
+    "none": lambda q, z, orders=DEFAULT_ORDERS: rdp_gaussian(z, orders),   # no amplification (q ignored)
 }
 
 
@@ -777,9 +779,17 @@ def calibrate_noise(target_epsilon: float, q: float, steps: int, delta: float,
 MECHANISMS = ("client-aggregate", "client-local", "sample")
 
 
-#: where a design runs: paretofl's trainer (Poisson sampling) or Flower (m of
-#: N clients without replacement)
-FRAMEWORKS = ("paretofl", "flower")
+#: the orders Flower's RdpAccountant uses (dp-accounting's default orders):
+#: a design for Flower's own accountant is searched on these, so that the ε
+#: Flower reports is the ε the design reports (a coarser set of orders can
+#: only give a larger ε for the same releases)
+FLOWER_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64))
+                                         + [128, 256, 512, 1024])
+
+#: where a design runs: paretofl's trainer (Poisson sampling), Flower (m of N
+#: clients without replacement, accounted by paretofl), or Flower with its own
+#: accountant on (which accounts fixed clipping without amplification)
+FRAMEWORKS = ("paretofl", "flower", "flower-accounted")
 
 
 @dataclass(frozen=True)
@@ -831,7 +841,10 @@ def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | No
       multiplier σ√m.  Needs m >= 1.  In Flower (``framework="flower"``),
       which samples m of N without replacement under replace-one
       neighbours (sensitivity 2C), a fixed-size subsampled Gaussian of
-      σ√m / 2.
+      σ√m / 2.  With Flower's own accountant on
+      (``framework="flower-accounted"``): what that accountant can charge
+      fixed clipping, a Gaussian of σ√m with no amplification by sampling
+      (add/remove neighbours, sensitivity C on the sum of m updates).
     * ``client-local`` -- client-level DP of each update the server receives.
       Trusted: nobody.  Neighbours: one client's data replaced by none (its
       clipped update by zero).  Released: each participating client's
@@ -857,8 +870,10 @@ def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | No
         z = sigma * math.sqrt(cohort)
         if framework == "flower":
             return Charge("fixed-size", q, z / 2.0, z)
+        if framework == "flower-accounted":
+            return Charge("none", q, z, z)
         return Charge("poisson", q, z, z)
-    if framework == "flower":
+    if framework != "paretofl":
         raise ValueError("Flower's DP wrappers release the aggregate: design for mechanism client-aggregate")
     if mechanism == "client-local":
         return Charge("attributed", q, sigma, sigma)
