@@ -185,7 +185,8 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     ``ALGORITHMS[name].options()``).  A replica stops when its next round
     would spend more than ``epsilon``.  ``history``: a CSV path that gets a
     row per (round, replica) as they finish.  ``design``: apply a
-    :class:`Design` (its q, T, σ, mechanism and budget) to client-level
+    :class:`Design` (its q, T, σ, mechanism and budget, and its recipe's C,
+    learning rate, local epochs and batch unless ``options`` name them) to client-level
     DP-FedAvg, or a :class:`paretofl.budgets.GroupDesign`.  ``budgets``:
     clients with budgets of their own (a budgets CSV file or a
     :class:`paretofl.budgets.Budgets`): the group design for ``rounds``
@@ -226,7 +227,9 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
             clients = design.n_clients
         if clients != design.n_clients:
             raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
-        options = {"mechanism": design.mechanism, "client_rate": min(1.0, design.q), "sigma": design.sigma, **options}
+        recipe = {k: getattr(design, k, None) for k in ("clip", "lr", "local_epochs", "batch_size")}
+        options = {"mechanism": design.mechanism, "client_rate": min(1.0, design.q), "sigma": design.sigma,
+                   **{k: v for k, v in recipe.items() if v is not None}, **options}
         epsilon, delta, rounds = design.budget, design.delta, design.rounds
     if budgets is not None:
         options = {"mechanism": "client-aggregate", **options}

@@ -195,7 +195,10 @@ def _export(a, d):
     if a.export == "flower":
         from .integrations import flower
 
-        p = flower.plan(d, a.clip)
+        if a.clip is None and d.clip is None:
+            raise ValueError("--export flower needs --clip (the clipping norm C): this design has no C of its own "
+                             "(give --tune STORE, or a --fit that records its pre-trial)")
+        p = flower.plan(d, a.clip if a.clip is not None else d.clip)
         if p.accounted:
             lines = ["Flower with its own accountant (flwr.serverapp; m of N nodes a round, no amplification "
                      "charged):",
@@ -258,9 +261,9 @@ def cmd_design(a):
     if a.export == "flower" and not framework.startswith("flower"):
         raise ValueError("--export flower designs for Flower: leave --framework out or set it to flower "
                          "(or flower-accounted, for Flower's own accountant)")
-    if a.export is not None and a.clip is None:
-        raise ValueError(f"--export {a.export} needs --clip (the clipping norm C)")
-    if a.export is not None and not (a.clip > 0):
+    if a.export == "opacus" and a.clip is None:
+        raise ValueError("--export opacus needs --clip (the per-sample clipping norm of DP-SGD)")
+    if a.clip is not None and not (a.clip > 0):
         raise ValueError(f"--clip must be positive, got {a.clip}")
     if (a.budget is None) == (a.budgets is None):
         raise ValueError("give --budget (one epsilon for every client) or --budgets FILE (a budget per client)")
@@ -276,7 +279,8 @@ def cmd_design(a):
         d = design(a.clients, a.budget, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
                    round_time=a.round_time, q=a.q, q_min=a.q_min, q_max=a.q_max, sigma_min=a.sigma_min,
                    sigma_max=a.sigma_max, kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, framework=framework,
-                   from_store=a.from_store, utility_model=a.utility_model)
+                   from_store=a.from_store, utility_model=a.utility_model, tune=a.tune, clips=a.clips, lrs=a.lrs,
+                   progress=not a.json)
     except InfeasibleBudget as exc:
         if a.json:
             print(json.dumps({"feasible": False, "budget": exc.epsilon, "min_epsilon": exc.min_epsilon, **exc.where}))
@@ -307,15 +311,24 @@ def cmd_design(a):
                      f"{'lower' if d.distance['utility_rel'] <= 0 else 'higher'})")
     lines.append(f"  sigma by relation   {d.sigma_relation:.4g}  (what kappa sigma^2 T = qN alone gives at this "
                  "q and T)")
+    lines += _recipe_lines(d)
     lines += [f"note: {n}" for n in out["notes"]]
     if a.export is not None:
         params, more, code = _export(a, d)
         out["export"], out["snippet"] = {"framework": a.export, **params}, code
         lines += [""] + more + ["", code, ""]
     else:
+        recipe = "".join(f" --{f.replace('_', '-')} {v:g}" for f, v in (("clip", d.clip), ("lr", d.lr),
+                         ("local_epochs", d.local_epochs), ("batch_size", d.batch_size)) if v is not None)
         lines.append(f"next: apply it (paretofl train --mechanism {d.mechanism} --clients {d.n_clients} "
-                     f"--client-rate {d.q:.6g} --sigma {d.sigma:.6g} --rounds {d.rounds} --epsilon {d.budget:g}, or "
-                     "--export flower|opacus), and fit kappa to your own model with paretofl pretrial + fit")
+                     f"--client-rate {d.q:.6g} --sigma {d.sigma:.6g} --rounds {d.rounds}{recipe} --epsilon "
+                     f"{d.budget:g}, or --export flower|opacus), "
+                     + ("publish the privacy statement (--statement)" if not a.statement else
+                        "and publish the statement above with your results")
+                     + ("" if d.tuning else "; choose C and lr on your public data with --tune STORE"))
+    if a.statement:
+        out["statement"] = d.statement()
+        lines += ["", out["statement"], ""]
     if a.plot:
         out["plot"] = a.plot
         lines.append(f"plot written to {a.plot}")
@@ -330,6 +343,21 @@ def cmd_design(a):
         plots.design_figure(d, a.plot)
 
 
+def _recipe_lines(d) -> list[str]:
+    """The rest of the recipe: C, lr, local epochs and batch, and where each came from."""
+    lines = []
+    for name, v, key in (("clipping norm C", d.clip, "clip"), ("learning rate", d.lr, "lr"),
+                         ("local epochs", d.local_epochs, "local_epochs"), ("batch size", d.batch_size, "batch_size")):
+        shown = "-" if v is None else f"{v:g}"
+        lines.append(f"  {name:<19} {shown}  ({d.sources.get(key, '')})")
+    if d.tuning:
+        best = next(g for g in d.tuning["grid"] if g["clip"] == d.clip and g["lr"] == d.lr)
+        lines.append(f"  public tuning       test loss {best['test_loss']:.4g}, accuracy {100 * best['accuracy']:.1f} % "
+                     f"at C = {d.clip:g}, lr = {d.lr:g} (noise on the mean {d.tuning['pretrial']['noise_on_mean']:.4g} "
+                     f"x C, {d.tuning['pretrial']['clients']} public clients, {d.tuning['seconds']:.0f} s)")
+    return lines
+
+
 def _design_nbafl(a):
     """design --mechanism nbafl: NbAFL's own T* and K* (Wei et al., Remarks 4
     and 5) and what its calibration guarantees beside paretofl's."""
@@ -340,7 +368,8 @@ def _design_nbafl(a):
         raise ValueError("--mechanism nbafl takes one --budget (the paper's protection level epsilon), and no "
                          "--budgets, --export or --plot")
     for flag, v in (("--batch-size", a.batch_size), ("--local-steps", a.local_steps), ("--q", a.q),
-                    ("--from-store", a.from_store), ("--fit", a.fit), ("--kappa", a.kappa)):
+                    ("--from-store", a.from_store), ("--fit", a.fit), ("--kappa", a.kappa), ("--tune", a.tune),
+                    ("--statement", a.statement or None)):
         if v is not None:
             raise ValueError(f"{flag} does not apply to --mechanism nbafl (its constants are Theorem 2's)")
     if a.clip is None or a.client_size is None:
@@ -370,7 +399,8 @@ def _design_nbafl(a):
 def _design_groups(a, design):
     """design --budgets: each group's rate (or sigma), the common T and noise."""
     for flag, v in (("--export", a.export), ("--plot", a.plot), ("--q", a.q), ("--q-min", a.q_min),
-                    ("--from-store", a.from_store), ("--framework flower", (a.framework or "").startswith("flower") or None)):
+                    ("--from-store", a.from_store), ("--framework flower", (a.framework or "").startswith("flower") or None),
+                    ("--tune", a.tune), ("--statement", a.statement or None)):
         if v is not None:
             raise ValueError(f"{flag} does not apply with --budgets: each group's rate is designed, in paretofl's "
                              "trainer (docs/api.md says what Flower can run instead)")
@@ -405,6 +435,17 @@ def _design_groups(a, design):
 # --------------------------------------------------------------------------
 _RUN_FLAGS = ("dataset", "data_dir", "model", "clients", "partition", "beta", "epsilon", "delta", "rounds",
               "replicas", "seed", "device", "eval_every", "strategy")
+
+
+def _declared_kinds(opt) -> set:
+    """The number types an option without a default is declared with
+    (``float | None``: float), so that its flag parses a number."""
+    from dataclasses import fields
+
+    from .fl.options import CONFIGS
+
+    decl = " ".join(str(f.type) for cfg in CONFIGS.values() for f in fields(cfg) if f.name == opt)
+    return {t for t, name in ((float, "float"), (int, "int")) if name in decl}
 
 
 def _algorithm_options():
@@ -718,7 +759,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "--export flower)")
     s.add_argument("--export", choices=("flower", "opacus"), help="print the design in the framework's own "
                                                                   "parameters, with a snippet")
-    s.add_argument("--clip", type=FLOAT, help="clipping norm C (for --export)")
+    s.add_argument("--clip", type=FLOAT, help="clipping norm C for --export (flower: default the recipe's C; "
+                                               "opacus: the per-sample norm, required)")
+    s.add_argument("--tune", metavar="STORE", help="choose C and the learning rate on this pre-trial's public share: "
+                                                   "train the --clips x --lrs grid at the design's T and noise")
+    s.add_argument("--clips", type=FLOAT, nargs="+", help="with --tune: clipping norms to try (default 0.03 0.1 0.3 1 3)")
+    s.add_argument("--lrs", type=FLOAT, nargs="+", help="with --tune: learning rates to try (default 0.03 0.1 0.3 1)")
+    s.add_argument("--statement", action="store_true",
+                   help="print the privacy statement to publish (guarantee, unit, neighbours, what is released, "
+                        "who is trusted, sampling, accountant, the hyperparameters' privacy cost)")
     s.add_argument("--client-size", type=INT, help="--export opacus: samples per client")
     s.add_argument("--batch-size", type=INT, help="--export opacus: DP-SGD batch size")
     s.add_argument("--local-steps", type=INT, help="--export opacus: DP-SGD steps per round")
@@ -756,7 +805,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     g = s.add_argument_group("algorithm options (each algorithm takes only its own; defaults per algorithm)")
     for opt, per_alg in _algorithm_options().items():
-        kinds = {type(d) for d, _, _ in per_alg.values() if d is not None}
+        kinds = {type(d) for d, _, _ in per_alg.values() if d is not None} or _declared_kinds(opt)
         typ = INT if kinds == {int} else (FLOAT if kinds & {int, float} else str)
         (default0, help0, choices) = next(iter(per_alg.values()))
         values = {d for d, _, _ in per_alg.values()}

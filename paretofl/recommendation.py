@@ -132,6 +132,15 @@ class Design:
     notes: list = field(default_factory=list)
     utility_model: str = "closed form"          # or the empirical mode's "bound" / "bend" model
     predicted_utility_loss: float | None = None  # the empirical mode's prediction, in loss units
+    # the rest of the recipe: clipping norm, clients' learning rate, local
+    # epochs and batch (None where nothing said them), where each came from,
+    # and the public tuning's table and update norms (design(tune=...))
+    clip: float | None = None
+    lr: float | None = None
+    local_epochs: int | None = None
+    batch_size: int | None = None
+    sources: dict = field(default_factory=dict)
+    tuning: dict = field(default_factory=dict)
 
     def __post_init__(self):
         # plain Python numbers, so that the repr and JSON read as written
@@ -150,6 +159,13 @@ class Design:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def statement(self) -> str:
+        """The privacy statement to publish with a deployment of this design
+        (Ponomareva et al. 2023, "How to DP-fy ML", §5.3): guarantee, unit,
+        neighbours, what is released, who is trusted, sampling, accountant,
+        and the privacy cost of choosing the hyperparameters."""
+        return privacy_statement(self)
 
     def __str__(self) -> str:
         return (f"Design(q={self.q:.4g}, rounds={self.rounds}, sigma={self.sigma:.4g}, epsilon={self.epsilon:.4g}, "
@@ -302,6 +318,10 @@ def design(
     utility_model: str | None = None,
     orders=None,
     budgets=None,
+    tune=None,
+    clips=None,
+    lrs=None,
+    progress: bool = False,
 ) -> Design:
     """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
 
@@ -334,6 +354,13 @@ def design(
         budgets CSV file (``client,epsilon`` or ``share,epsilon``) or a
         :class:`paretofl.budgets.Budgets`; returns a
         :class:`paretofl.budgets.GroupDesign` (docs/theory.md §4.B).
+    tune : a pre-trial results store: after (q, T, σ) are chosen, train the
+        (``clips`` × ``lrs``) grid on its public share at the design's noise
+        on the average and T (three seeds; torch is imported) and
+        return the pair with the lowest test loss as the recipe's C and η
+        (:func:`paretofl.pretrial.tune.tune`, docs/theory.md §4.C).  Without
+        it, C, η, the local epochs and batch are those of the pre-trial κ
+        came from, where that is known.
 
     Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
     ValueError) when no allowed point meets ε, and ValueError for bad input.
@@ -399,6 +426,19 @@ def design(
         else:
             kappa, kappa_source = default_kappa()
 
+    if tune is None and (clips is not None or lrs is not None):
+        raise ValueError("clips and lrs are the grid of tune: give tune (a pre-trial store) too")
+    if tune is not None:
+        from pathlib import Path as _P
+
+        if not _P(tune).is_file():
+            raise ValueError(f"tune: results file {tune} does not exist")
+        if budgets is not None or mechanism != "client-aggregate":
+            raise ValueError("tune chooses C and the learning rate for client-aggregate DP-FedAvg with one budget")
+        from .pretrial.tune import CLIPS, LRS, check_grid
+
+        clips = check_grid(CLIPS if clips is None else clips, "clip")
+        lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
     if budgets is not None:
         from .budgets import Budgets, design_groups, read_budgets
 
@@ -478,7 +518,61 @@ def design(
     d.notes = _notes(d, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
     if q is None and len(qs) > 1:
         d.notes.append(_why_q(d, per_q, qs))
+    _recipe(d, q, kappa_spec(kappa_source, fit, from_store), tune, clips, lrs, progress)
     return d
+
+
+def kappa_spec(kappa_source: str, fit, from_store) -> dict | None:
+    """The pre-trial spec κ came from (its C, η, local epochs, batch), where known."""
+    try:
+        if from_store is not None:
+            from .pretrial.tune import spec_of_store
+
+            return spec_of_store(from_store).to_dict()
+        path = fit if fit is not None else (shipped_fit() if kappa_source.startswith("shipped") else None)
+        if path is None:
+            return None
+        spec = json.loads(Path(path).read_text()).get("spec")
+        return spec if isinstance(spec, dict) else None
+    except (ValueError, OSError):
+        return None
+
+
+def _recipe(d: Design, q_given, spec, tune, clips, lrs, progress) -> None:
+    """Fill the recipe's C, η, local epochs and batch, and say where every
+    knob came from."""
+    d.sources = {"q": "given" if q_given is not None else "the exact search over cohort sizes",
+                 "rounds": "the exact search: the most rounds the budget allows at this sigma, up to max rounds",
+                 "sigma": f"the exact search, minimising the utility bound with kappa ({d.kappa_source})"}
+    if spec is not None:
+        d.clip, d.lr = float(spec["clip"]), float(spec["lr"])
+        d.local_epochs, d.batch_size = int(spec["local_epochs"]), int(spec["batch_size"])
+        where = f"the pre-trial kappa came from ({spec.get('model')} on {spec.get('dataset')})"
+        d.sources.update(clip=where, lr=where, local_epochs=where, batch_size=where)
+    else:
+        d.sources.update(clip="not chosen: give tune (a pre-trial store) or use a fit that records its spec",
+                         lr="not chosen: give tune (a pre-trial store) or use a fit that records its spec")
+    if tune is None:
+        return
+    from .pretrial.tune import tune as run_tune
+
+    t = run_tune(tune, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, progress=progress)
+    d.tuning = t
+    d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
+    grid = f"{len(clips)} x {len(lrs)} grid"
+    where = (f"public tuning on {tune}: lowest test loss of the {grid} at this design's T and noise on the mean "
+             f"({t['seeds']} seeds)")
+    d.sources.update(clip=where, lr=where, local_epochs=f"the pre-trial {tune}", batch_size=f"the pre-trial {tune}")
+    norms = t["norms"]
+    d.notes.append(f"update norms on the public share at C = {t['clip']:g}, lr = {t['lr']:g}: median "
+                   f"{norms['q50']:.3g} (10-90 %: {norms['q10']:.3g}-{norms['q90']:.3g}); in the first rounds "
+                   f"{t['norms_early']['q50']:.3g}")
+    for axis in t["on_grid_edge"]:
+        d.notes.append(f"the best {axis} lies on the edge of its grid: widen the grid past it")
+    same = spec is not None and math.isclose(t["clip"], float(spec["clip"])) and math.isclose(t["lr"], float(spec["lr"]))
+    if not same:
+        d.notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "
+                       f"{t['lr']:g}: re-run the pre-trial with these to refit kappa for this pair")
 
 
 def _why_q(d: Design, per_q: dict, qs: list) -> str:
@@ -572,3 +666,70 @@ def _int_at_least(x, lo, name):
     if isinstance(x, bool) or v != x or v < lo:
         raise ValueError(f"{name} must be an integer >= {lo}, got {x}")
     return v
+
+
+_RELEASED = {"client-aggregate": "every round's global model: the sum of the cohort's clipped updates plus Gaussian "
+                                 "noise, divided by the expected cohort (all T models may be published)",
+             "client-local": "every participating client's clipped update plus Gaussian noise, with its sender, to "
+                             "the server (and everything computed from them)"}
+_TRUSTED = {"client-aggregate": "the server (or a secure aggregator) that sees the clipped updates before the noise "
+                                "is complete; the clients' own devices",
+            "client-local": "nobody beyond each client's own device: every update leaves it noised"}
+_SAMPLING = {"poisson": "each client joins each round independently with probability q = {q:.4g} (Poisson); who "
+                        "took part is not released",
+             "fixed-size": "m = {m} of the N clients each round, uniformly without replacement; who took part is "
+                           "not released",
+             "none": "m = {m} of the N clients each round; no amplification by sampling is claimed",
+             "attributed": "each client takes part with probability q = {q:.4g}; who took part is seen, and only "
+                           "its own participations are charged"}
+
+
+def privacy_statement(d) -> str:
+    """The privacy statement of a :class:`Design` (Ponomareva et al. 2023,
+    "How to DP-fy ML", §5.3): what a deployment should publish."""
+    n, m = d.n_clients, d.clients_per_round
+    if d.framework == "flower":
+        relation = ("replace-one: two populations of N clients differ in one client's data (Flower samples a "
+                    "fixed number, so N is public)")
+        accountant = ("RDP of the fixed-size subsampled Gaussian (Wang, Balle and Kasiviswanathan 2019, Thm 27), "
+                      "noise multiplier z/2 (replacing a client moves the sum by 2C)")
+    elif d.framework == "flower-accounted":
+        relation = "add/remove: one client added to or removed from a population of at most N"
+        accountant = ("Flower's RdpAccountant (dp-accounting) and paretofl's RDP accountant, Gaussian of noise "
+                      "multiplier z a round without amplification; the larger of the two is reported")
+    elif d.mechanism == "client-local":
+        relation = "add/remove: one client's data replaced by none (its clipped update by zero)"
+        accountant = ("RDP of the Gaussian at each participation (participation seen), composed over the rounds "
+                      "a client takes part in")
+    else:
+        relation = "add/remove: one client added to or removed from a population of at most N"
+        accountant = "RDP of the Poisson-subsampled Gaussian (exact, paretofl's accountant), composed over T rounds"
+    noise = (f"noise multiplier {d.noise_multiplier:.4g} on the released sum (std {d.noise_multiplier:.4g} x C)"
+             if d.mechanism == "client-aggregate" else f"each client adds noise of std {d.sigma:.4g} x C")
+    clip = f"C = {d.clip:g}" if d.clip is not None else "C (the clipping norm: not chosen by this design)"
+    if d.tuning:
+        cost = (f"none to the clients: q, T and sigma come from kappa ({d.kappa_source}), and C and the learning "
+                f"rate from training on the public share of {d.tuning['store']}; no client data was used")
+    elif d.kappa_source == "given":
+        cost = ("not accounted here: kappa was given. If it, C or the learning rate were chosen by training on the "
+                "clients' data, that tuning spent privacy this statement does not include; say so and how")
+    else:
+        cost = (f"none to the clients if the pre-trial behind kappa ({d.kappa_source}) used only public data, as "
+                "paretofl's pre-trials do (their public share); C and the learning rate "
+                + ("come from the same pre-trial" if d.clip is not None else "are yours: state how you chose them"))
+    lines = [
+        "Privacy statement (after Ponomareva et al. 2023, How to DP-fy ML, section 5.3)",
+        f"- Guarantee: ({d.epsilon:.4g}, {d.delta:g})-differential privacy (budget {d.budget:g}), client-level: "
+        "the unit of privacy is one client and all of its data.",
+        f"- Neighbouring relation: {relation}.",
+        f"- Released: {_RELEASED[d.mechanism]}; {d.rounds} round{'s' if d.rounds != 1 else ''}. Evaluation on client data is not released.",
+        f"- Trusted: {_TRUSTED[d.mechanism]}.",
+        f"- Sampling: {_SAMPLING[d.sampling].format(q=d.q, m=m)}; N = {n} clients.",
+        f"- Mechanism: updates clipped to L2 norm {clip}; {noise}.",
+        f"- Accountant: {accountant}; converted to (epsilon, delta) with Balle et al. 2020, Thm 21 (improved RDP "
+        "conversion).",
+        f"- Privacy cost of choosing the hyperparameters: {cost}.",
+    ]
+    if d.delta * n >= 0.1:
+        lines.append(f"- Note: delta {d.delta:g} is not small against 1/N = {1 / n:.3g}.")
+    return "\n".join(lines)

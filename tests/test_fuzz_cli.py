@@ -55,6 +55,8 @@ COMMANDS = {
         "--framework": ["tff", ""], "--export": ["tff", "opacus", "flower"],   # exports need --clip
         "--clip": nums("0", "-1"),
         "--budgets": MISSING + ["junk.sqlite", "fit.json", "store.sqlite", "figs"],   # beside --budget, or not CSV
+        "--tune": MISSING + ["junk.sqlite", "fit.json", "figs"],
+        "--clips": nums("0", "-1"), "--lrs": nums("0", "-0.1"),   # non-positive, or without --tune
         "--plot": ["design.gif", "nofolder/d.png", "figs"]}),
     "train": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--rounds", "2", "--batch-rate", "0.05",
                "--history", "hist.csv"], {
@@ -69,6 +71,10 @@ COMMANDS = {
         # options of another algorithm than the one run (dpfedavg here): refused, not ignored
         "--rounds-server": nums("0", "5"), "--gamma": nums("-1", "10"), "--prox-mu": nums("0.1"),
         "--calibration": ["paper", "magic"], "--noise-decay": nums("0.5"),
+        # adaptive clipping: a quantile outside (0, 1), a count noise that is not positive, or either for a
+        # mechanism without a released count (the valid call's sample)
+        "--clip-quantile": nums("0", "1", "1.5", "-0.5", "0.5"), "--count-noise": nums("0", "-1", "2"),
+        "--clip-lr": nums("0", "-1"),
         # a mechanism that would ignore the valid call's --batch-rate: refused, not ignored
         "--mechanism": ["client", "", "client-aggregate", "client-local"]}),
     "pretrial": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--sigmas", "1", "--rounds", "2",

@@ -196,3 +196,131 @@ def test_flower_adaptive_wrapper_noises_with_the_next_c():
     assert strat.clipping_norm < c_clipped
     assert std == pytest.approx(z_update * strat.clipping_norm / m, rel=0.03)     # the new C
     assert std < 0.97 * z_update * c_clipped / m                                   # not the one it clipped to
+
+
+# --------------------------------------------------------------------------
+# C and η from the public pre-trial
+# --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def digits_store(tmp_path_factory):
+    from paretofl.cli import main
+
+    path = tmp_path_factory.mktemp("tune") / "digits.sqlite"
+    assert main(["pretrial", "--dataset", "digits", "--model", "lr", "--clients", "8", "--sigmas", "1",
+                 "--rounds", "2", "--seeds", "1", "--q", "1", "--clip", "0.3", "--lr", "0.1",
+                 "--out", str(path)]) in (0, None)
+    return path
+
+
+def test_tune_returns_the_grids_best_at_the_designs_noise(digits_store):
+    """design(tune=store): the chosen (C, η) is the grid's lowest mean test
+    loss; the public runs carry the design's noise on the mean, z/m (here
+    m = 20 > the pre-trial's 8 clients, so all 8 train and z is scaled by
+    8/20); norms are ordered quantiles; every knob says where it came from;
+    κ's pair differs from the chosen one, and a note says so."""
+    import paretofl
+
+    d = paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5, tune=str(digits_store),
+                        clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5))
+    t = d.tuning
+    assert len(t["grid"]) == 6
+    best = min(t["grid"], key=lambda g: g["test_loss"])
+    assert (d.clip, d.lr) == (best["clip"], best["lr"])
+    assert t["pretrial"]["clients"] == 8 and t["pretrial"]["q"] == 1.0
+    assert t["pretrial"]["noise_on_mean"] == pytest.approx(d.noise_multiplier / (d.q * d.n_clients), rel=1e-12)
+    assert t["norms"]["q10"] <= t["norms"]["q50"] <= t["norms"]["q90"]
+    assert (d.local_epochs, d.batch_size) == (1, 64)
+    assert "public tuning" in d.sources["clip"] and "public tuning" in d.sources["lr"]
+    assert set(d.sources) >= {"q", "rounds", "sigma", "clip", "lr", "local_epochs", "batch_size"}
+    assert "public share" in d.statement() and "no client data was used" in d.statement()
+
+
+def test_matched_noise_keeps_the_noise_on_the_mean():
+    """Same cohort where the pre-trial has enough clients; else all of them,
+    z scaled so that z/m is the design's."""
+    from paretofl.pretrial.tune import matched_noise
+
+    assert matched_noise(0.1, 100, 3.0, 50) == pytest.approx((0.2, 3.0))
+    q, z = matched_noise(0.5, 1000, 20.0, 10)
+    assert q == 1.0 and z / 10 == pytest.approx(20.0 / 500)
+
+
+def test_the_recipes_epsilon_reaccounted_by_dp_accounting():
+    """The recipe (q, T, z) a design returns, re-accounted by Google's
+    dp-accounting (RDP at integer orders, the Poisson-subsampled Gaussian
+    composed T times): no larger than the design's ε, within 2 %."""
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant as gdp
+
+    import paretofl
+
+    for eps in (1.0, 4.0):
+        d = paretofl.design(100, eps, max_rounds=300, q_max=0.3)
+        acc = gdp.RdpAccountant(orders=list(range(2, 257)))
+        acc.compose(dp_accounting.PoissonSampledDpEvent(d.q, dp_accounting.GaussianDpEvent(d.noise_multiplier)),
+                    d.rounds)
+        theirs = acc.get_epsilon(d.delta)
+        assert theirs >= d.epsilon * (1 - 1e-9) and theirs <= d.budget * 1.02 and theirs == pytest.approx(d.epsilon, rel=0.02)
+
+
+# --------------------------------------------------------------------------
+# the privacy statement
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("kw,relation,released,trusted,sampling", [
+    ({}, "add/remove", "global model", "the server", "Poisson"),
+    ({"mechanism": "client-local"}, "replaced by none", "with its sender", "nobody", "is seen"),
+    ({"framework": "flower"}, "replace-one", "global model", "the server", "without replacement"),
+    ({"framework": "flower-accounted"}, "add/remove", "global model", "the server", "no amplification"),
+])
+def test_statement_fields_for_each_view(kw, relation, released, trusted, sampling):
+    """Every field Ponomareva et al. (§5.3) ask for, in each mechanism view:
+    guarantee and unit, neighbours, what is released, who is trusted,
+    sampling, accountant and conversion, the hyperparameters' cost."""
+    import paretofl
+
+    d = paretofl.design(100, 2.0, max_rounds=200, **kw)
+    s = d.statement()
+    fields = dict(line[2:].split(": ", 1) for line in s.splitlines()[1:] if line.startswith("- "))
+    assert set(fields) >= {"Guarantee", "Neighbouring relation", "Released", "Trusted", "Sampling", "Mechanism",
+                           "Accountant", "Privacy cost of choosing the hyperparameters"}
+    assert f"({d.epsilon:.4g}, {d.delta:g})" in fields["Guarantee"] and "one client" in fields["Guarantee"]
+    assert relation in fields["Neighbouring relation"]
+    assert released in fields["Released"] and f"{d.rounds} round" in fields["Released"]
+    assert trusted in fields["Trusted"]
+    assert sampling in fields["Sampling"]
+    assert "Balle" in fields["Accountant"]
+    assert "public" in fields["Privacy cost of choosing the hyperparameters"]
+    given = paretofl.design(100, 2.0, max_rounds=200, kappa=1.0, **kw).statement()
+    assert "not accounted here" in given
+
+
+def test_design_statement_on_the_command_line(capsys):
+    import json
+
+    from paretofl.cli import main
+
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--statement",
+                 "--json"]) in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    assert out["statement"].startswith("Privacy statement") and out["clip"] == 0.3 and out["lr"] == 0.1
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["train", "--dataset", "digits", "--model", "lr", "--clients", "4", "--rounds", "1", "--mechanism", "client-aggregate",
+      "--clip-quantile", "1.5"], "strictly between 0 and 1"),
+    (["train", "--dataset", "digits", "--model", "lr", "--clients", "4", "--rounds", "1", "--mechanism", "client-aggregate",
+      "--clip-quantile", "0.5", "--count-noise", "0.01", "--epsilon", "50"], "leaves no budget"),
+    (["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--tune", "STORE",
+      "--clips", "0.1", "-1"], "positive"),
+    (["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--tune", "STORE",
+      "--lrs", "0"], "positive"),
+])
+def test_bad_recipe_input_is_one_line_exit_2_nothing_written(args, msg, capsys, tmp_path, monkeypatch, digits_store):
+    from paretofl.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    args = [str(digits_store) if a == "STORE" else a for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and msg in err
+    assert list(tmp_path.iterdir()) == []

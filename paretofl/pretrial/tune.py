@@ -1,0 +1,151 @@
+"""C and η from the public pre-trial (docs/theory.md §4.C).
+
+A design fixes q, T and the noise; the clipping norm C and the clients'
+learning rate η are left, and they move accuracy most.  :func:`tune` trains
+a small (C, η) grid on the pre-trial's public share, at the design's T and
+at the noise the design puts on the average of the updates, z·C/m (m = qN
+the expected cohort): where the pre-trial has fewer clients than m, it runs
+every client a round and scales z so that z/m is the design's.  Every
+pair is a replica of one engine (three seeds each), so the grid trains as
+one batch.  It records the clients' update norms before clipping (quantiles
+over rounds) and returns the pair with the lowest mean final test loss.
+
+The data are the pre-trial's public share: choosing (C, η) here costs the
+clients no privacy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import fields
+
+import numpy as np
+
+from .spec import Spec
+
+#: the default grid: clipping norms and learning rates, each a factor of about 3 apart
+CLIPS = (0.03, 0.1, 0.3, 1.0, 3.0)
+LRS = (0.03, 0.1, 0.3, 1.0)
+#: the update-norm quantiles recorded
+QUANTILES = (0.1, 0.5, 0.9)
+
+
+def check_grid(values, name: str) -> tuple:
+    """A (C, η) grid axis: a non-empty list of positive finite numbers."""
+    try:
+        v = [float(x) for x in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"the {name} grid must be a list of positive numbers, got {values!r}") from None
+    if not v or any(isinstance(x, bool) or not (x > 0) or math.isinf(x) for x in values):
+        raise ValueError(f"the {name} grid must hold positive finite numbers, got {list(values)}")
+    return tuple(sorted(set(v)))
+
+
+def spec_of_store(path) -> Spec:
+    """The pre-trial spec a results store was written by (its data, clients,
+    model, local epochs and batch)."""
+    from .store import Store
+
+    st = Store(path)
+    try:
+        base = dict(st.base)
+    finally:
+        st.close()
+    known = {f.name for f in fields(Spec)}
+    return Spec.from_dict({k: v for k, v in base.items() if k in known}, where=str(path))
+
+
+def matched_noise(q: float, n_clients: int, noise_multiplier: float, pretrial_clients: int):
+    """(q', z') on the pre-trial's N' clients with the design's noise on the
+    average, z'/m' = z/m: the same cohort where N' >= m, else every client
+    and z scaled by N'/m."""
+    m = q * n_clients
+    if m <= pretrial_clients:
+        return m / pretrial_clients, noise_multiplier
+    return 1.0, noise_multiplier * pretrial_clients / m
+
+
+def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, clips=CLIPS, lrs=LRS,
+         seeds: int = 3, device: str = "cpu", progress: bool = False) -> dict:
+    """Train the (C, η) grid on the public share of the pre-trial ``store``
+    at the design's (q, T, z) for N clients (see the module's docstring).
+    Returns the chosen ``clip`` and ``lr``, the pre-trial's ``local_epochs``
+    and ``batch_size``, the ``grid`` (mean and sd over seeds of the final
+    test loss and accuracy), the update ``norms`` of the chosen pair
+    (quantiles over clients, median over rounds, and over the first tenth
+    of the rounds), and what was run."""
+    import torch  # noqa: F401  (the trainer's)
+
+    from ..fl.algorithms import History, train
+    from ..fl.algorithms.dpfedavg import DPFedAvg
+    from ..fl.engine import Engine
+    from .sweep import _setup
+
+    clips, lrs = check_grid(clips, "clip"), check_grid(lrs, "learning-rate")
+    if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 1:
+        raise ValueError(f"seeds must be a positive integer, got {seeds}")
+    if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
+        raise ValueError(f"rounds must be a positive integer, got {rounds}")
+    spec = spec_of_store(store)
+    spec.device = device
+    qp, zp = matched_noise(q, n_clients, noise_multiplier, spec.clients)
+    mp = qp * spec.clients
+    setup = _setup(spec)
+    pairs = [(c, e) for c in clips for e in lrs]
+    reps = [(c, e, s) for c, e in pairs for s in range(int(seeds))]
+    R = len(reps)
+    eng = Engine(setup.model, setup.data, setup.parts, R, device=device, seeds=[s for _, _, s in reps])
+    pol = DPFedAvg(eng, mechanism="client-aggregate", sigma=zp / math.sqrt(mp) if zp > 0 else 0.0,
+                   clip=np.array([c for c, _, _ in reps]), lr=np.array([e for _, e, _ in reps]), client_rate=qp,
+                   local_epochs=spec.local_epochs, batch_size=spec.batch_size)
+    every = max(1, int(rounds) // 40)
+    norms = [[] for _ in range(R)]        # per replica: (round, quantiles)
+
+    def record(t):
+        if t % every and t != int(rounds) - 1:
+            return
+        c = pol.last_cohort
+        b = c.bounds
+        v = pol.last_norms.detach().double().cpu().numpy()
+        for r in np.flatnonzero(c.counts):
+            norms[r].append((t + 1, *np.quantile(v[b[r]:b[r + 1]], QUANTILES)))
+        if progress:
+            print(f"\rtuning C and lr on the public share: round {t + 1}/{rounds}", end="", flush=True)
+
+    hist = History()
+    t0 = time.perf_counter()
+    train(pol, rounds=int(rounds), epsilon=None, delta=spec.delta, eval_at=[int(rounds)], on_round=record,
+          history=hist)
+    if progress:
+        print()
+    final = {h["replica"]: h for h in hist.rows if h["round"] == int(rounds)}
+    grid = []
+    for c, e in pairs:
+        idx = [i for i, (cc, ee, _) in enumerate(reps) if (cc, ee) == (c, e)]
+        loss = np.array([final[i]["test_loss"] for i in idx], dtype=float)
+        acc = np.array([final[i]["accuracy"] for i in idx], dtype=float)
+        loss = np.where(np.isfinite(loss), loss, np.inf)
+        grid.append({"clip": c, "lr": e, "test_loss": float(loss.mean()),
+                     "test_loss_sd": float(loss.std(ddof=1)) if len(loss) > 1 else 0.0,
+                     "accuracy": float(acc.mean()), "accuracy_sd": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0})
+    best = min(grid, key=lambda g: (g["test_loss"], -g["accuracy"]))
+    idx = [i for i, (cc, ee, _) in enumerate(reps) if (cc, ee) == (best["clip"], best["lr"])]
+    rows = np.array([row for i in idx for row in norms[i]], dtype=float)
+    early = rows[rows[:, 0] <= max(1, int(rounds) // 10)] if len(rows) else rows
+    norm_summary = {f"q{int(100 * qq)}": float(np.median(rows[:, 1 + j])) if len(rows) else math.nan
+                    for j, qq in enumerate(QUANTILES)}
+    norm_early = {f"q{int(100 * qq)}": float(np.median(early[:, 1 + j])) if len(early) else math.nan
+                  for j, qq in enumerate(QUANTILES)}
+    edges = []
+    if best["clip"] in (clips[0], clips[-1]) and len(clips) > 1:
+        edges.append("clip")
+    if best["lr"] in (lrs[0], lrs[-1]) and len(lrs) > 1:
+        edges.append("lr")
+    return {"clip": best["clip"], "lr": best["lr"], "local_epochs": spec.local_epochs, "batch_size": spec.batch_size,
+            "grid": grid, "norms": norm_summary, "norms_early": norm_early, "on_grid_edge": edges,
+            "store": str(store), "seeds": int(seeds), "rounds": int(rounds),
+            "pretrial": {"clients": spec.clients, "q": qp, "noise_multiplier": zp,
+                         "noise_on_mean": zp / mp, "model": spec.model, "dataset": spec.dataset,
+                         "spec_clip": spec.clip, "spec_lr": spec.lr},
+            "seconds": time.perf_counter() - t0}
