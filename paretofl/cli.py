@@ -204,7 +204,8 @@ def _export(a, d):
                      "charged):",
                      f"  FedAvg(fraction_train={p.fraction_fit:.6g}, min_train_nodes={p.num_sampled_clients}, "
                      f"min_available_nodes={p.num_clients}, fraction_evaluate=0.0)",
-                     f"  DifferentialPrivacyServerSideFixedClipping(strategy, noise_multiplier={p.noise_multiplier:.6g}, "
+                     "  DifferentialPrivacyServerSideFixedClipping(strategy, "
+                     f"noise_multiplier={p.noise_multiplier:.6g}, "
                      f"clipping_norm={p.clipping_norm:g}, num_sampled_clients={p.num_sampled_clients}, "
                      "accountant=RdpAccountant(PrivacyConfig(target_delta="
                      f"{p.delta:g}, population_size={p.num_clients}, neighboring_relation='add-or-remove-one', "
@@ -273,6 +274,8 @@ def cmd_design(a):
                          "--round-time")
     if sum(v is not None for v in (a.kappa, a.fit, a.from_store)) > 1:
         raise ValueError("give one of --kappa, --fit or --from-store (where kappa comes from)")
+    if (a.clips is not None or a.lrs is not None) and a.tune is None:
+        raise ValueError("--clips and --lrs are the grid of --tune: give --tune STORE too")
     if a.budgets is not None:
         return _design_groups(a, design)
     try:
@@ -280,7 +283,7 @@ def cmd_design(a):
                    round_time=a.round_time, q=a.q, q_min=a.q_min, q_max=a.q_max, sigma_min=a.sigma_min,
                    sigma_max=a.sigma_max, kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, framework=framework,
                    from_store=a.from_store, utility_model=a.utility_model, tune=a.tune, clips=a.clips, lrs=a.lrs,
-                   progress=not a.json)
+                   tune_by=a.tune_by, progress=not a.json)
     except InfeasibleBudget as exc:
         if a.json:
             print(json.dumps({"feasible": False, "budget": exc.epsilon, "min_epsilon": exc.min_epsilon, **exc.where}))
@@ -352,7 +355,8 @@ def _recipe_lines(d) -> list[str]:
         lines.append(f"  {name:<19} {shown}  ({d.sources.get(key, '')})")
     if d.tuning:
         best = next(g for g in d.tuning["grid"] if g["clip"] == d.clip and g["lr"] == d.lr)
-        lines.append(f"  public tuning       test loss {best['test_loss']:.4g}, accuracy {100 * best['accuracy']:.1f} % "
+        lines.append(f"  public tuning       test loss {best['test_loss']:.4g}, accuracy "
+                     f"{100 * best['accuracy']:.1f} % "
                      f"at C = {d.clip:g}, lr = {d.lr:g} (noise on the mean {d.tuning['pretrial']['noise_on_mean']:.4g} "
                      f"x C, {d.tuning['pretrial']['clients']} public clients, {d.tuning['seconds']:.0f} s)")
     return lines
@@ -399,7 +403,8 @@ def _design_nbafl(a):
 def _design_groups(a, design):
     """design --budgets: each group's rate (or sigma), the common T and noise."""
     for flag, v in (("--export", a.export), ("--plot", a.plot), ("--q", a.q), ("--q-min", a.q_min),
-                    ("--from-store", a.from_store), ("--framework flower", (a.framework or "").startswith("flower") or None),
+                    ("--from-store", a.from_store),
+                    ("--framework flower", (a.framework or "").startswith("flower") or None),
                     ("--tune", a.tune), ("--statement", a.statement or None)):
         if v is not None:
             raise ValueError(f"{flag} does not apply with --budgets: each group's rate is designed, in paretofl's "
@@ -763,7 +768,10 @@ def build_parser() -> argparse.ArgumentParser:
                                                "opacus: the per-sample norm, required)")
     s.add_argument("--tune", metavar="STORE", help="choose C and the learning rate on this pre-trial's public share: "
                                                    "train the --clips x --lrs grid at the design's T and noise")
-    s.add_argument("--clips", type=FLOAT, nargs="+", help="with --tune: clipping norms to try (default 0.03 0.1 0.3 1 3)")
+    s.add_argument("--clips", type=FLOAT, nargs="+",
+                   help="with --tune: clipping norms to try (default 0.03 0.1 0.3 1 3)")
+    s.add_argument("--tune-by", choices=("accuracy", "loss"), default="accuracy",
+                   help="with --tune: keep the pair with the highest public test accuracy (default) or lowest loss")
     s.add_argument("--lrs", type=FLOAT, nargs="+", help="with --tune: learning rates to try (default 0.03 0.1 0.3 1)")
     s.add_argument("--statement", action="store_true",
                    help="print the privacy statement to publish (guarantee, unit, neighbours, what is released, "

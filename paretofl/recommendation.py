@@ -23,8 +23,17 @@ from pathlib import Path
 import numpy as np
 
 from .theory import pareto
-from .theory.privacy import DEFAULT_ORDERS, FLOWER_ORDERS, FRAMEWORKS, check_delta, compute_epsilon, max_steps, mechanism_charge, \
-    rdp_curve, rdp_to_epsilon
+from .theory.privacy import (
+    DEFAULT_ORDERS,
+    FLOWER_ORDERS,
+    FRAMEWORKS,
+    check_delta,
+    compute_epsilon,
+    max_steps,
+    mechanism_charge,
+    rdp_curve,
+    rdp_to_epsilon,
+)
 
 __all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
            "DESIGN_MECHANISMS", "FRAMEWORKS", "accounting", "sum_noise_multiplier", "shipped_fit"]
@@ -321,7 +330,8 @@ def design(
     tune=None,
     clips=None,
     lrs=None,
-    progress: bool = False,
+    tune_by="accuracy",
+    progress=False,
 ) -> Design:
     """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
 
@@ -357,7 +367,8 @@ def design(
     tune : a pre-trial results store: after (q, T, σ) are chosen, train the
         (``clips`` × ``lrs``) grid on its public share at the design's noise
         on the average and T (three seeds; torch is imported) and
-        return the pair with the lowest test loss as the recipe's C and η
+        return the pair with the highest test accuracy (``tune_by``
+        "accuracy") or lowest test loss ("loss") as the recipe's C and η
         (:func:`paretofl.pretrial.tune.tune`, docs/theory.md §4.C).  Without
         it, C, η, the local epochs and batch are those of the pre-trial κ
         came from, where that is known.
@@ -435,7 +446,10 @@ def design(
             raise ValueError(f"tune: results file {tune} does not exist")
         if budgets is not None or mechanism != "client-aggregate":
             raise ValueError("tune chooses C and the learning rate for client-aggregate DP-FedAvg with one budget")
-        from .pretrial.tune import CLIPS, LRS, check_grid
+        from .pretrial.tune import CLIPS, LRS, SELECT, check_grid
+
+        if tune_by not in SELECT:
+            raise ValueError(f"tune_by must be one of {', '.join(SELECT)}, got {tune_by!r}")
 
         clips = check_grid(CLIPS if clips is None else clips, "clip")
         lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
@@ -518,7 +532,7 @@ def design(
     d.notes = _notes(d, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
     if q is None and len(qs) > 1:
         d.notes.append(_why_q(d, per_q, qs))
-    _recipe(d, q, kappa_spec(kappa_source, fit, from_store), tune, clips, lrs, progress)
+    _recipe(d, q, kappa_spec(kappa_source, fit, from_store), tune, clips, lrs, tune_by, progress)
     return d
 
 
@@ -538,7 +552,7 @@ def kappa_spec(kappa_source: str, fit, from_store) -> dict | None:
         return None
 
 
-def _recipe(d: Design, q_given, spec, tune, clips, lrs, progress) -> None:
+def _recipe(d: Design, q_given, spec, tune, clips, lrs, tune_by, progress) -> None:
     """Fill the recipe's C, η, local epochs and batch, and say where every
     knob came from."""
     d.sources = {"q": "given" if q_given is not None else "the exact search over cohort sizes",
@@ -556,20 +570,28 @@ def _recipe(d: Design, q_given, spec, tune, clips, lrs, progress) -> None:
         return
     from .pretrial.tune import tune as run_tune
 
-    t = run_tune(tune, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, progress=progress)
+    t = run_tune(tune, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, progress=progress, select=tune_by)
     d.tuning = t
     d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
     grid = f"{len(clips)} x {len(lrs)} grid"
-    where = (f"public tuning on {tune}: lowest test loss of the {grid} at this design's T and noise on the mean "
+    best = "highest test accuracy" if tune_by == "accuracy" else "lowest test loss"
+    where = (f"public tuning on {tune}: {best} of the {grid} at this design's T and noise on the mean "
              f"({t['seeds']} seeds)")
     d.sources.update(clip=where, lr=where, local_epochs=f"the pre-trial {tune}", batch_size=f"the pre-trial {tune}")
     norms = t["norms"]
     d.notes.append(f"update norms on the public share at C = {t['clip']:g}, lr = {t['lr']:g}: median "
                    f"{norms['q50']:.3g} (10-90 %: {norms['q10']:.3g}-{norms['q90']:.3g}); in the first rounds "
                    f"{t['norms_early']['q50']:.3g}")
+    other = (min(t["grid"], key=lambda g: (g["test_loss"], -g["accuracy"])) if tune_by == "accuracy"
+             else max(t["grid"], key=lambda g: (g["accuracy"], -g["test_loss"])))
+    if (other["clip"], other["lr"]) != (t["clip"], t["lr"]):
+        other_by = "loss" if tune_by == "accuracy" else "accuracy"
+        d.notes.append(f"by public {other_by} the best pair would be C = {other['clip']:g}, lr = {other['lr']:g} "
+                       f"(tune_by {other_by}; docs/results.md section 9 measures both)")
     for axis in t["on_grid_edge"]:
         d.notes.append(f"the best {axis} lies on the edge of its grid: widen the grid past it")
-    same = spec is not None and math.isclose(t["clip"], float(spec["clip"])) and math.isclose(t["lr"], float(spec["lr"]))
+    same = (spec is not None and math.isclose(t["clip"], float(spec["clip"]))
+            and math.isclose(t["lr"], float(spec["lr"])))
     if not same:
         d.notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "
                        f"{t['lr']:g}: re-run the pre-trial with these to refit kappa for this pair")
@@ -722,7 +744,8 @@ def privacy_statement(d) -> str:
         f"- Guarantee: ({d.epsilon:.4g}, {d.delta:g})-differential privacy (budget {d.budget:g}), client-level: "
         "the unit of privacy is one client and all of its data.",
         f"- Neighbouring relation: {relation}.",
-        f"- Released: {_RELEASED[d.mechanism]}; {d.rounds} round{'s' if d.rounds != 1 else ''}. Evaluation on client data is not released.",
+        f"- Released: {_RELEASED[d.mechanism]}; {d.rounds} round{'s' if d.rounds != 1 else ''}. Evaluation on "
+        "client data is not released.",
         f"- Trusted: {_TRUSTED[d.mechanism]}.",
         f"- Sampling: {_SAMPLING[d.sampling].format(q=d.q, m=m)}; N = {n} clients.",
         f"- Mechanism: updates clipped to L2 norm {clip}; {noise}.",

@@ -261,7 +261,11 @@ def test_flower_accountant_mistakes_the_bridge_rules_out():
     than the ε paretofl charges (replace-one moves the sum by 2C)."""
     pytest.importorskip("flwr")
     from flwr.supercore.privacy_accounting import (
-        GaussianPrivacyEvent, NeighboringRelation, PrivacyConfig, SamplingMethod)
+        GaussianPrivacyEvent,
+        NeighboringRelation,
+        PrivacyConfig,
+        SamplingMethod,
+    )
     from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
     d = paretofl.design(100, 2.0, max_rounds=200, q=0.2, framework="flower")

@@ -213,8 +213,8 @@ def digits_store(tmp_path_factory):
 
 
 def test_tune_returns_the_grids_best_at_the_designs_noise(digits_store):
-    """design(tune=store): the chosen (C, η) is the grid's lowest mean test
-    loss; the public runs carry the design's noise on the mean, z/m (here
+    """design(tune=store): the chosen (C, η) is the grid's highest mean test
+    accuracy (lowest mean loss with tune_by="loss"); the public runs carry the design's noise on the mean, z/m (here
     m = 20 > the pre-trial's 8 clients, so all 8 train and z is scaled by
     8/20); norms are ordered quantiles; every knob says where it came from;
     κ's pair differs from the chosen one, and a note says so."""
@@ -223,9 +223,14 @@ def test_tune_returns_the_grids_best_at_the_designs_noise(digits_store):
     d = paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5, tune=str(digits_store),
                         clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5))
     t = d.tuning
-    assert len(t["grid"]) == 6
-    best = min(t["grid"], key=lambda g: g["test_loss"])
+    assert len(t["grid"]) == 6 and t["select"] == "accuracy"
+    best = max(t["grid"], key=lambda g: g["accuracy"])
     assert (d.clip, d.lr) == (best["clip"], best["lr"])
+    by_loss = paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5, tune=str(digits_store),
+                              clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5), tune_by="loss")
+    assert by_loss.tuning["grid"] == t["grid"]                        # the same seeded public runs
+    low = min(t["grid"], key=lambda g: g["test_loss"])
+    assert (by_loss.clip, by_loss.lr) == (low["clip"], low["lr"])
     assert t["pretrial"]["clients"] == 8 and t["pretrial"]["q"] == 1.0
     assert t["pretrial"]["noise_on_mean"] == pytest.approx(d.noise_multiplier / (d.q * d.n_clients), rel=1e-12)
     assert t["norms"]["q10"] <= t["norms"]["q50"] <= t["norms"]["q90"]
@@ -314,6 +319,7 @@ def test_design_statement_on_the_command_line(capsys):
       "--clips", "0.1", "-1"], "positive"),
     (["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--tune", "STORE",
       "--lrs", "0"], "positive"),
+    (["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--clips", "0.1"], "give --tune"),
 ])
 def test_bad_recipe_input_is_one_line_exit_2_nothing_written(args, msg, capsys, tmp_path, monkeypatch, digits_store):
     from paretofl.cli import main

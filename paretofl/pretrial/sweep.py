@@ -61,7 +61,7 @@ def plan(spec: Spec, done: set) -> list[Job]:
 _SETUP_CACHE: dict = {}
 
 
-def _setup(spec: Spec):
+def prepared(spec: Spec):
     """The pre-trial's training subset, partition and model (cached per
     process): :func:`paretofl.fl.build.prepare`."""
     from ..fl.build import prepare
@@ -85,7 +85,7 @@ def identity(spec: Spec) -> dict:
 
     base = spec.base()
     if is_reference(spec.model):
-        base["model_fingerprint"] = _setup(spec).model.fingerprint()
+        base["model_fingerprint"] = prepared(spec).model.fingerprint()
     return base
 
 
@@ -102,7 +102,7 @@ def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but no CUDA device is available")
-    setup = _setup(spec)
+    setup = prepared(spec)
     ds, parts, net = setup.data, setup.parts, setup.model
     sig = np.array([s for s, _ in job.replicas])
     eng = Engine(net, ds, parts, len(job.replicas), device=spec.device, seeds=[seed for _, seed in job.replicas])
@@ -163,7 +163,7 @@ def check_runnable(spec: Spec):
 
         if not torch.cuda.is_available():
             raise ValueError("device cuda asked for, but no CUDA device is available")
-    _setup(spec)
+    prepared(spec)
 
 
 def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | None = None,
