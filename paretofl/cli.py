@@ -326,7 +326,7 @@ def cmd_design(a):
         lines.append(f"next: apply it (paretofl train --mechanism {d.mechanism} --clients {d.n_clients} "
                      f"--client-rate {d.q:.6g} --sigma {d.sigma:.6g} --rounds {d.rounds}{recipe} --epsilon "
                      f"{d.budget:g}, or --export flower|opacus), "
-                     + ("publish the privacy statement (--statement)" if not a.statement else
+                     + ("and publish the privacy statement (--statement)" if not a.statement else
                         "and publish the statement above with your results")
                      + ("" if d.tuning else "; choose C and lr on your public data with --tune STORE"))
     if a.statement:
