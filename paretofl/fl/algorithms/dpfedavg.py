@@ -69,8 +69,9 @@ class DPFedAvg(Policy):
 
     def _use_adaptive_clipping(self, c):
         """Adaptive clipping (Andrew et al. 2021, Algorithm 1 with §3's
-        centred count): after each round b̄ = (Σ_S (b_i - ½) + N(0, σ_b²))/m
-        + ½, b_i = 1[‖Δ_i‖ <= C], and C <- C·exp(-η_C(b̄ - γ)); the next
+        centred count, as TensorFlow Privacy's QuantileEstimatorQuery runs
+        it): after each round b̄ = (Σ_S (b_i - ½) + N(0, σ_b²))/m + ½,
+        clamped to [0, 1], b_i = 1[‖Δ_i‖ <= C], and C <- C·exp(-η_C(b̄ - γ)); the next
         round clips to the new C, and the sum's noise always uses the C its
         updates were clipped to.  The charge is unchanged: the update's noise
         multiplier is raised to z_Δ so that sum and count together are one
@@ -236,7 +237,7 @@ class DPFedAvg(Policy):
         bits = (self.last_norms <= eng.rows(self.clip, c)).to(eng.dtype) - 0.5
         count = eng.replica_sum(bits, c) + eng.normal((1,))[:, 0] * torch.as_tensor(
             self.count_noise, dtype=eng.dtype, device=eng.device)
-        b = count.cpu().numpy().astype(float) / self.cohort + 0.5
+        b = np.clip(count.cpu().numpy().astype(float) / self.cohort + 0.5, 0.0, 1.0)   # a share (post-processing)
         step = np.exp(-self.clip_lr * (b - self.clip_quantile))
         self.clip = np.where(np.asarray(active, dtype=bool), self.clip * step, self.clip)
 
