@@ -148,8 +148,8 @@ class Design:
     lr: float | None = None
     local_epochs: int | None = None
     batch_size: int | None = None
-    sources: dict = field(default_factory=dict)
-    tuning: dict = field(default_factory=dict)
+    sources: dict = field(default_factory=dict, repr=False)
+    tuning: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         # plain Python numbers, so that the repr and JSON read as written
