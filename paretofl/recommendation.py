@@ -561,7 +561,7 @@ def _recipe(d: Design, q_given, spec, tune, clips, lrs, tune_by, progress) -> No
     if spec is not None:
         d.clip, d.lr = float(spec["clip"]), float(spec["lr"])
         d.local_epochs, d.batch_size = int(spec["local_epochs"]), int(spec["batch_size"])
-        where = f"the pre-trial kappa came from ({spec.get('model')} on {spec.get('dataset')})"
+        where = f"the {spec.get('model')} pre-trial on {spec.get('dataset')} that kappa came from"
         d.sources.update(clip=where, lr=where, local_epochs=where, batch_size=where)
     else:
         d.sources.update(clip="not chosen: give tune (a pre-trial store) or use a fit that records its spec",
