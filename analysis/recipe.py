@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 import paretofl
-from paretofl.pretrial.tune import CLIPS, LRS
+from paretofl.pretrial.tune import CLIPS, LRS, best_pair
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "pretrials" / "lr_fmnist.sqlite"
@@ -89,10 +89,7 @@ def cell(partition, eps, seeds, max_rounds):
 
 def public_pick(c, by):
     """The pair the public tuning picks: highest accuracy or lowest loss."""
-    if by == "accuracy":
-        best = max(c["tuning_grid"], key=lambda g: (g["accuracy"], -g["test_loss"]))
-    else:
-        best = min(c["tuning_grid"], key=lambda g: (g["test_loss"], -g["accuracy"]))
+    best = best_pair(c["tuning_grid"], by)
     return best["clip"], best["lr"]
 
 

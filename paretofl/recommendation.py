@@ -440,9 +440,7 @@ def design(
     if tune is None and (clips is not None or lrs is not None):
         raise ValueError("clips and lrs are the grid of tune: give tune (a pre-trial store) too")
     if tune is not None:
-        from pathlib import Path as _P
-
-        if not _P(tune).is_file():
+        if not Path(tune).is_file():
             raise ValueError(f"tune: results file {tune} does not exist")
         if budgets is not None or mechanism != "client-aggregate":
             raise ValueError("tune chooses C and the learning rate for client-aggregate DP-FedAvg with one budget")
@@ -450,7 +448,6 @@ def design(
 
         if tune_by not in SELECT:
             raise ValueError(f"tune_by must be one of {', '.join(SELECT)}, got {tune_by!r}")
-
         clips = check_grid(CLIPS if clips is None else clips, "clip")
         lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
     if budgets is not None:
@@ -568,6 +565,7 @@ def _recipe(d: Design, q_given, spec, tune, clips, lrs, tune_by, progress) -> No
                          lr="not chosen: give tune (a pre-trial store) or use a fit that records its spec")
     if tune is None:
         return
+    from .pretrial.tune import best_pair
     from .pretrial.tune import tune as run_tune
 
     t = run_tune(tune, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, progress=progress, select=tune_by)
@@ -582,17 +580,15 @@ def _recipe(d: Design, q_given, spec, tune, clips, lrs, tune_by, progress) -> No
     d.notes.append(f"update norms on the public share at C = {t['clip']:g}, lr = {t['lr']:g}: median "
                    f"{norms['q50']:.3g} (10-90 %: {norms['q10']:.3g}-{norms['q90']:.3g}); in the first rounds "
                    f"{t['norms_early']['q50']:.3g}")
-    other = (min(t["grid"], key=lambda g: (g["test_loss"], -g["accuracy"])) if tune_by == "accuracy"
-             else max(t["grid"], key=lambda g: (g["accuracy"], -g["test_loss"])))
+    other_by = "loss" if tune_by == "accuracy" else "accuracy"
+    other = best_pair(t["grid"], other_by)
     if (other["clip"], other["lr"]) != (t["clip"], t["lr"]):
-        other_by = "loss" if tune_by == "accuracy" else "accuracy"
         d.notes.append(f"by public {other_by} the best pair would be C = {other['clip']:g}, lr = {other['lr']:g} "
                        f"(tune_by {other_by}; docs/results.md section 9 measures both)")
     for axis in t["on_grid_edge"]:
         d.notes.append(f"the best {axis} lies on the edge of its grid: widen the grid past it")
-    same = (spec is not None and math.isclose(t["clip"], float(spec["clip"]))
-            and math.isclose(t["lr"], float(spec["lr"])))
-    if not same:
+    if spec is not None and not (math.isclose(t["clip"], float(spec["clip"]))
+                                 and math.isclose(t["lr"], float(spec["lr"]))):
         d.notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "
                        f"{t['lr']:g}: re-run the pre-trial with these to refit kappa for this pair")
 

@@ -222,7 +222,7 @@ def test_tune_returns_the_grids_best_at_the_designs_noise(digits_store):
     accuracy (lowest mean loss with tune_by="loss"); the public runs carry the design's noise on the mean, z/m (here
     m = 20 > the pre-trial's 8 clients, so all 8 train and z is scaled by
     8/20); norms are ordered quantiles; every knob says where it came from;
-    κ's pair differs from the chosen one, and a note says so."""
+    κ given (not measured by a pre-trial) draws no note about refitting it."""
     import paretofl
 
     d = paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5, tune=str(digits_store),
@@ -243,6 +243,7 @@ def test_tune_returns_the_grids_best_at_the_designs_noise(digits_store):
     assert "public tuning" in d.sources["clip"] and "public tuning" in d.sources["lr"]
     assert set(d.sources) >= {"q", "rounds", "sigma", "clip", "lr", "local_epochs", "batch_size"}
     assert "public share" in d.statement() and "no client data was used" in d.statement()
+    assert not any("refit kappa" in n for n in d.notes)
 
 
 def test_matched_noise_keeps_the_noise_on_the_mean():

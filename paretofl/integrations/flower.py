@@ -109,7 +109,7 @@ def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
         raise ValueError("this design was not made for Flower's sampling: run design(..., framework='flower') "
                          "(or 'flower-accounted' for Flower's own accountant)")
     if clipping_norm is None:
-        clipping_norm = getattr(design, "clip", None)
+        clipping_norm = design.clip
     if clipping_norm is None or not (clipping_norm > 0) or math.isinf(clipping_norm):
         raise ValueError(f"clipping_norm must be a positive finite number, got {clipping_norm}")
     m = int(round(design.q * design.n_clients))

@@ -51,6 +51,16 @@ def check_grid(values, name: str) -> tuple:
     return tuple(sorted(set(v)))
 
 
+def best_pair(grid: list, by: str = "accuracy") -> dict:
+    """The row of a tuning ``grid`` ranked first ``by`` "accuracy" (highest,
+    lower loss breaking ties) or "loss" (lowest, higher accuracy breaking ties)."""
+    if by not in SELECT:
+        raise ValueError(f"select must be one of {', '.join(SELECT)}, got {by!r}")
+    if by == "accuracy":
+        return max(grid, key=lambda g: (g["accuracy"], -g["test_loss"]))
+    return min(grid, key=lambda g: (g["test_loss"], -g["accuracy"]))
+
+
 def spec_of_store(path) -> Spec:
     """The pre-trial spec a results store was written by (its data, clients,
     model, local epochs and batch)."""
@@ -84,8 +94,6 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     test loss and accuracy), the update ``norms`` of the chosen pair
     (quantiles over clients, median over rounds, and over the first tenth
     of the rounds), and what was run."""
-    import torch  # noqa: F401  (the trainer's)
-
     from ..fl.algorithms import History, train
     from ..fl.algorithms.dpfedavg import DPFedAvg
     from ..fl.engine import Engine
@@ -141,10 +149,7 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
         grid.append({"clip": c, "lr": e, "test_loss": float(loss.mean()),
                      "test_loss_sd": float(loss.std(ddof=1)) if len(loss) > 1 else 0.0,
                      "accuracy": float(acc.mean()), "accuracy_sd": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0})
-    if select == "accuracy":
-        best = max(grid, key=lambda g: (g["accuracy"], -g["test_loss"]))
-    else:
-        best = min(grid, key=lambda g: (g["test_loss"], -g["accuracy"]))
+    best = best_pair(grid, select)
     idx = [i for i, (cc, ee, _) in enumerate(reps) if (cc, ee) == (best["clip"], best["lr"])]
     rows = np.array([row for i in idx for row in norms[i]], dtype=float)
     early = rows[rows[:, 0] <= max(1, int(rounds) // 10)] if len(rows) else rows
