@@ -713,8 +713,11 @@ def privacy_statement(d) -> str:
                       "noise multiplier z/2 (replacing a client moves the sum by 2C)")
     elif d.framework == "flower-accounted":
         relation = "add/remove: one client added to or removed from a population of at most N"
-        accountant = ("Flower's RdpAccountant (dp-accounting) and paretofl's RDP accountant, Gaussian of noise "
-                      "multiplier z a round without amplification; the larger of the two is reported")
+        accountant = ("Flower's RdpAccountant (dp-accounting) and paretofl's RDP accountant, a Gaussian of noise "
+                      + ("multiplier z a round (every client takes part: an added client joins the sum)"
+                         if d.q >= 1 else "multiplier z/2 a round (a fixed m < N: an added client can displace a "
+                         "sampled one, so the sum moves by up to 2C)")
+                      + " without amplification; the larger of the two is reported")
     elif d.mechanism == "client-local":
         relation = "add/remove: one client's data replaced by none (its clipped update by zero)"
         accountant = ("RDP of the Gaussian at each participation (participation seen), composed over the rounds "

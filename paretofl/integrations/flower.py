@@ -25,13 +25,19 @@ What Flower does, and what paretofl charges for it (docs/theory.md §5.1):
 
 Flower's own accountant (flwr >= 1.41, ``flwr.serverapp``): its accounted
 fixed-clipping wrappers accept only ``sampling_method="no-amplification"``
-with add/remove neighbours, where each round is a Gaussian of noise
-multiplier z on the sum (sensitivity C) and sampling buys nothing.  A design
-for it is made with ``framework="flower-accounted"``; :func:`accountant`
-builds that accountant (``max_epsilon`` = the design's budget) and
-:func:`accounted_strategy` the Message-API strategy around it, so that
-Flower's reported ε, its ``max_epsilon`` and ``PrivacyBudgetExhausted``
-enforce the design's budget.  Two mistakes this bridge rules out: a q < 1
+with add/remove neighbours, and charge each round a Gaussian of the
+strategy's noise multiplier z: sensitivity C on the sum.  That holds only
+when every client takes part (m = N).  With a fixed m < N, a client added
+to the population can displace one that would have been sampled, so the
+sum moves by up to 2C and the round is a Gaussian of z/2 (docs/theory.md
+§5.1); Flower's accountant, fed z, under-reports ε then (by up to half).
+:func:`accountant` therefore builds Flower's accountant charging what the
+release is: each event at z where m = N, at z/2 where m < N
+(``max_epsilon`` = the design's budget).  A design for it is made with
+``framework="flower-accounted"``, which charges the same, and
+:func:`accounted_strategy` builds the Message-API strategy around the
+accountant, so that Flower's reported ε, its ``max_epsilon`` and
+``PrivacyBudgetExhausted`` enforce the design's budget.  Two mistakes this bridge rules out: a q < 1
 design made for sampling without replacement ("flower") shows a larger ε
 under Flower's accountant, which then stops it early; and Flower's
 replace-one accountant given the strategy's z as it is understates ε (the
@@ -203,11 +209,48 @@ def snippet(p: FlowerPlan) -> str:
     ])
 
 
+_DISPLACEMENT = None
+
+
+def _displacement_accountant_class():
+    """Flower's ``RdpAccountant`` charging each event a Gaussian of half its
+    noise multiplier: what a round releases when a fixed m < N clients are
+    drawn under add/remove neighbours (built on first use: Flower is
+    imported then).  Only the public ``compose`` and ``would_exceed`` are
+    overridden; the events it stores are the halved ones, so its
+    ``state_dict`` restores the same ε."""
+    global _DISPLACEMENT
+    if _DISPLACEMENT is not None:
+        return _DISPLACEMENT
+    from flwr.supercore.privacy_accounting import GaussianPrivacyEvent
+    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+    def halved(event):
+        return GaussianPrivacyEvent(noise_multiplier=event.noise_multiplier / 2.0, sample_size=event.sample_size,
+                                    population_size=event.population_size)
+
+    class DisplacementRdpAccountant(RdpAccountant):
+        """Add/remove neighbours with a fixed cohort of m < N: an added
+        client can displace a sampled one, so the sum of updates clipped to
+        C moves by up to 2C and each release is charged a Gaussian of z/2."""
+
+        def compose(self, event, count=1):
+            super().compose(halved(event), count)
+
+        def would_exceed(self, event, max_epsilon=None, count=1):
+            return super().would_exceed(halved(event), max_epsilon, count)
+
+    _DISPLACEMENT = DisplacementRdpAccountant
+    return _DISPLACEMENT
+
+
 def accountant(p: FlowerPlan):
-    """Flower's own RDP accountant configured as Flower can account the plan:
-    add/remove neighbours, no amplification, population N, the plan's δ, and
-    ``max_epsilon`` = the design's budget (Flower then raises
-    ``PrivacyBudgetExhausted`` before a round that would pass it)."""
+    """Flower's own RDP accountant for the plan: add/remove neighbours, no
+    amplification, population N, the plan's δ, ``max_epsilon`` = the
+    design's budget (Flower then raises ``PrivacyBudgetExhausted`` before a
+    round that would pass it), each round charged what it releases: a
+    Gaussian of the strategy's z when every client takes part, of z/2 when
+    a fixed m < N is drawn (:class:`DisplacementRdpAccountant`)."""
     from flwr.supercore.privacy_accounting import NeighboringRelation, PrivacyConfig, SamplingMethod
     from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
@@ -218,7 +261,8 @@ def accountant(p: FlowerPlan):
                         neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
                         sampling_method=SamplingMethod.NO_AMPLIFICATION,
                         max_epsilon=p.budget if p.budget else p.epsilon)
-    return RdpAccountant(cfg)
+    cls = RdpAccountant if p.num_sampled_clients >= p.num_clients else _displacement_accountant_class()
+    return cls(cfg)
 
 
 def accounted_strategy(p: FlowerPlan, side: str = "server", **fedavg_kwargs):

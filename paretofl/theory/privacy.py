@@ -842,9 +842,11 @@ def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | No
       which samples m of N without replacement under replace-one
       neighbours (sensitivity 2C), a fixed-size subsampled Gaussian of
       σ√m / 2.  With Flower's own accountant on
-      (``framework="flower-accounted"``): what that accountant can charge
-      fixed clipping, a Gaussian of σ√m with no amplification by sampling
-      (add/remove neighbours, sensitivity C on the sum of m updates).
+      (``framework="flower-accounted"``): a Gaussian with no amplification
+      by sampling, add/remove neighbours: of σ√m when every client takes
+      part (m = N: an added client joins the sum, sensitivity C), of σ√m / 2
+      when a fixed m < N is drawn (an added client can displace a sampled
+      one, so the sum moves by up to 2C; docs/theory.md §5.1).
     * ``client-local`` -- client-level DP of each update the server receives.
       Trusted: nobody.  Neighbours: one client's data replaced by none (its
       clipped update by zero).  Released: each participating client's
@@ -871,7 +873,9 @@ def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | No
         if framework == "flower":
             return Charge("fixed-size", q, z / 2.0, z)
         if framework == "flower-accounted":
-            return Charge("none", q, z, z)
+            # a fixed cohort under add/remove: with m < N an added client can
+            # displace a sampled one and move the sum by 2C
+            return Charge("none", q, z if q >= 1.0 else z / 2.0, z)
         return Charge("poisson", q, z, z)
     if framework != "paretofl":
         raise ValueError("Flower's DP wrappers release the aggregate: design for mechanism client-aggregate")
