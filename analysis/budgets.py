@@ -41,9 +41,8 @@ import torch
 
 import paretofl
 from paretofl.budgets import Budgets
-from paretofl.fl.algorithms import DPFedAvg, train
-from paretofl.fl.build import prepare
-from paretofl.fl.engine import Engine
+from paretofl.fl.algorithms import train
+from paretofl.fl.build import Setup, assemble, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 N, DELTA, CLIP, LR = 100, 1e-5, 0.3, 0.1
@@ -77,10 +76,10 @@ def run(partition, seeds, t_max, out):
                  "(c) loosest for all": paretofl.design(N, max(eps), DELTA, max_rounds=t_max, **SIGMA_RANGE)}
         for policy, d in plans.items():
             keep = np.flatnonzero(~strict) if policy.startswith("(b)") else np.arange(N)
-            eng = Engine(net, ds, [parts[i] for i in keep], seeds, seeds=list(range(seeds)))
-            kw = dict(mechanism="client-aggregate", sigma=d.sigma, clip=CLIP, lr=LR, client_rate=min(1.0, d.q),
-                      local_epochs=1, batch_size=64)
-            pol = DPFedAvg(eng, groups=d, **kw) if policy == "per-client design" else DPFedAvg(eng, **kw)
+            kept = Setup(ds, [parts[i] for i in keep], net)
+            pol = assemble(kept, "dpfedavg", seeds, mechanism="client-aggregate", sigma=d.sigma, clip=CLIP, lr=LR,
+                           client_rate=min(1.0, d.q), local_epochs=1, batch_size=64,
+                           groups=d if policy == "per-client design" else None).policy
             t0 = time.perf_counter()
             glob, _, fin = train(pol, rounds=d.rounds, epsilon=None if policy == "per-client design" else d.budget,
                                  delta=DELTA, eval_every=d.rounds)
@@ -92,7 +91,7 @@ def run(partition, seeds, t_max, out):
                 per_group[f"{e:g}"] = (pc @ share).tolist()
             spent = fin.get("epsilon_groups")
             rows.append(dict(config=name, partition=partition, policy=policy, rounds=int(d.rounds),
-                             q={f"{g['budget']:g}": g["q"] for g in d.groups} if hasattr(d, "groups") else d.q,
+                             q={f"{g['budget']:g}": g["q"] for g in d.groups} if d.groups else d.q,
                              sigma=float(d.sigma), clients=len(keep),
                              cohort=float(d.cohort if hasattr(d, "cohort") else d.q * len(keep)),
                              epsilon={k: float(np.max(v)) for k, v in spent.items()} if spent else

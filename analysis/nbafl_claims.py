@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 import paretofl
-from paretofl.fl.algorithms import NbAFL, train
+from paretofl.fl.algorithms import train
+from paretofl.fl.build import Setup, assemble
 from paretofl.fl.data import Dataset, load_dataset
-from paretofl.fl.engine import Engine
 from paretofl.fl.models import build_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,9 +55,8 @@ def _data():
 
 
 def _loss(ds, parts, eps, rounds, calibration, seeds, clip=C0, k=None):
-    eng = Engine(build_model("lr", ds.shape), ds, parts, seeds, seeds=list(range(seeds)))
-    pol = NbAFL(eng, epsilon=eps, rounds=rounds, delta=DELTA, clip=clip, calibration=calibration,
-                clients_per_round=k)
+    pol = assemble(Setup(ds, parts, build_model("lr", ds.shape)), "nbafl", seeds, epsilon=eps, rounds=rounds,
+                   delta=DELTA, clip=clip, calibration=calibration, clients_per_round=k).policy
     _, _, fin = train(pol, rounds=rounds, delta=DELTA, eval_every=rounds)
     return fin["test_loss"].tolist(), float(pol.fixed_epsilon())
 

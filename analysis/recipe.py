@@ -9,9 +9,9 @@ DP-FedAvg, aggregate view, δ = 1e-5, one local epoch of batch-64 SGD.  At
 each budget, ``design`` (the shipped κ, σ from 0.01) gives q, T and σ, and
 every policy trains at those, so all spend the same exact ε:
 
-* (i) ``recipe``: C and η from ``design(tune=pretrials/lr_fmnist.sqlite)``,
+* (i) ``recipe``: C and η from ``api.tune(design, "pretrials/lr_fmnist.sqlite")``,
   the public pre-trial (highest public test accuracy of the 5 × 4 grid);
-  (i-b) the same tuning ranked by public test loss (``tune_by="loss"``);
+  (i-b) the same tuning ranked by public test loss (``by="loss"``);
 * (ii) ``C = 0.1``: the frameworks' default clipping norm, η = 0.1 (the
   project's η);
 * (iii) ``adaptive``: Andrew et al.'s adaptive clipping from C₀ = 0.1 to the
@@ -47,12 +47,11 @@ N, DELTA = 100, 1e-5
 def _train(setup, q, rounds, sigma, reps, **kw):
     """Final accuracy and test loss of each replica (clip, lr, seed)."""
     from paretofl.fl.algorithms import History, train
-    from paretofl.fl.algorithms.dpfedavg import DPFedAvg
-    from paretofl.fl.engine import Engine
+    from paretofl.fl.build import assemble
 
-    eng = Engine(setup.model, setup.data, setup.parts, len(reps), seeds=[s for _, _, s in reps])
-    pol = DPFedAvg(eng, mechanism="client-aggregate", sigma=sigma, clip=np.array([c for c, _, _ in reps]),
-                   lr=np.array([e for _, e, _ in reps]), client_rate=q, local_epochs=1, batch_size=64, **kw)
+    pol = assemble(setup, "dpfedavg", len(reps), seeds=[s for _, _, s in reps], mechanism="client-aggregate",
+                   sigma=sigma, clip=np.array([c for c, _, _ in reps]), lr=np.array([e for _, e, _ in reps]),
+                   client_rate=q, local_epochs=1, batch_size=64, **kw).policy
     h = History()
     train(pol, rounds=rounds, epsilon=None, delta=DELTA, eval_at=[rounds], history=h)
     last = {r["replica"]: r for r in h.rows if r["round"] == rounds}
@@ -65,7 +64,7 @@ def cell(partition, eps, seeds, max_rounds):
     setup = prepare("fashion-mnist", "lr", N, partition=partition, beta=0.5, seed=0, public_fraction=0.1,
                     subset="rest")
     t0 = time.time()
-    d = paretofl.design(N, eps, delta=DELTA, max_rounds=max_rounds, sigma_min=0.01, tune=str(STORE))
+    d = paretofl.api.tune(paretofl.design(N, eps, delta=DELTA, max_rounds=max_rounds, sigma_min=0.01), str(STORE))
     m = d.q * N
     reps = [(c, e, s) for c in CLIPS for e in LRS for s in range(seeds)]
     res, _ = _train(setup, d.q, d.rounds, d.sigma, reps)
@@ -151,8 +150,9 @@ def main(argv=None):
             print(f"{part} eps={eps:g}: q={c['q']:.3g} T={c['rounds']} ({c['seconds']:.0f} s)", flush=True)
     for c in done:   # cells stored before the public grid was kept: the tuning is seeded, so re-run it alone
         if "tuning_grid" not in c:
-            c["tuning_grid"] = paretofl.design(N, c["epsilon_budget"], delta=DELTA, max_rounds=a.max_rounds,
-                                               sigma_min=0.01, tune=str(STORE)).tuning["grid"]
+            c["tuning_grid"] = paretofl.api.tune(paretofl.design(N, c["epsilon_budget"], delta=DELTA,
+                                                                 max_rounds=a.max_rounds, sigma_min=0.01),
+                                                 str(STORE)).tuning["grid"]
             path.write_text(json.dumps(done, indent=1))
     report([c for c in done if c["partition"] in a.partitions and c["epsilon_budget"] in a.epsilons], out)
 

@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from paretofl.fl.algorithms import ALGORITHMS, train
+from paretofl.fl.algorithms import train
+from paretofl.fl.build import Setup, assemble
 from paretofl.fl.data import load_dataset, make_partition
-from paretofl.fl.engine import Engine
 from paretofl.fl.models import build_model
 from paretofl.theory.privacy import compute_epsilon, max_steps
 
@@ -54,9 +54,10 @@ def run(name, algo, partition, seeds, rounds, local_test=False, device="cpu", **
         split = [rng.permutation(p) for p in parts]
         parts = [np.sort(p[: int(0.75 * len(p))]) for p in split]
         held = [np.sort(p[int(0.75 * len(p)):]) for p in split]
-    eng = Engine(build_model(model, ds.shape), ds, parts, len(seeds), seeds=seeds, device=device)
     eps = kw.pop("budget")
-    pol = ALGORITHMS[algo](eng, **kw)
+    pol = assemble(Setup(ds, parts, build_model(model, ds.shape)), algo, len(seeds), seeds=seeds, device=device,
+                   **kw).policy
+    eng = pol.engine
 
     def held_accuracy(glob):
         """Per replica: unweighted mean over clients of the accuracy on their held-out quarter."""

@@ -46,11 +46,9 @@ def one(n_clients: int, synthetic: bool, rounds: int, cohort: int) -> dict:
     import numpy as np
     import torch
 
-    from paretofl.fl.algorithms import ALGORITHMS
     from paretofl.fl.algorithms import train as run
-    from paretofl.fl.build import prepare
+    from paretofl.fl.build import assemble, prepare
     from paretofl.fl.data import Dataset
-    from paretofl.fl.engine import Engine
 
     torch.set_num_threads(torch.get_num_threads())
     if synthetic:
@@ -64,9 +62,8 @@ def one(n_clients: int, synthetic: bool, rounds: int, cohort: int) -> dict:
         setup = prepare(ds, "lr", None, partition="given")
     else:
         setup = prepare("fashion-mnist", "lr", n_clients, partition="iid", subset="rest", public_fraction=0.1)
-    eng = Engine(setup.model, setup.data, setup.parts, 1, seeds=[0])
-    pol = ALGORITHMS["dpfedavg"](eng, mechanism="client-aggregate", sigma=1.0, clip=1.0, lr=0.1,
-                                 client_rate=cohort / n_clients, local_epochs=1, batch_size=32)
+    pol = assemble(setup, "dpfedavg", 1, seeds=[0], mechanism="client-aggregate", sigma=1.0, clip=1.0, lr=0.1,
+                   client_rate=cohort / n_clients, local_epochs=1, batch_size=32).policy
     before = _status_mb("VmRSS")
     _reset_peak()
     t0 = time.perf_counter()

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from engine_vs_opacus import PER_CLIENT, RATE, N, fake_fmnist, lenet_flops_per_client_step, matmul_rate  # noqa: E402
 
 import paretofl.fl.models as models  # noqa: E402
-from paretofl.fl.engine import Engine  # noqa: E402
+from paretofl.fl.build import Setup, assemble  # noqa: E402
 
 
 class Timers:
@@ -64,7 +64,7 @@ class Timers:
 def lr_step(reps=100):
     ds = fake_fmnist()
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
-    eng = Engine(models.build_model("lr", (1, 28, 28)), ds, parts, 4)
+    eng = assemble(Setup(ds, parts, models.build_model("lr", (1, 28, 28))), replicas=4).engine
     params = eng.broadcast(eng.init_global())
     kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
     eng.local_steps(params, **kw)

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from engine_vs_opacus import PER_CLIENT, RATE, N, _sync, fake_fmnist  # noqa: E402
 
-from paretofl.fl.engine import Engine  # noqa: E402
+from paretofl.fl.build import Setup, assemble  # noqa: E402
 from paretofl.fl.models import build_model  # noqa: E402
 
 SHAPES = {"cifar-cnn": (3, 32, 32)}
@@ -52,7 +52,8 @@ def measure(name, ds, replicas, device, min_seconds=1.0):
     if device != "cpu":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    eng = Engine(build_model(name, ds.x_train.shape[1:]), ds, parts, replicas, device=device)
+    eng = assemble(Setup(ds, parts, build_model(name, ds.x_train.shape[1:])), replicas=replicas,
+                   device=device).engine
     params = eng.broadcast(eng.init_global())
     kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
     dt = _timed(lambda: eng.local_steps(params, **kw), device, min_seconds)

@@ -42,8 +42,8 @@ import torch.nn as nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_vs_opacus import _sync, timed_steps  # noqa: E402
 
+from paretofl.fl.build import Setup, assemble  # noqa: E402
 from paretofl.fl.data import Dataset  # noqa: E402
-from paretofl.fl.engine import Engine  # noqa: E402
 from paretofl.fl.models import build_model  # noqa: E402
 from paretofl.fl.modules import ModuleModel  # noqa: E402
 
@@ -70,7 +70,7 @@ def module(name):
 
 def engine_runner(model, ds, replicas, device, dp):
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
-    eng = Engine(model, ds, parts, replicas, device=device)
+    eng = assemble(Setup(ds, parts, model), replicas=replicas, device=device).engine
     if dp:
         kw = dict(steps=1, lr=0.1, batch_rate=BATCH / PER_CLIENT, sigma=1.0, clip=1.0, batch_divisor=BATCH)
     else:

@@ -25,6 +25,7 @@ from .api import (
            Design,
            InfeasibleBudget,
            TrainResult,
+           __version__,
            account,
            design,
            fit,
@@ -32,8 +33,6 @@ from .api import (
            pareto_set,
            train,
 )
-
-__version__ = "0.2.0"
 
 __all__ = ["design", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "fit", "train",
            "TrainResult", "budgets", "nbafl_design", "__version__"]

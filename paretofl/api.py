@@ -9,12 +9,19 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from .recommendation import Design, InfeasibleBudget, design  # noqa: F401  (re-exported)
+from . import recommendation
+from .mechanisms import DEFAULT
+from .recommendation import Design, InfeasibleBudget, nbafl_design  # noqa: F401  (re-exported)
 from .theory.pareto import ParetoSet, theorem3
 from .theory.privacy import SAMPLINGS, RDPAccountant, check_delta, check_step
 
-__all__ = ["nbafl_design", "design", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "ParetoSet",
-           "fit", "train", "TrainResult", "PRV_LIMITS"]
+__version__ = "0.2.0"
+
+__all__ = ["__version__", "design", "Design", "InfeasibleBudget", "nbafl_design", "tune", "account",
+           "Accounting", "pareto_set", "ParetoSet", "fit", "train", "TrainResult", "PRV_LIMITS", "pretrial", "spec",
+           "validate", "audit", "audit_jobs", "audit_names", "export", "design_figure", "pareto_figure",
+           "pretrial_figures", "names", "algorithm_options", "unused_options", "check_out_path", "stored_runs",
+           "keep_freed_memory", "is_reference"]
 
 #: where Opacus's PRV accountant is run at all: beyond these its grid grows
 #: past gigabytes and minutes (measured: 26 GiB at small σ and many steps)
@@ -88,12 +95,110 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
                       order if "rdp" in values else math.nan, values if len(values) > 1 else {}, notes)
 
 
+def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_rounds: int | None = None,
+           time_budget: float | None = None, round_time: float | None = None, q: float | None = None,
+           q_min: float | None = None, q_max: float | None = None, sigma_min: float = 0.3, sigma_max: float = 30.0,
+           kappa: float | None = None, fit: str | None = None, mechanism: str = DEFAULT,
+           framework: str | None = "paretofl", from_store: str | None = None, utility_model: str | None = None,
+           budgets=None, mechanism_options: dict | None = None) -> Design:
+    """Recommend (q, T, σ) for a budget (docs/theory.md §4):
+    :func:`paretofl.recommendation.design` (see there for the parameters),
+    or, with ``from_store``, the empirical mode: instead of the closed form,
+    a model of the utility loss fitted to this pre-trial store over
+    (σ²/(qN), T) — ``utility_model`` "bound" (1.2) with free constants, or
+    "bend", which adds a term growing with σ²T; default: the one its
+    held-out seeds prefer — minimised under the same exact accountant.
+
+    The recipe's C, η, local epochs and batch come from the pre-trial κ came
+    from, where that is known; :func:`tune` chooses C and η on a pre-trial's
+    public share instead (a step of its own).
+    """
+    utility, spec = None, None
+    if sum(x is not None for x in (kappa, fit, from_store)) > 1:
+        raise ValueError("give one of kappa, fit or from_store (where kappa comes from)")
+    if from_store is not None:
+        from .pretrial.fit import UTILITY_MODELS, fit_utility
+        from .pretrial.tune import spec_of_store
+
+        if utility_model is not None and utility_model not in UTILITY_MODELS:
+            raise ValueError(f"utility_model must be one of {', '.join(UTILITY_MODELS)}, got {utility_model!r}")
+        fitted = fit_utility(from_store)
+        utility = recommendation.Empirical(fitted["models"][utility_model or fitted["preferred"]], from_store)
+        spec = spec_of_store(from_store).to_dict()
+    elif utility_model is not None:
+        raise ValueError("utility_model needs from_store")
+    return recommendation.design(n_clients, epsilon, delta=delta, max_rounds=max_rounds, time_budget=time_budget,
+                                 round_time=round_time, q=q, q_min=q_min, q_max=q_max, sigma_min=sigma_min,
+                                 sigma_max=sigma_max, kappa=kappa, fit=fit, mechanism=mechanism, framework=framework,
+                                 utility=utility, spec=spec, budgets=budgets, mechanism_options=mechanism_options)
+
+
+def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: int = 3, progress: bool = False,
+         chunk: int | None = None) -> Design:
+    """The rest of the recipe, a step of its own (docs/theory.md §4.C):
+    train the ``clips`` × ``lrs`` grid (default 0.03–3 and 0.03–1) on the
+    public share of the pre-trial ``store`` at design ``d``'s T and noise on
+    the average (``seeds`` each; torch is imported; at most ``chunk``
+    replicas trained together) and take the pair with the highest test
+    accuracy (``by`` "accuracy") or the lowest test loss ("loss") as its C
+    and η (:func:`paretofl.pretrial.tune.tune`).  Fills ``d.clip``,
+    ``d.lr``, ``d.local_epochs``, ``d.batch_size``, ``d.tuning``,
+    ``d.sources`` and notes in place, and returns ``d``."""
+    import math
+    from pathlib import Path
+
+    from .pretrial.tune import CLIPS, LRS, SELECT, best_pair, check_grid, spec_of_store
+    from .pretrial.tune import tune as run_tune
+
+    if not isinstance(d, Design):
+        raise ValueError(f"tune needs a Design, got {type(d).__name__}")
+    if not Path(store).is_file():
+        raise ValueError(f"tune: results file {store} does not exist")
+    if d.groups or d.noise_on != "sum":
+        raise ValueError("tune chooses C and the learning rate where one noise lies on the sum (client-aggregate, "
+                         "Flower's) with one budget for all")
+    if by not in SELECT:
+        raise ValueError(f"by must be one of {', '.join(SELECT)}, got {by!r}")
+    clips = check_grid(CLIPS if clips is None else clips, "clip")
+    lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
+    spec = spec_of_store(store).to_dict()
+    measured_at = (d.clip, d.lr) if d.clip is not None else None   # the pair the pre-trial behind kappa used
+    t = run_tune(store, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, seeds=seeds, progress=progress,
+                 select=by, chunk=chunk)
+    d.tuning = t
+    d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
+    d.model, d.dataset = spec.get("model"), spec.get("dataset")
+    best = "highest test accuracy" if by == "accuracy" else "lowest test loss"
+    where = (f"public tuning on {store}: {best} of the {len(clips)} x {len(lrs)} grid at this design's T and noise "
+             f"on the mean ({t['seeds']} seeds)")
+    d.sources.update(clip=where, lr=where, local_epochs=f"the pre-trial {store}", batch_size=f"the pre-trial {store}")
+    norms = t["norms"]
+    d.notes.append(f"update norms on the public share at C = {t['clip']:g}, lr = {t['lr']:g}: median "
+                   f"{norms['q50']:.3g} (10-90 %: {norms['q10']:.3g}-{norms['q90']:.3g}); in the first rounds "
+                   f"{t['norms_early']['q50']:.3g}")
+    other_by = "loss" if by == "accuracy" else "accuracy"
+    other = best_pair(t["grid"], other_by)
+    if (other["clip"], other["lr"]) != (t["clip"], t["lr"]):
+        d.notes.append(f"by public {other_by} the best pair would be C = {other['clip']:g}, lr = {other['lr']:g} "
+                       f"(tune by {other_by}; docs/results.md section 9 measures both)")
+    for axis in t["on_grid_edge"]:
+        d.notes.append(f"the best {axis} lies on the edge of its grid: widen the grid past it")
+    if measured_at is not None and not (math.isclose(t["clip"], measured_at[0])
+                                        and math.isclose(t["lr"], measured_at[1])):
+        d.notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "
+                       f"{t['lr']:g}: re-run the pre-trial with these to refit kappa for this pair")
+    return d
+
+
 def pareto_set(n_clients: int, q: float, kappa: float, sigma_min: float, sigma_max: float, max_rounds: float,
-               integer: bool = False, points: int = 50) -> ParetoSet:
+               integer: bool = False, points: int = 50, delta: float | None = None) -> ParetoSet:
     """The closed-form Pareto set in the (σ, T) plane for a fixed q
     (Theorem 3 of Gu et al., docs/theory.md §3): its case, T_a, T_b and
     labelled pieces.  ``integer``: T takes integer values, each with the
-    interval of σ that is Pareto optimal there."""
+    interval of σ that is Pareto optimal there.  ``delta`` (for a figure's
+    ε axis) is only checked."""
+    if delta is not None:
+        check_delta(delta)
     return theorem3(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, integer=integer, n_points=points)
 
 
@@ -124,6 +229,7 @@ class TrainResult:
     clients: int = 0
     partition: str = ""
     epsilon_groups: dict | None = None    # clients with budgets of their own: ε spent per group (by budget)
+    budget: float | None = None           # the budget the run stopped at (the strictest group's, with groups)
     history: list = field(default_factory=list, repr=False)
 
     def to_dict(self, with_history: bool = False) -> dict:
@@ -131,16 +237,6 @@ class TrainResult:
         if not with_history:
             d.pop("history")
         return d
-
-
-def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, client_size: int,
-                 max_rounds: int = 10_000, constants: dict | None = None) -> dict:
-    """NbAFL's own T* and K* and what its calibrations guarantee:
-    :func:`paretofl.theory.convergence.nbafl_design` (imported when called:
-    SciPy's optimiser is not needed by ``design``)."""
-    from .theory.convergence import nbafl_design as run
-
-    return run(n_clients, epsilon, delta, clip, client_size, max_rounds=max_rounds, constants=constants)
 
 
 def check_out_path(path, suffixes):
@@ -160,38 +256,44 @@ def check_out_path(path, suffixes):
         raise ValueError(f"cannot write {path}: it is a folder")
 
 
-def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clients: int | None = None,
-          epsilon: float = 2.0, delta: float = 1e-5, rounds: int = 100, partition: str | None = None,
-          beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu", data_dir: str | None = None,
-          eval_every: int = 1, history: str | None = None, progress: bool = False, design: Design | None = None,
-          strategy: str = "auto", budgets=None, **options) -> TrainResult:
+def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | None = None,
+          epsilon: float | None = None, delta: float | None = None, rounds: int | None = None,
+          partition: str | None = None, beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu",
+          data_dir: str | None = None, eval_every: int = 1, history: str | None = None, progress: bool = False,
+          design: Design | None = None, strategy: str = "auto", budgets=None, **options) -> TrainResult:
     """Train DP federated learning on real data (torch is imported here).
 
     ``dataset``: a built-in name, a "package.module:function" loader, a
     :class:`paretofl.fl.data.Dataset` (``Dataset.from_arrays``) or a mapping
     of arrays (x_train, y_train, x_test, y_test, optionally clients and
-    public).  ``model``: a built-in name, a "package.module:function"
-    factory, a factory ``(in_shape, n_classes) -> nn.Module`` or an
-    ``nn.Module`` (trained through ``torch.func``; ``strategy`` "loop",
-    "vmap" or "auto" batches its clients).  ``partition``: iid (default),
-    dirichlet, dirichlet-capped, shards, or given (the data's own clients;
-    the default when the data has them, and then ``clients`` defaults to
-    their number; 10 otherwise).  Where the data marks its public samples,
-    the clients train on the others (the public share is the pre-trial's).
+    public); default fashion-mnist.  ``model``: a built-in name, a
+    "package.module:function" factory, a factory ``(in_shape, n_classes) ->
+    nn.Module`` or an ``nn.Module`` (trained through ``torch.func``;
+    ``strategy`` "loop", "vmap" or "auto" batches its clients); default lr.
+    ``partition``: iid (default), dirichlet, dirichlet-capped, shards, or
+    given (the data's own clients; the default when the data has them, and
+    then ``clients`` defaults to their number; 10 otherwise).  Where the
+    data marks its public samples, the clients train on the others (the
+    public share is the pre-trial's).
 
     ``algorithm`` is one of ``paretofl.fl.algorithms.ALGORITHMS``
     (dpfedavg, ali-dpfl, adap-dpfl, nbafl); ``options`` are its config's
     fields (e.g. ``sigma``, ``clip``, ``client_rate``, ``mechanism``; see
     ``ALGORITHMS[name].options()``).  A replica stops when its next round
-    would spend more than ``epsilon``.  ``history``: a CSV path that gets a
-    row per (round, replica) as they finish.  ``design``: apply a
-    :class:`Design` (its q, T, σ, mechanism and budget, and its recipe's C,
-    learning rate, local epochs and batch unless ``options`` name them) to client-level
-    DP-FedAvg, or a :class:`paretofl.budgets.GroupDesign`.  ``budgets``:
-    clients with budgets of their own (a budgets CSV file or a
-    :class:`paretofl.budgets.Budgets`): the group design for ``rounds``
-    rounds at most is made here (the shipped κ) and trained; each group is
-    accounted on its own and stops at its own budget (``epsilon`` unused).
+    would spend more than ``epsilon`` (default 2).  ``history``: a CSV path
+    that gets a row per (round, replica) as they finish.
+
+    ``design``: train exactly that :class:`Design` — its mechanism (and the
+    mechanism's options), q, T, σ, budget and δ, each group's rate (and σ)
+    where it has ``groups``, its recipe's C, learning rate, local epochs and
+    batch unless ``options`` name them, and the model and data its κ was
+    fitted for unless ``model`` and ``dataset`` say otherwise; what the
+    design fixes (``clients``, ``epsilon``, ``delta``, ``rounds``, the
+    mechanism, q and σ) cannot be given beside it.  NbAFL's design trains
+    the nbafl algorithm.  ``budgets``: clients with budgets of their own (a
+    budgets CSV file or a :class:`paretofl.budgets.Budgets`): the group
+    design for ``rounds`` rounds at most is made here (the shipped κ) and
+    trained; each group is accounted on its own and stops at its own budget.
     """
     import numpy as np
 
@@ -203,36 +305,59 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
         raise ModuleNotFoundError("paretofl.train needs PyTorch, which is not installed: "
                                   "pip install 'paretofl[train]'", name="torch") from None
 
-    from .budgets import GroupDesign
     from .fl.algorithms import ALGORITHMS, History
     from .fl.algorithms import train as run
-    from .fl.build import prepare
+    from .fl.build import assemble, prepare
     from .fl.data import PARTITIONS, load_dataset
-    from .fl.engine import Engine
-    from .fl.options import unused_options
+    from .mechanisms import get as mechanism_of
+    from .theory.ledger import Ledger
 
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if history is not None:
         check_out_path(history, (".csv",))
     if budgets is not None and design is not None:
         raise ValueError("give budgets or a design, not both (a group design carries its budgets)")
-    if (budgets is not None or isinstance(design, GroupDesign)) and algorithm != "dpfedavg":
-        raise ValueError("per-client budgets apply to client-level dpfedavg")
-    groups = design if isinstance(design, GroupDesign) else None
+    if budgets is not None and epsilon is not None:
+        raise ValueError("give epsilon (one budget for all) or budgets (a budget per client), not both")
+    groups = None
     if design is not None:
-        if algorithm != "dpfedavg":
-            raise ValueError("a design applies to client-level dpfedavg")
-        if clients is None:
-            clients = design.n_clients
-        if clients != design.n_clients:
+        if not isinstance(design, Design):
+            raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
+                             f"{type(design).__name__}")
+        fixed = [k for k, v in (("epsilon", epsilon), ("delta", delta), ("rounds", rounds)) if v is not None]
+        fixed += [k for k in ("mechanism", "client_rate", "sigma") if k in options]
+        if fixed:
+            raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design: leave "
+                             f"{'it' if len(fixed) == 1 else 'them'} out, or design again")
+        if clients is not None and clients != design.n_clients:
             raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
-        recipe = {k: getattr(design, k, None) for k in ("clip", "lr", "local_epochs", "batch_size")}
-        options = {"mechanism": design.mechanism, "client_rate": min(1.0, design.q), "sigma": design.sigma,
-                   **{k: v for k, v in recipe.items() if v is not None}, **options}
+        clients = design.n_clients
+        dataset = design.dataset if dataset is None else dataset
+        model = design.model if model is None else model
         epsilon, delta, rounds = design.budget, design.delta, design.rounds
+        if design.mechanism == "nbafl":
+            if algorithm not in ("dpfedavg", "nbafl"):
+                raise ValueError("NbAFL's design trains the nbafl algorithm")
+            algorithm = "nbafl"
+            options = {"clip": design.details.get("clip", design.clip),
+                       "clients_per_round": design.details["clients_per_round"], **options}
+        else:
+            if algorithm != "dpfedavg":
+                raise ValueError("a design applies to client-level dpfedavg")
+            groups = design if design.groups else None
+            recipe = {k: getattr(design, k, None) for k in ("clip", "lr", "local_epochs", "batch_size")}
+            options = {"mechanism": design.mechanism, "client_rate": min(1.0, design.q), "sigma": design.sigma,
+                       **{k: v for k, v in recipe.items() if v is not None}, **design.mechanism_options, **options}
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if budgets is not None:
-        options = {"mechanism": "client-aggregate", **options}
+        if algorithm != "dpfedavg":
+            raise ValueError("per-client budgets apply to client-level dpfedavg")
+        options = {"mechanism": DEFAULT, **options}
+    dataset = "fashion-mnist" if dataset is None else dataset
+    model = "lr" if model is None else model
+    epsilon = 2.0 if epsilon is None and budgets is None else epsilon
+    delta = 1e-5 if delta is None else delta
+    rounds = 100 if rounds is None else rounds
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**62:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     for name, v in (("clients", clients), ("rounds", rounds), ("replicas", replicas), ("eval_every", eval_every)):
@@ -240,8 +365,8 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
             continue
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (epsilon > 0) \
-            or not math.isfinite(epsilon):
+    if epsilon is not None and (isinstance(epsilon, bool) or not isinstance(epsilon, (int, float))
+                                or not (epsilon > 0) or not math.isfinite(epsilon)):
         raise ValueError(f"epsilon must be a positive finite number, got {epsilon}")
     check_delta(delta)
     if device not in ("cpu", "cuda"):
@@ -278,26 +403,24 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
     # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
     setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy,
                     subset="all" if ds.public is None else "rest")
-    ds, parts, net = setup.data, setup.parts, setup.model
+    ds, parts = setup.data, setup.parts
     if budgets is not None:
-        from .recommendation import design as make_design
-
         # design's own defaults, so that train --budgets trains what design --budgets printed
-        groups = make_design(len(parts), None, delta, max_rounds=rounds, budgets=budgets, mechanism=config.mechanism)
-        config = cls.Config(**{**asdict(config), "sigma": groups.sigma, "client_rate": min(1.0, groups.q)})
-        rounds = groups.rounds
-    sample_level = algorithm in ("ali-dpfl", "adap-dpfl") or getattr(config, "mechanism", None) == "sample"
-    check_delta(delta, len(ds.y_train) if sample_level else len(parts), "sample" if sample_level else "client")
+        groups = recommendation.design(len(parts), None, delta, max_rounds=rounds, budgets=budgets,
+                                       mechanism=config.mechanism)
+        options = {**options, "sigma": groups.sigma, "client_rate": min(1.0, groups.q)}
+        config = cls.Config(**options)
+        rounds, epsilon = groups.rounds, groups.budget
+    unit = mechanism_of(getattr(config, "mechanism", "nbafl")).unit
+    check_delta(delta, len(ds.y_train) if unit == "sample" else len(parts), unit)
     rate = getattr(config, "client_rate", 1.0)
     if np.any(np.asarray(rate, dtype=float) * len(parts) < 1 - 1e-9):   # the clients that train, not all ids
         raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * len(parts))):g} < 1: most "
                          "rounds would select no client; raise client_rate or clients")
-    eng = Engine(net, ds, parts, replicas, device=device, seeds=[seed + r for r in range(replicas)])
-    pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds, **({"groups": groups} if groups else {}))
+    pol = assemble(setup, algorithm, replicas, seeds=[seed + r for r in range(replicas)], device=device,
+                   epsilon=epsilon, delta=delta, rounds=rounds, groups=groups, **options).policy
     first = pol.charges(0)
     if first is not None and groups is None:
-        from .fl.algorithms.base import Ledger
-
         ledger = Ledger(replicas, delta)
         inc = ledger.increment(first)
         if not ledger.affordable(first, inc, epsilon).any():
@@ -315,9 +438,9 @@ def train(algorithm: str = "dpfedavg", dataset="fashion-mnist", model="lr", clie
         accuracy=mean(fin["accuracy"]), test_loss=mean(fin["test_loss"]), epsilon=float(np.max(fin["epsilon"])),
         delta=delta, rounds=int(np.max(fin["rounds"])),
         per_replica={k: np.asarray(fin[k]).tolist() for k in ("accuracy", "test_loss", "epsilon", "rounds")},
-        seconds=float(fin["seconds"]), algorithm=algorithm, dataset=_label(dataset), model=net.name,
+        seconds=float(fin["seconds"]), algorithm=algorithm, dataset=_label(dataset), model=setup.model.name,
         options={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in asdict(config).items()},
-        clients=len(parts), partition=partition, history=hist.rows,
+        clients=len(parts), partition=partition, history=hist.rows, budget=epsilon,
         epsilon_groups=None if "epsilon_groups" not in fin else {
             k: float(np.max(v)) for k, v in fin["epsilon_groups"].items()})
 
@@ -327,3 +450,222 @@ def _label(obj) -> str:
     if isinstance(obj, str):
         return obj
     return getattr(obj, "name", None) or type(obj).__name__
+
+
+# --------------------------------------------------------------------------
+# the rest of what the commands do: pre-trials, validation, the audit,
+# figures, exports, and the names and options the command line offers.
+# Each imports its layer when called (torch only where it trains).
+# --------------------------------------------------------------------------
+def keep_freed_memory() -> bool:
+    """The trainer's process-wide malloc setting (opt-in; the ``paretofl``
+    command makes it for train, pretrial and audit):
+    :func:`paretofl.fl.engine.keep_freed_memory`."""
+    from .fl.engine import keep_freed_memory as keep
+
+    return keep()
+
+
+def names() -> dict:
+    """What the command line offers by name (no torch): built-in data sets,
+    models and partitions, algorithms, mechanisms (all; those ``design``
+    designs for; those DP-FedAvg trains), ``design``'s frameworks."""
+    from .fl.options import CONFIGS, DPFEDAVG_MECHANISMS
+    from .mechanisms import names as mechanism_names
+    from .pretrial.spec import DATASETS, MODELS, PARTITIONS
+
+    return {"datasets": DATASETS, "models": MODELS, "partitions": PARTITIONS, "algorithms": tuple(CONFIGS),
+            "mechanisms": mechanism_names(), "designable": recommendation.DESIGN_MECHANISMS,
+            "trainable": DPFEDAVG_MECHANISMS, "frameworks": recommendation.FRAMEWORKS, "default_mechanism": DEFAULT}
+
+
+def is_reference(value) -> bool:
+    """Is ``value`` a user's "package.module:function" (a model factory or a data loader)."""
+    from .pretrial.spec import is_reference as ref
+
+    return ref(value)
+
+
+def algorithm_options() -> dict:
+    """option -> {algorithm: (default, help, choices, declared number types)}
+    over every algorithm's config (no torch): what ``train`` takes."""
+    from dataclasses import fields
+
+    from .fl.options import CONFIGS, options_of
+
+    out = {}
+    for name, cfg in CONFIGS.items():
+        decl = {f.name: str(f.type) for f in fields(cfg)}
+        for opt, (default, help_, choices, _) in options_of(cfg).items():
+            kinds = {t for t, word in ((float, "float"), (int, "int")) if word in decl[opt]}
+            out.setdefault(opt, {})[name] = (default, help_, choices, kinds)
+    return out
+
+
+def unused_options(algorithm: str, options: dict) -> tuple[str, list]:
+    """(mechanism, the options given that it would not use): :func:`paretofl.fl.options.unused_options`."""
+    from .fl.options import unused_options as unused
+
+    return unused(algorithm, options)
+
+
+def spec(path=None, **fields):
+    """A pre-trial spec: the TOML file ``path`` (if any), each field given
+    in ``fields`` (not None) overriding the file's; checked
+    (:class:`paretofl.pretrial.spec.Spec`)."""
+    from .pretrial.spec import Spec, read_toml
+
+    data = read_toml(path) if path is not None else {}
+    data.update({k: v for k, v in fields.items() if v is not None})
+    return Spec.from_dict(data, where=str(path) if path is not None else "pretrial flags")
+
+
+def pretrial(spec, results, executor: str = "local", ray_address: str | None = None, progress: bool = True,
+             max_jobs: int | None = None) -> dict:
+    """Run what the results store ``results`` lacks of the pre-trial ``spec``
+    (a :class:`~paretofl.pretrial.spec.Spec` or a TOML path) and return a
+    summary: :func:`paretofl.pretrial.sweep.run_sweep`."""
+    from .pretrial.spec import Spec
+    from .pretrial.sweep import run_sweep
+
+    if not isinstance(spec, Spec):
+        spec = Spec.from_toml(spec)
+    check_out_path(results, (".sqlite", ".db"))
+    return run_sweep(spec, results, executor=executor, ray_address=ray_address, progress=progress,
+                     max_jobs=max_jobs)
+
+
+def stored_runs(results) -> int:
+    """How many runs the results store ``results`` holds (0 where there is none)."""
+    from pathlib import Path
+
+    from .pretrial.store import Store
+
+    if not Path(results).is_file():
+        return 0
+    st = Store(results)
+    try:
+        return len(st)
+    finally:
+        st.close()
+
+
+def validate(spec, outdir, full_fraction: float = 1.0, budget: float | None = None, executor: str = "local",
+             ray_address=None, progress: bool = True) -> dict:
+    """κ from the public share against a sweep of the full data, and the
+    method's cost: :func:`paretofl.validate.validate`."""
+    from .validate import validate as run
+
+    return run(spec, outdir, full_fraction=full_fraction, budget=budget, executor=executor, ray_address=ray_address,
+               progress=progress)
+
+
+def audit_jobs(mechanisms=None, broken: str = "none") -> list[tuple[str, str]]:
+    """The (setting, break) pairs an audit runs: every audit setting of the
+    ``mechanisms`` (names of mechanisms or of settings; all by default),
+    each unbroken (``broken="none"``), with one break, or with every break
+    it lists (``"all"``)."""
+    from .mechanisms import audit_setting, audit_settings
+
+    pool = audit_settings() if not mechanisms or "all" in mechanisms else \
+        [s for n in dict.fromkeys(mechanisms) for s in (audit_settings(n) or [audit_setting(n)])]
+    jobs = []
+    for s in pool:
+        if broken == "all":
+            jobs += [(s.name, b) for b in s.break_names()]
+        elif broken == "none" or broken in s.break_names():
+            jobs.append((s.name, broken))
+    if not jobs:
+        raise ValueError(f"no audit setting given has the break {broken!r}")
+    return jobs
+
+
+def audit_names() -> dict:
+    """The audit's settings, the mechanisms that have them, and every break."""
+    from .mechanisms import audit_settings
+
+    settings = audit_settings()
+    return {"settings": [s.name for s in settings], "mechanisms": list(dict.fromkeys(s.mechanism for s in settings)),
+            "breaks": sorted({b for s in settings for b in s.break_names()})}
+
+
+def audit(mechanisms=None, broken: str = "none", runs: int = 200_000, seed: int = 0, progress=None) -> list:
+    """Empirical lower bounds on ε (docs/theory.md §5.5) for :func:`audit_jobs`
+    of ``mechanisms`` and ``broken``: a list of
+    :class:`paretofl.fl.audit.AuditResult`.  ``progress(n)`` is called with
+    the runs as they finish."""
+    from .fl.audit import audit as run
+
+    return [run(s, runs=runs, broken=b, seed=seed, progress=progress) for s, b in audit_jobs(mechanisms, broken)]
+
+
+def design_figure(d: Design, path) -> None:
+    """The design figure (:func:`paretofl.plots.design_figure`)."""
+    check_out_path(path, (".png", ".pdf", ".svg"))
+    from . import plots
+
+    plots.design_figure(d, path)
+
+
+def pareto_figure(ps, q, n_clients, kappa, sigma_min, sigma_max, max_rounds, delta, path) -> None:
+    """Theorem 3's pieces in the σ–T plane and the front in objective space
+    (:func:`paretofl.plots.pareto_figure`)."""
+    check_out_path(path, (".png", ".pdf", ".svg"))
+    check_delta(delta)
+    from . import plots
+
+    plots.pareto_figure(ps, q, n_clients, kappa, sigma_min, sigma_max, max_rounds, delta, path)
+
+
+def pretrial_figures(results, fit=None, outdir=None, fmt: str = "png", max_rounds=None,
+                     epsilon: str = "exact") -> list:
+    """The pre-trial's figures (:func:`paretofl.plots.pretrial_figures`), in
+    ``outdir`` (made if missing; default beside ``results``)."""
+    from pathlib import Path
+
+    from . import plots
+    from .pretrial.store import read_table
+
+    outdir = Path(outdir) if outdir is not None else Path(results).parent
+    if outdir.exists() and not outdir.is_dir():
+        raise ValueError(f"output folder {outdir} is a file")
+    if not Path(results).is_file():
+        raise ValueError(f"results file {results} does not exist")
+    if fit is not None and not Path(fit).is_file():
+        raise ValueError(f"fit file {fit} does not exist")
+    read_table(results)  # a foreign or damaged store is refused before a folder is made
+    outdir.mkdir(parents=True, exist_ok=True)
+    return plots.pretrial_figures(results, fit, outdir, fmt=fmt, max_rounds=max_rounds, epsilon=epsilon)
+
+
+def export(d: Design, framework: str, clip: float | None = None, client_size: int | None = None,
+           batch_size: int | None = None, local_steps: int | None = None):
+    """The design in a framework's own parameters: a
+    :class:`paretofl.integrations.flower.FlowerPlan` (``clip`` defaults to
+    the recipe's C) or an :class:`paretofl.integrations.opacus.OpacusPlan`
+    (``clip`` the per-sample norm; ``client_size``, ``batch_size`` and
+    ``local_steps`` needed), and Python that builds it there."""
+    if framework == "flower":
+        from .integrations import flower
+
+        ignored = [n for n, v in (("client_size", client_size), ("batch_size", batch_size),
+                                  ("local_steps", local_steps)) if v is not None]
+        if ignored:
+            raise ValueError(f"export to flower does not use {', '.join(ignored)} (Opacus's, inside each client): "
+                             f"drop {'it' if len(ignored) == 1 else 'them'}")
+        if clip is None and d.clip is None:
+            raise ValueError("export to flower needs clip (the clipping norm C): this design has no C of its own "
+                             "(give tune, or a fit that records its pre-trial)")
+        p = flower.plan(d, clip if clip is not None else d.clip)
+        return p, flower.snippet(p)
+    if framework == "opacus":
+        from .integrations import opacus
+
+        missing = [n for n, v in (("client_size", client_size), ("batch_size", batch_size),
+                                  ("local_steps", local_steps), ("clip", clip)) if v is None]
+        if missing:
+            raise ValueError(f"export to opacus needs {', '.join(missing)} (each client's data, batch, DP-SGD "
+                             "steps a round, and the per-sample clipping norm)")
+        p = opacus.from_design(d, client_size, batch_size, local_steps, clip)
+        return p, opacus.snippet(p)
+    raise ValueError(f"framework must be flower or opacus, got {framework!r}")

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .theory.privacy import DEFAULT_ORDERS, calibrate_noise, compute_epsilon, conversion_offset, max_steps, rdp_curve
+from .mechanisms import DEFAULT
+from .mechanisms import get as mechanism_of
+from .theory.privacy import DEFAULT_ORDERS, Charge, calibrate_noise, check_rate, conversion_offset, max_steps, rdp_curve
 
-__all__ = ["Budgets", "GroupDesign", "read_budgets", "design_groups"]
+__all__ = ["Budgets", "read_budgets", "design_groups"]
 
 
 @dataclass
@@ -163,80 +165,29 @@ def read_budgets(path, n_clients: int | None = None) -> Budgets:
     return Budgets.per_client(eps)
 
 
-@dataclass
-class GroupDesign:
-    """A design for clients with budgets of their own.  ``groups``: per group,
-    its budget ``budget``, ``clients``, ``q`` (its clients' sampling rate),
-    ``sigma`` (its clients' noise multiplier: the common σ = z/√m in the
-    aggregate view, its own σ_g in the local view) and ``epsilon`` (spent,
-    the exact accountant's).  ``noise_multiplier``: the noise std on the
-    released sum over C (aggregate view; None in the local view)."""
-
-    mechanism: str
-    n_clients: int
-    rounds: int
-    delta: float
-    cohort: float                     # the expected cohort m = Σ_i q_i
-    sigma: float                      # aggregate: the common σ (z/√m); local: √(mean σ_i²)
-    noise_multiplier: float | None
-    utility_bound: float
-    kappa: float
-    kappa_source: str
-    max_rounds: int
-    groups: list = field(default_factory=list)
-    group_of: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
-
-    @property
-    def q(self) -> float:
-        """The mean sampling rate m/N."""
-        return self.cohort / self.n_clients
-
-    @property
-    def budget(self) -> float:
-        """The strictest group's budget."""
-        return min(g["budget"] for g in self.groups)
-
-    @property
-    def epsilon(self) -> float:
-        """The largest ε any group spends."""
-        return max(g["epsilon"] for g in self.groups)
-
-    def client_rates(self) -> np.ndarray:
-        return np.array([self.groups[g]["q"] for g in self.group_of])
-
-    def client_sigmas(self) -> np.ndarray:
-        return np.array([self.groups[g]["sigma"] for g in self.group_of])
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out.pop("group_of")
-        out["q"], out["epsilon"] = self.q, self.epsilon
-        return out
-
-    def __str__(self) -> str:
-        per = ", ".join(f"eps {g['budget']:g}: q={g['q']:.4g}, sigma={g['sigma']:.4g}" for g in self.groups)
-        return (f"GroupDesign(rounds={self.rounds}, cohort={self.cohort:.4g}, mechanism={self.mechanism!r}, "
-                f"utility_bound={self.utility_bound:.4g}; {per})")
-
-    __repr__ = __str__
-
-
 def _t_grid(t_cap: int) -> np.ndarray:
     if t_cap <= 300:
         return np.arange(1, t_cap + 1)
     return np.unique(np.concatenate([np.arange(1, 50), np.geomspace(50, t_cap, 250).astype(int), [t_cap]]))
 
 
-def _largest_rate(eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e-4):
-    """The largest q in [lo, hi] (to ``rtol``) whose Poisson-subsampled
-    Gaussian of noise multiplier z meets ε after T rounds on the grid of
-    orders (an upper bound on the ε reported, so the answer is safe), by
-    bisection on log q; 0 where even ``lo`` does not."""
+def _group_charge(mech, q, z) -> Charge:
+    """What one round charges a client of a group at rate q: the
+    mechanism's charge, with the noise multiplier z on the sum (aggregate
+    view: σ√m = z) or σ_g on each update (local view: z is σ_g)."""
+    return mech.charge(q, z, cohort=1.0) if mech.noise_on == "sum" else mech.charge(q, z)
+
+
+def _largest_rate(mech, eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e-4):
+    """The largest q in [lo, hi] (to ``rtol``) whose charge at noise
+    multiplier z meets ε after T rounds on the grid of orders (an upper
+    bound on the ε reported, so the answer is safe), by bisection on log q;
+    0 where even ``lo`` does not."""
     off = conversion_offset(np.asarray(orders, dtype=float), delta)
 
     def meets(q):
-        return float(np.min(T * np.asarray(rdp_curve("poisson", q, z, orders)) + off)) <= eps
+        ch = _group_charge(mech, q, z)
+        return float(np.min(T * np.asarray(rdp_curve(ch.sampling, q, ch.noise_multiplier, orders)) + off)) <= eps
 
     if meets(hi):
         return hi
@@ -249,22 +200,27 @@ def _largest_rate(eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e-4):
 
 
 def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kappa_source: str,
-                  mechanism: str = "client-aggregate", q_max: float = 1.0, sigma_min: float = 1e-4,
-                  sigma_max: float = 1e6, orders=DEFAULT_ORDERS) -> GroupDesign:
+                  mechanism: str = DEFAULT, q_max: float = 1.0, sigma_min: float = 1e-4,
+                  sigma_max: float = 1e6, orders=DEFAULT_ORDERS):
     """The (T, noise, rates) of lowest 1/T + κ·v under every group's budget
     (module docstring).  Aggregate view: a grid of z (noise multiplier of
     the sum) × the rounds 1..T̃, each group's largest rate on a grid of q
     from the accountant's closed form (:func:`max_steps`), then the best
     point's rates refined by bisection on the exact accountant.  Local
     view: the common q over the cohort sizes, each group's σ_g calibrated.
-    Raises ValueError where some group's budget allows no round."""
+    Returns the fields of a :class:`paretofl.recommendation.Design` with
+    ``groups`` (the design makes it).  Raises ValueError where some group's
+    budget allows no round."""
+    mech = mechanism_of(mechanism)
+    check_rate(q_max, "q_max")
     n, counts, eps = budgets.n_clients, budgets.counts, budgets.epsilons
     ts = _t_grid(t_cap)
-    if mechanism == "client-aggregate":
+    if mech.noise_on == "sum":
         qs = np.geomspace(q_max * 1e-3, q_max, 24)
         zs = np.geomspace(max(0.05, sigma_min), max(sigma_max * math.sqrt(n), 0.1), 40)
         # the per-round RDP of every (q, z) once; each group's most rounds from it
-        rdp = np.stack([np.atleast_2d(rdp_curve("poisson", float(qq), zs, orders)) for qq in qs])   # (Q, Z, A)
+        rdp = np.stack([np.atleast_2d(rdp_curve(c.sampling, float(qq), c.noise_multiplier, orders))
+                        for qq in qs for c in [_group_charge(mech, float(qq), zs)]])                # (Q, Z, A)
         off = conversion_offset(np.asarray(orders, dtype=float), delta)
         with np.errstate(divide="ignore", invalid="ignore"):
             room = eps[:, None] - off[None, :]                                                    # (G, A)
@@ -301,7 +257,7 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
 
         def rates_at(z):
             """Each group's largest rate at noise z (exact accountant), and m."""
-            r = [_largest_rate(float(e), z, T, delta, 1e-9, q_max, orders) for e in eps]
+            r = [_largest_rate(mech, float(e), z, T, delta, 1e-9, q_max, orders) for e in eps]
             return np.array(r), float(counts @ np.array(r))
 
         def cost(z):
@@ -327,20 +283,25 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
                 a_ = c_
         _, q_g, m, z = best
         sigma = z / math.sqrt(m)
-        spent = [compute_epsilon(float(qq), z, T, delta) for qq in q_g]
+        spent = [_group_charge(mech, float(qq), z).epsilon(delta, T) for qq in q_g]
         groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=float(qq), sigma=sigma,
                        epsilon=float(s)) for e, c, qq, s in zip(eps, counts, q_g, spent)]
-        out = GroupDesign(mechanism, n, T, delta, m, sigma, z, 1.0 / T + kappa * z * z / (m * m), kappa,
-                          kappa_source, t_cap, groups, budgets.group_of.tolist())
-    elif mechanism == "client-local":
+        out = dict(q=m / n, rounds=T, sigma=sigma, epsilon=max(spent), delta=delta, case="",
+                     utility_bound=1.0 / T + kappa * z * z / (m * m), kappa=kappa, kappa_source=kappa_source,
+                     mechanism=mechanism, noise_multiplier=z, charged_noise_multiplier=z,
+                     sampling=_group_charge(mech, 1.0, z).sampling, budget=float(eps[0]), n_clients=n,
+                     max_rounds=t_cap, sigma_min=sigma_min, sigma_max=sigma_max, groups=groups,
+                     group_of=budgets.group_of.tolist())
+    elif mech.noise_on == "update":
         cand = np.unique(np.concatenate([np.arange(1, min(n, 24) + 1),
                                          np.geomspace(1, n, 24).round()])) / n
         cand = cand[cand <= q_max * (1 + 1e-12)]
         ss = np.geomspace(1e-2, 1e4, 200)
         best = None
         for q in cand:
-            tmax = np.stack([np.asarray(max_steps(e, q, ss, delta, orders, sampling="attributed"), dtype=float)
-                             for e in eps])                                      # (G, S)
+            ch = _group_charge(mech, q, ss)
+            tmax = np.stack([np.asarray(max_steps(e, q, ch.noise_multiplier, delta, orders, sampling=ch.sampling),
+                                        dtype=float) for e in eps])              # (G, S)
             ok = tmax[..., None] >= ts[None, None, :]                            # (G, S, T)
             first = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)              # least σ index (G, T)
             good = np.all(first >= 0, axis=0)
@@ -356,19 +317,24 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
             raise ValueError(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round at any rate "
                              "and noise allowed: raise its budget or the sigma range")
         _, q, T = best
-        sig = np.array([calibrate_noise(float(e), q, T, delta, orders, sampling="attributed") for e in eps])
-        spent = [compute_epsilon(q, float(s), T, delta, sampling="attributed") for s in sig]
+        sampling = _group_charge(mech, q, 1.0).sampling
+        sig = np.array([calibrate_noise(float(e), q, T, delta, orders, sampling=sampling) for e in eps])
+        spent = [_group_charge(mech, q, float(s)).epsilon(delta, T) for s in sig]
         groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=q, sigma=float(s), epsilon=float(x))
                   for e, c, s, x in zip(eps, counts, sig, spent)]
         ms2 = float(counts @ sig ** 2) / n
-        out = GroupDesign(mechanism, n, T, delta, q * n, math.sqrt(ms2), None, 1.0 / T + kappa * ms2 / (q * n),
-                          kappa, kappa_source, t_cap, groups, budgets.group_of.tolist())
+        out = dict(q=q, rounds=T, sigma=math.sqrt(ms2), epsilon=max(spent), delta=delta, case="",
+                     utility_bound=1.0 / T + kappa * ms2 / (q * n), kappa=kappa, kappa_source=kappa_source,
+                     mechanism=mechanism, noise_multiplier=math.sqrt(ms2), charged_noise_multiplier=math.sqrt(ms2),
+                     sampling=sampling, budget=float(eps[0]), n_clients=n, max_rounds=t_cap, sigma_min=sigma_min,
+                     sigma_max=sigma_max, groups=groups, group_of=budgets.group_of.tolist())
     else:
         raise ValueError(f"per-client budgets are designed for client-aggregate or client-local, not {mechanism!r}")
+    out["notes"] = notes = []
     if T == t_cap:
-        out.notes.append(f"T is at its cap of {t_cap} rounds (raise max_rounds)")
-    full = [g["budget"] for g in out.groups if g["q"] >= q_max * (1 - 1e-9) and g["epsilon"] < 0.95 * g["budget"]]
+        notes.append(f"T is at its cap of {t_cap} rounds (raise max_rounds)")
+    full = [g["budget"] for g in out["groups"] if g["q"] >= q_max * (1 - 1e-9) and g["epsilon"] < 0.95 * g["budget"]]
     if full:
-        out.notes.append(f"the groups of epsilon {', '.join(f'{e:g}' for e in full)} take part every round and "
+        notes.append(f"the groups of epsilon {', '.join(f'{e:g}' for e in full)} take part every round and "
                          "still do not spend their budget: their clients cannot use more")
     return out

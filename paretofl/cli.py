@@ -1,9 +1,12 @@
-"""`paretofl` command line: a thin front door over the Python API.
+"""`paretofl` command line: a thin face over the Python API.
 
-Each sub-command imports what it needs when it runs, so `paretofl design`
-and `paretofl account` never load torch.  Errors a user can cause print one
-line on stderr and exit with code 2; Ctrl-C prints one line and exits 130
-with nothing lost.
+It imports :mod:`paretofl.api` and nothing else of paretofl; each command
+calls the API function of the same name, which imports what it needs when
+it runs, so `paretofl design` and `paretofl account` never load torch.
+Library errors name API parameters; one map (:func:`_flagged`, built from
+each command's own flags) says them with the flags the user typed.  Errors
+a user can cause print one line on stderr and exit with code 2; Ctrl-C
+prints one line and exits 130 with nothing lost.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import json
 import math
 import re
 import sys
+
+from . import api
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -69,10 +74,9 @@ FLOAT, INT = _number(float), _number(int)
 def _name_or_reference(known, what):
     """An argparse type: one of the built-in names, or a user's
     "package.module:function" (resolved when the command runs)."""
-    from .pretrial.spec import is_reference
 
     def parse(text):
-        if text in known or is_reference(text):
+        if text in known or api.is_reference(text):
             return text
         raise argparse.ArgumentTypeError(f"{text!r} is neither one of {', '.join(known)} nor your {what} "
                                          "as package.module:function")
@@ -105,45 +109,51 @@ def _emit(obj, as_json, text):
         print(text)
 
 
-#: library parameter -> command-line flag, for messages shown on the command line
-_FLAGS = {"sigma_min": "--sigma-min", "sigma_max": "--sigma-max", "max_rounds": "--max-rounds",
-          "time_budget": "--time-budget", "round_time": "--round-time", "q_min": "--q-min", "q_max": "--q-max",
-          "n_clients": "--clients"}
+# --------------------------------------------------------------------------
+# the one map: API parameter names -> the flags of the command in use
+# --------------------------------------------------------------------------
+#: API parameters said by a flag of another name, or plain words that are a
+#: parameter in a command's messages; the rest: every parameter whose name
+#: is an identifier (sigma_min, client_rate) maps to the flag of that
+#: destination (--sigma-min, --client-rate)
+_ALIASES = {
+    "*": {"n_clients": "clients"},
+    "account": {"noise_multiplier": "sigma", "sample_rate": "q", "steps": "steps", "delta": "delta"},
+    "design": {"kappa": "kappa", "fit": "fit", "tune": "tune", "clips": "clips", "lrs": "lrs", "by": "tune_by"},
+    "train": {"mechanism": "mechanism"},
+}
+#: the aliases that are plain words are said as flags in a command's errors,
+#: never in its notes (where "kappa" or "fit" is the thing, not the flag)
+_IN_ERRORS_ONLY = {"kappa", "fit", "tune", "clips", "lrs", "by", "steps", "delta", "mechanism"}
 
 
-def _flagged(text: str, mapping=_FLAGS) -> str:
-    """A library message in the command line's words (its flags)."""
-    for param, flag in mapping.items():
-        text = re.sub(rf"\b{param}\b", flag, text)
+def _flag_map(command: str, parser) -> dict:
+    """API parameter -> flag for ``command``: the flags of its parser by
+    their destination (names with an underscore, which no sentence uses as a
+    word), and the aliases above."""
+    dest = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings and a.dest != "help"}
+    out = {name: dest[d] for name, d in {**_ALIASES["*"], **_ALIASES.get(command, {})}.items() if d in dest}
+    for d, flag in dest.items():
+        if "_" in d:
+            out.setdefault(d, flag)
+    return out
+
+
+def _flagged(text: str, mapping: dict, error: bool = False) -> str:
+    """A library message in the command line's words (its flags); plain
+    words only in an ``error``."""
+    for param in sorted(mapping, key=len, reverse=True):
+        if error or param not in _IN_ERRORS_ONLY:
+            text = re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], text)
     return text
-
-
-def _check_out_path(path, suffixes):
-    from .api import check_out_path
-
-    check_out_path(path, suffixes)
-
-
-def _check_plot_path(path):
-    if path is not None:  # an empty path is a mistake, not "no plot"
-        _check_out_path(path, (".png", ".pdf", ".svg"))
 
 
 # --------------------------------------------------------------------------
 # account
 # --------------------------------------------------------------------------
 def cmd_account(a):
-    from .api import account
-
-    try:
-        r = account(a.sigma, a.q, a.steps, a.delta, sampling=a.sampling, accountant=a.accountant,
+    r = api.account(a.sigma, a.q, a.steps, a.delta, sampling=a.sampling, accountant=a.accountant,
                     conversion=a.conversion)
-    except ValueError as exc:   # the library's check, said with the flag the user typed
-        msg = str(exc)
-        for name, flag in (("noise_multiplier", "--sigma"), ("sample_rate", "--q"), ("steps", "--steps"),
-                           ("delta", "--delta")):
-            msg = re.sub(rf"\b{name}\b", flag, msg)
-        raise ValueError(msg) from None
     out = {"epsilon": r.epsilon, "delta": r.delta, "accountant": r.accountant, "sigma": a.sigma, "q": a.q,
            "steps": a.steps, "sampling": r.sampling}
     if r.by_accountant:
@@ -161,18 +171,13 @@ def cmd_account(a):
 # pareto
 # --------------------------------------------------------------------------
 def cmd_pareto(a):
-    from .api import pareto_set
-    from .theory.privacy import check_delta
-
-    _check_plot_path(a.plot)
-    check_delta(a.delta)
-    ps = pareto_set(a.clients, a.q, a.kappa, a.sigma_min, a.sigma_max, a.max_rounds, integer=a.integer,
-                    points=a.points)
+    if a.plot is not None:
+        api.check_out_path(a.plot, (".png", ".pdf", ".svg"))
+    ps = api.pareto_set(a.clients, a.q, a.kappa, a.sigma_min, a.sigma_max, a.max_rounds, integer=a.integer,
+                        points=a.points, delta=a.delta)
     out = ps.to_dict()
     if a.plot:
-        from . import plots
-
-        plots.pareto_figure(ps, a.q, a.clients, a.kappa, a.sigma_min, a.sigma_max, a.max_rounds, a.delta, a.plot)
+        api.pareto_figure(ps, a.q, a.clients, a.kappa, a.sigma_min, a.sigma_max, a.max_rounds, a.delta, a.plot)
         out["plot"] = a.plot
     lines = [f"Theorem 3, case {ps.case}: T_a = {ps.T_a:.4g}, T_b = {ps.T_b:.4g}, "
              f"kappa' = qN/kappa = {ps.kappa_prime:.4g}" + (" (integer T)" if a.integer else "")]
@@ -188,57 +193,47 @@ def cmd_pareto(a):
 
 
 # --------------------------------------------------------------------------
-# design
+# design and export
 # --------------------------------------------------------------------------
-def _export(a, d):
-    """The design in a framework's own terms: (dict of its parameters, lines, snippet)."""
-    if a.export == "flower":
-        from .integrations import flower
+def _export_lines(p, framework):
+    """A plan in a framework's own parameter names."""
+    if framework == "opacus":
+        return [f"Opacus in each client (sample-level DP of its data over the design's {p.rounds} rounds):",
+                f"  DataLoader(client_data, batch_size={p.batch_size})  ->  sample rate {p.sample_rate:.6g}",
+                f"  PrivacyEngine().make_private(module, optimizer, loader, noise_multiplier={p.noise_multiplier:.6g}, "
+                f"max_grad_norm={p.max_grad_norm:g}, poisson_sampling=True)",
+                f"  {p.local_steps} steps a round, {p.steps} in all; epsilon {p.epsilon:.4f} (Opacus's and paretofl's "
+                f"accountants both within it), delta {p.delta:g}"]
+    if p.accounted:
+        return ["Flower with its own accountant (flwr.serverapp; m of N nodes a round, no amplification "
+                "charged):",
+                f"  FedAvg(fraction_train={p.fraction_fit:.6g}, min_train_nodes={p.num_sampled_clients}, "
+                f"min_available_nodes={p.num_clients}, fraction_evaluate=0.0)",
+                "  DifferentialPrivacyServerSideFixedClipping(strategy, "
+                f"noise_multiplier={p.noise_multiplier:.6g}, "
+                f"clipping_norm={p.clipping_norm:g}, num_sampled_clients={p.num_sampled_clients}, "
+                "accountant=flower.accountant(plan))  # Flower's RdpAccountant: add/remove, no amplification, "
+                f"max_epsilon={p.budget:g}"
+                + ("" if p.num_sampled_clients >= p.num_clients else ", each round charged at z/2 (m < N)"),
+                f"  strategy.start(grid, initial_arrays, num_rounds={p.num_rounds});  noise std on the mean: "
+                f"{p.noise_std_on_mean:.4g}",
+                f"  epsilon {p.epsilon:.4f} (what Flower's accountant reports), delta {p.delta:g}; every "
+                "ClientApp reports num-examples 1 (Flower accounts equal weights only)"]
+    return ["Flower (central DP, server-side fixed clipping; each round m of N clients without replacement):",
+            f"  FedAvg(fraction_fit={p.fraction_fit:.6g}, min_fit_clients={p.num_sampled_clients}, "
+            f"min_available_clients={p.num_clients}, fraction_evaluate=0.0)",
+            f"  DifferentialPrivacyServerSideFixedClipping(strategy, noise_multiplier={p.noise_multiplier:.6g}, "
+            f"clipping_norm={p.clipping_norm:g}, num_sampled_clients={p.num_sampled_clients})",
+            f"  ServerConfig(num_rounds={p.num_rounds});  noise std on the mean of the updates: "
+            f"{p.noise_std_on_mean:.4g}",
+            f"  epsilon {p.epsilon:.4f} (fixed-size sampling, replace-one neighbours), delta {p.delta:g}"]
 
-        if a.clip is None and d.clip is None:
-            raise ValueError("--export flower needs --clip (the clipping norm C): this design has no C of its own "
-                             "(give --tune STORE, or a --fit that records its pre-trial)")
-        p = flower.plan(d, a.clip if a.clip is not None else d.clip)
-        if p.accounted:
-            lines = ["Flower with its own accountant (flwr.serverapp; m of N nodes a round, no amplification "
-                     "charged):",
-                     f"  FedAvg(fraction_train={p.fraction_fit:.6g}, min_train_nodes={p.num_sampled_clients}, "
-                     f"min_available_nodes={p.num_clients}, fraction_evaluate=0.0)",
-                     "  DifferentialPrivacyServerSideFixedClipping(strategy, "
-                     f"noise_multiplier={p.noise_multiplier:.6g}, "
-                     f"clipping_norm={p.clipping_norm:g}, num_sampled_clients={p.num_sampled_clients}, "
-                     "accountant=RdpAccountant(PrivacyConfig(target_delta="
-                     f"{p.delta:g}, population_size={p.num_clients}, neighboring_relation='add-or-remove-one', "
-                     f"sampling_method='no-amplification', max_epsilon={p.budget:g})))",
-                     f"  strategy.start(grid, initial_arrays, num_rounds={p.num_rounds});  noise std on the mean: "
-                     f"{p.noise_std_on_mean:.4g}",
-                     f"  epsilon {p.epsilon:.4f} (what Flower's accountant reports), delta {p.delta:g}; every "
-                     "ClientApp reports num-examples 1 (Flower accounts equal weights only)"]
-            return p.to_dict(), lines, flower.snippet(p)
-        lines = ["Flower (central DP, server-side fixed clipping; each round m of N clients without replacement):",
-                 f"  FedAvg(fraction_fit={p.fraction_fit:.6g}, min_fit_clients={p.num_sampled_clients}, "
-                 f"min_available_clients={p.num_clients}, fraction_evaluate=0.0)",
-                 f"  DifferentialPrivacyServerSideFixedClipping(strategy, noise_multiplier={p.noise_multiplier:.6g}, "
-                 f"clipping_norm={p.clipping_norm:g}, num_sampled_clients={p.num_sampled_clients})",
-                 f"  ServerConfig(num_rounds={p.num_rounds});  noise std on the mean of the updates: "
-                 f"{p.noise_std_on_mean:.4g}",
-                 f"  epsilon {p.epsilon:.4f} (fixed-size sampling, replace-one neighbours), delta {p.delta:g}"]
-        return p.to_dict(), lines, flower.snippet(p)
-    from .integrations import opacus
 
-    missing = [f for f, v in (("--client-size", a.client_size), ("--batch-size", a.batch_size),
-                              ("--local-steps", a.local_steps)) if v is None]
-    if missing:
-        raise ValueError(f"--export opacus needs {', '.join(missing)} (each client's data, batch and DP-SGD "
-                         "steps a round)")
-    p = opacus.from_design(d, a.client_size, a.batch_size, a.local_steps, a.clip)
-    lines = [f"Opacus in each client (sample-level DP of its data over the design's {p.rounds} rounds):",
-             f"  DataLoader(client_data, batch_size={p.batch_size})  ->  sample rate {p.sample_rate:.6g}",
-             f"  PrivacyEngine().make_private(module, optimizer, loader, noise_multiplier={p.noise_multiplier:.6g}, "
-             f"max_grad_norm={p.max_grad_norm:g}, poisson_sampling=True)",
-             f"  {p.local_steps} steps a round, {p.steps} in all; epsilon {p.epsilon:.4f} (Opacus's and paretofl's "
-             f"accountants both within it), delta {p.delta:g}"]
-    return p.to_dict(), lines, opacus.snippet(p)
+def _export(a, d, out, lines):
+    p, code = api.export(d, a.export, clip=a.clip, client_size=a.client_size, batch_size=a.batch_size,
+                         local_steps=a.local_steps)
+    out["export"], out["snippet"] = {"framework": a.export, **p.to_dict()}, code
+    lines += [""] + _export_lines(p, a.export) + ["", code, ""]
 
 
 #: Theorem 3's cases in words: where the round cap T~ (--max-rounds) cuts the Pareto front
@@ -247,50 +242,49 @@ _CASES = {"I": "the round cap does not bind: the front runs from sigma_max down 
           "III": "the round cap binds early: the front never reaches the relation, T stays at max rounds"}
 
 
-def cmd_design(a):
-    from .api import InfeasibleBudget, design
+def _mechanism_options(a) -> dict:
+    """The mechanism's own options given as flags (adaptive clipping's)."""
+    return {k: getattr(a, k) for k in ("clip_quantile", "clip_lr", "count_noise") if getattr(a, k, None) is not None}
 
+
+def cmd_design(a):
     if a.mechanism == "nbafl":
         return _design_nbafl(a)
     export_flags = {"--clip": a.clip, "--client-size": a.client_size, "--batch-size": a.batch_size,
                     "--local-steps": a.local_steps}
-    unused = [f for f, v in export_flags.items() if v is not None and
-              (a.export is None or (a.export == "flower" and f != "--clip"))]
+    unused = [f for f, v in export_flags.items() if v is not None and a.export is None]
     if unused:
-        raise ValueError(f"{', '.join(unused)} only apply to --export {'opacus' if a.export else 'flower|opacus'}")
+        raise ValueError(f"{', '.join(unused)} only apply to --export flower|opacus (and --clip, --client-size to "
+                         "--mechanism nbafl)")
     framework = a.framework or ("flower" if a.export == "flower" else "paretofl")
-    if a.export == "flower" and not framework.startswith("flower"):
+    if a.export == "flower" and not framework.startswith("flower") and a.mechanism not in ("flower",
+                                                                                              "flower-accounted"):
         raise ValueError("--export flower designs for Flower: leave --framework out or set it to flower "
                          "(or flower-accounted, for Flower's own accountant)")
-    if a.export == "opacus" and a.clip is None:
-        raise ValueError("--export opacus needs --clip (the per-sample clipping norm of DP-SGD)")
-    if a.clip is not None and not (a.clip > 0):
-        raise ValueError(f"--clip must be positive, got {a.clip}")
-    if (a.budget is None) == (a.budgets is None):
-        raise ValueError("give --budget (one epsilon for every client) or --budgets FILE (a budget per client)")
-    # the library's checks, said with the flags the user typed
-    if a.max_rounds is None and a.time_budget is None and a.round_time is None:
-        raise ValueError("give an efficiency budget: --max-rounds (the most rounds), or --time-budget with "
-                         "--round-time")
-    if sum(v is not None for v in (a.kappa, a.fit, a.from_store)) > 1:
-        raise ValueError("give one of --kappa, --fit or --from-store (where kappa comes from)")
-    if (a.clips is not None or a.lrs is not None) and a.tune is None:
-        raise ValueError("--clips and --lrs are the grid of --tune: give --tune STORE too")
+    for path, ends in ((a.out, (".json",)), (a.plot, (".png", ".pdf", ".svg"))):
+        if path is not None:          # before the search and the tuning's minutes, not after
+            api.check_out_path(path, ends)
+    if (a.clips is not None or a.lrs is not None or a.chunk is not None) and a.tune is None:
+        raise ValueError("--clips, --lrs and --chunk are the grid of --tune and its size: give --tune STORE too")
     if a.budgets is not None:
-        return _design_groups(a, design)
+        return _design_groups(a)
+    if a.budget is None:
+        raise ValueError("give --budget (one epsilon for every client) or --budgets FILE (a budget per client)")
     try:
-        d = design(a.clients, a.budget, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
-                   round_time=a.round_time, q=a.q, q_min=a.q_min, q_max=a.q_max, sigma_min=a.sigma_min,
-                   sigma_max=a.sigma_max, kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, framework=framework,
-                   from_store=a.from_store, utility_model=a.utility_model, tune=a.tune, clips=a.clips, lrs=a.lrs,
-                   tune_by=a.tune_by, progress=not a.json)
-    except InfeasibleBudget as exc:
+        d = api.design(a.clients, a.budget, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
+                       round_time=a.round_time, q=a.q, q_min=a.q_min, q_max=a.q_max, sigma_min=a.sigma_min,
+                       sigma_max=a.sigma_max, kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, framework=framework,
+                       from_store=a.from_store, utility_model=a.utility_model,
+                       mechanism_options=_mechanism_options(a))
+    except api.InfeasibleBudget as exc:
         if a.json:
             print(json.dumps({"feasible": False, "budget": exc.epsilon, "min_epsilon": exc.min_epsilon, **exc.where}))
         raise
+    if a.tune is not None:
+        api.tune(d, a.tune, clips=a.clips, lrs=a.lrs, by=a.tune_by, progress=not a.json, chunk=a.chunk)
     out = d.to_dict()
     out["feasible"] = True
-    out["notes"] = [_flagged(n) for n in d.notes]
+    out["notes"] = [_flagged(n, a.flags) for n in d.notes]
     cf = d.closed_form
     lines = [
         f"Recommendation for N = {d.n_clients} clients, budget epsilon = {d.budget:g}, delta = {d.delta:g}, "
@@ -317,33 +311,38 @@ def cmd_design(a):
     lines += _recipe_lines(d)
     lines += [f"note: {n}" for n in out["notes"]]
     if a.export is not None:
-        params, more, code = _export(a, d)
-        out["export"], out["snippet"] = {"framework": a.export, **params}, code
-        lines += [""] + more + ["", code, ""]
-    else:
-        recipe = "".join(f" --{f.replace('_', '-')} {v:g}" for f, v in (("clip", d.clip), ("lr", d.lr),
-                         ("local_epochs", d.local_epochs), ("batch_size", d.batch_size)) if v is not None)
-        lines.append(f"next: apply it (paretofl train --mechanism {d.mechanism} --clients {d.n_clients} "
-                     f"--client-rate {d.q:.6g} --sigma {d.sigma:.6g} --rounds {d.rounds}{recipe} --epsilon "
-                     f"{d.budget:g}, or --export flower|opacus), "
-                     + ("and publish the privacy statement (--statement)" if not a.statement else
-                        "and publish the statement above with your results")
-                     + ("" if d.tuning else "; choose C and lr on your public data with --tune STORE"))
+        _export(a, d, out, lines)
+    _finish_design(a, d, out, lines)
+
+
+def _finish_design(a, d, out, lines):
+    """What every design command ends with: the saved file, the statement,
+    the next step (naming the file), the figure."""
+    if a.out:
+        d.save(a.out)
+        out["design_file"] = a.out
+        lines.append(f"design written to {a.out}")
     if a.statement:
         out["statement"] = d.statement()
         lines += ["", out["statement"], ""]
-    if a.plot:
+    if a.export is None:
+        where = a.out or "design.json"
+        save = "" if a.out else f"save it (add --out {where}), then "
+        lines.append(f"next: {save}train it with paretofl train --design {where} (the design travels whole: "
+                     "mechanism, q, T, sigma, C, lr, delta and the model and data kappa came from), or export it "
+                     f"with paretofl export {where} --to flower|opacus"
+                     + ("; publish the privacy statement (--statement)" if not a.statement else
+                        "; publish the statement above with your results")
+                     + ("" if d.tuning or d.groups or d.mechanism == "nbafl"
+                        else "; choose C and lr on your public data with --tune STORE"))
+    if getattr(a, "plot", None):
         out["plot"] = a.plot
         lines.append(f"plot written to {a.plot}")
-    # the recommendation is printed before the figure is drawn: a bad plot
-    # path loses nothing
+    # the recommendation is printed before the figure is drawn: a figure that fails loses nothing
     _emit(out, a.json, "\n".join(lines))
-    if a.plot:
+    if getattr(a, "plot", None):
         sys.stdout.flush()
-        _check_plot_path(a.plot)
-        from . import plots
-
-        plots.design_figure(d, a.plot)
+        api.design_figure(d, a.plot)
 
 
 def _recipe_lines(d) -> list[str]:
@@ -365,22 +364,19 @@ def _recipe_lines(d) -> list[str]:
 def _design_nbafl(a):
     """design --mechanism nbafl: NbAFL's own T* and K* (Wei et al., Remarks 4
     and 5) and what its calibration guarantees beside paretofl's."""
-    from .api import nbafl_design
-    from .theory.privacy import check_delta
-
     if a.budget is None or a.budgets is not None or a.export is not None or a.plot is not None:
         raise ValueError("--mechanism nbafl takes one --budget (the paper's protection level epsilon), and no "
                          "--budgets, --export or --plot")
     for flag, v in (("--batch-size", a.batch_size), ("--local-steps", a.local_steps), ("--q", a.q),
-                    ("--from-store", a.from_store), ("--fit", a.fit), ("--kappa", a.kappa), ("--tune", a.tune),
-                    ("--statement", a.statement or None)):
+                    ("--from-store", a.from_store), ("--fit", a.fit), ("--kappa", a.kappa), ("--tune", a.tune)):
         if v is not None:
             raise ValueError(f"{flag} does not apply to --mechanism nbafl (its constants are Theorem 2's)")
     if a.clip is None or a.client_size is None:
         raise ValueError("--mechanism nbafl needs --clip (the parameter clipping bound C) and --client-size "
                          "(the smallest client's samples m)")
-    check_delta(a.delta, a.clients)
-    r = nbafl_design(a.clients, a.budget, a.delta, a.clip, a.client_size, max_rounds=a.max_rounds or 10_000)
+    d = api.nbafl_design(a.clients, a.budget, a.delta, a.clip, a.client_size, max_rounds=a.max_rounds or 10_000)
+    r = d.details
+    out = d.to_dict()
     lines = [f"NbAFL's design (Wei et al. 2020) for N = {a.clients} clients of at least {a.client_size} samples, "
              f"protection level epsilon = {a.budget:g}, delta = {a.delta:g}, C = {a.clip:g}:",
              f"  rounds T*           {r['rounds']}  (minimises Theorem 2's bound with all clients: "
@@ -393,28 +389,37 @@ def _design_nbafl(a):
              f"  paretofl's calibration sigma_U {r['sigma_uplink_clipping']:.4g} guarantees epsilon "
              f"{r['epsilon_guaranteed_clipping']:.4g} over the {r['rounds']} uploads",
              "  constants rho, B, mu, l, beta, Theta: " + ", ".join(f"{v:g}" for v in r["constants"].values())
-             + f" ({r['constants_source']}: the bounds' optima move with them)",
-             f"next: paretofl train --algorithm nbafl --clients {a.clients} --epsilon {a.budget:g} --rounds "
-             f"{r['rounds']} --clip {a.clip:g} --clients-per-round {r['clients_per_round']} (paretofl's calibration; "
-             "--calibration paper reproduces the paper's)"]
-    _emit(r, a.json, "\n".join(lines))
+             + f" ({r['constants_source']}: the bounds' optima move with them)"]
+    if a.out:
+        d.save(a.out)
+        lines.append(f"design written to {a.out}")
+    if a.statement:
+        out["statement"] = d.statement()
+        lines += ["", out["statement"], ""]
+    lines.append(f"next: paretofl train --algorithm nbafl --clients {a.clients} --epsilon {a.budget:g} --delta "
+                 f"{a.delta:g} --rounds {r['rounds']} --clip {a.clip:g} --clients-per-round "
+                 f"{r['clients_per_round']} (paretofl's calibration; --calibration paper reproduces the paper's)")
+    _emit(out, a.json, "\n".join(lines))
 
 
-def _design_groups(a, design):
+def _design_groups(a):
     """design --budgets: each group's rate (or sigma), the common T and noise."""
     for flag, v in (("--export", a.export), ("--plot", a.plot), ("--q", a.q), ("--q-min", a.q_min),
                     ("--from-store", a.from_store),
-                    ("--framework flower", (a.framework or "").startswith("flower") or None),
-                    ("--tune", a.tune), ("--statement", a.statement or None)):
+                    ("--framework flower", (a.framework or "").startswith("flower") or None), ("--tune", a.tune)):
         if v is not None:
             raise ValueError(f"{flag} does not apply with --budgets: each group's rate is designed, in paretofl's "
                              "trainer (docs/api.md says what Flower can run instead)")
-    d = design(a.clients, None, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
-               round_time=a.round_time, q_max=a.q_max, sigma_min=a.sigma_min, sigma_max=a.sigma_max,
-               kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, budgets=a.budgets)
+    if a.budget is not None:
+        raise ValueError("give --budget (one epsilon for every client) or --budgets FILE (a budget per client), "
+                         "not both")
+    d = api.design(a.clients, None, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
+                   round_time=a.round_time, q_max=a.q_max, sigma_min=a.sigma_min, sigma_max=a.sigma_max,
+                   kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, budgets=a.budgets,
+                   mechanism_options=_mechanism_options(a))
     out = d.to_dict()
-    out["feasible"], out["notes"] = True, [_flagged(n) for n in d.notes]
-    aggregate = d.mechanism == "client-aggregate"
+    out["feasible"], out["notes"] = True, [_flagged(n, a.flags) for n in d.notes]
+    aggregate = d.noise_on == "sum"
     lines = [f"Recommendation for N = {d.n_clients} clients with budgets of their own ({len(d.groups)} groups), "
              f"delta = {d.delta:g}, at most {d.max_rounds} rounds ({d.mechanism} mechanism):",
              f"  rounds T            {d.rounds}",
@@ -430,8 +435,15 @@ def _design_groups(a, design):
         lines.append(f"    {g['budget']:>14g}  {g['clients']:>7}  {g['q']:>6.4g}  "
                      + ("" if aggregate else f"{g['sigma']:>9.4g}  ") + f"{g['epsilon']:.4f}")
     lines += [f"note: {n}" for n in out["notes"]]
-    lines.append(f"next: train it (paretofl train --budgets {a.budgets} --clients {d.n_clients} --mechanism "
-                 f"{d.mechanism} --rounds {d.max_rounds}); each group is accounted on its own")
+    _finish_design(a, d, out, lines)
+
+
+def cmd_export(a):
+    """export DESIGN.json --to flower|opacus: a saved design in a framework's terms."""
+    d = api.Design.load(a.design)
+    a.export = a.to
+    out, lines = {"design_file": a.design}, [f"{a.design}: {d}"]
+    _export(a, d, out, lines)
     _emit(out, a.json, "\n".join(lines))
 
 
@@ -440,57 +452,36 @@ def _design_groups(a, design):
 # --------------------------------------------------------------------------
 _RUN_FLAGS = ("dataset", "data_dir", "model", "clients", "partition", "beta", "epsilon", "delta", "rounds",
               "replicas", "seed", "device", "eval_every", "strategy")
-
-
-def _declared_kinds(opt) -> set:
-    """The number types an option without a default is declared with
-    (``float | None``: float), so that its flag parses a number."""
-    from dataclasses import fields
-
-    from .fl.options import CONFIGS
-
-    decl = " ".join(str(f.type) for cfg in CONFIGS.values() for f in fields(cfg) if f.name == opt)
-    return {t for t, name in ((float, "float"), (int, "int")) if name in decl}
-
-
-def _algorithm_options():
-    """option -> {algorithm: (default, help, choices)} over every algorithm (no torch)."""
-    from .fl.options import CONFIGS, options_of
-
-    out = {}
-    for name, cfg in CONFIGS.items():
-        for opt, (default, help_, choices, _) in options_of(cfg).items():
-            out.setdefault(opt, {})[name] = (default, help_, choices)
-    return out
+#: what train uses where neither a flag nor a design says
+_TRAIN_DEFAULTS = {"dataset": "fashion-mnist", "model": "cnn", "epsilon": 2.0, "delta": 1e-5, "rounds": 100}
+#: flags a design file fixes: given beside --design they are refused
+_SET_BY_DESIGN = ("clients", "epsilon", "delta", "rounds", "budgets", "mechanism", "client_rate", "sigma")
 
 
 def cmd_train(a):
-    from .api import train
-    from .fl.engine import keep_freed_memory
-    from .fl.options import CONFIGS, options_of, unused_options
-
     flag = lambda o: "--" + o.replace("_", "-")  # noqa: E731
-    known = options_of(CONFIGS[a.algorithm])
-    given = {opt: getattr(a, opt) for opt in _algorithm_options() if getattr(a, opt, None) is not None}
-    foreign = [o for o in given if o not in known]
-    if foreign:
-        raise ValueError(f"{a.algorithm} does not use {', '.join(map(flag, foreign))}; "
-                         f"its options: {', '.join(map(flag, known))}")
-    mechanism, unused = unused_options(a.algorithm, given)
-    if unused:
-        raise ValueError(f"--mechanism {mechanism} does not use {', '.join(map(flag, unused))}: drop "
-                         f"{'it' if len(unused) == 1 else 'them'} or choose the mechanism that does")
+    given = {opt: getattr(a, opt) for opt in api.algorithm_options() if getattr(a, opt, None) is not None}
+    design = None
+    if a.design is not None:
+        design = api.Design.load(a.design)
+        fixed = [flag(k) for k in _SET_BY_DESIGN if getattr(a, k, None) is not None or given.get(k) is not None]
+        if fixed:
+            raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design {a.design}: "
+                             f"drop {'it' if len(fixed) == 1 else 'them'}, or design again")
+        if design.model is None and a.model is None or design.dataset is None and a.dataset is None:
+            raise ValueError(f"the design {a.design} does not say which model and data its kappa was fitted for: "
+                             "give --model and --dataset")
     if a.history is not None:
-        _check_out_path(a.history, (".csv",))
-    if a.budgets is not None and a.epsilon is not None:
-        raise ValueError("give --epsilon (one budget for all) or --budgets FILE (a budget per client), not both")
-    keep_freed_memory()
+        api.check_out_path(a.history, (".csv",))
+    api.keep_freed_memory()
     run = {k: getattr(a, k) for k in _RUN_FLAGS}
-    run["epsilon"] = 2.0 if a.epsilon is None else a.epsilon
+    if design is None:          # the design says these; without one, train's defaults
+        run.update({k: v for k, v in _TRAIN_DEFAULTS.items() if run[k] is None})
     if a.budgets is not None:
-        run["budgets"] = a.budgets
+        run["budgets"], run["epsilon"] = a.budgets, a.epsilon
     try:
-        r = train(a.algorithm, history=a.history, progress=not a.json and sys.stderr.isatty(), **run, **given)
+        r = api.train(a.algorithm, history=a.history, progress=not a.json and sys.stderr.isatty(), design=design,
+                      **run, **given)
     except KeyboardInterrupt:
         where = f"; the rounds done are in {a.history}" if a.history else ""
         print(f"paretofl train: interrupted{where}", file=sys.stderr)
@@ -499,14 +490,15 @@ def cmd_train(a):
     if a.history:
         out["history"] = a.history
     lines = []
-    if a.algorithm == "nbafl" and r.options.get("calibration") == "paper":
-        out["epsilon_asked"] = a.epsilon
+    if r.algorithm == "nbafl" and r.options.get("calibration") == "paper":
+        out["epsilon_asked"] = r.budget
         lines.append(f"WARNING: NbAFL's calibration does not meet the budget: its noise guarantees epsilon = "
-                     f"{r.epsilon:.4g}, not the {a.epsilon:g} asked (use --calibration clipping)")
-    lines += [f"{a.algorithm} on {a.dataset} ({r.model}, {_plural(r.clients, 'client')}, {r.partition}), "
-              f"{_plural(a.replicas, 'replica')}, {r.seconds:.1f} s:",
+                     f"{r.epsilon:.4g}, not the {r.budget:g} asked (use --calibration clipping)")
+    lines += [f"{r.algorithm} on {r.dataset} ({r.model}, {_plural(r.clients, 'client')}, {r.partition}), "
+              f"{_plural(a.replicas, 'replica')}, {r.seconds:.1f} s" + (f", the design {a.design}" if design else "")
+              + ":",
               f"  test accuracy {r.accuracy:.4f}   test loss {r.test_loss:.4f}",
-              f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {a.delta:g} after {_plural(r.rounds, 'round')}"]
+              f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {r.delta:g} after {_plural(r.rounds, 'round')}"]
     if r.epsilon_groups:
         lines.append("  per group (budget: spent)  " + ", ".join(f"{k}: {v:.4g}" for k, v in r.epsilon_groups.items()))
     if a.history:
@@ -523,14 +515,7 @@ _SPEC_FLAGS = ("dataset", "data_dir", "public_fraction", "partition", "beta", "c
 
 def _spec_from_args(a):
     """The spec file (if any), with every flag given overriding its field."""
-    from .pretrial.spec import Spec, read_toml
-
-    data = read_toml(a.spec) if a.spec is not None else {}
-    for k in _SPEC_FLAGS:
-        v = getattr(a, k, None)
-        if v is not None:
-            data[k] = v
-    return Spec.from_dict(data, where=a.spec or "pretrial flags")
+    return api.spec(a.spec, **{k: getattr(a, k, None) for k in _SPEC_FLAGS})
 
 
 def _default_results(a, suffix=".sqlite"):
@@ -540,26 +525,15 @@ def _default_results(a, suffix=".sqlite"):
 
 
 def cmd_pretrial(a):
-    from .fl.engine import keep_freed_memory
-    from .pretrial.sweep import run_sweep
-
     spec = _spec_from_args(a)
     out = a.out if a.out is not None else _default_results(a)
-    _check_out_path(out, (".sqlite", ".db"))
-    keep_freed_memory()
+    api.check_out_path(out, (".sqlite", ".db"))
+    api.keep_freed_memory()
     try:
-        summary = run_sweep(spec, out, executor=a.executor, ray_address=a.ray_address,
-                            progress=not a.json and sys.stderr.isatty())
+        summary = api.pretrial(spec, out, executor=a.executor, ray_address=a.ray_address,
+                               progress=not a.json and sys.stderr.isatty())
     except KeyboardInterrupt:
-        from pathlib import Path
-
-        from .pretrial.store import Store
-
-        n = 0
-        if Path(out).is_file():
-            st = Store(out)
-            n = len(st)
-            st.close()
+        n = api.stored_runs(out)
         print(f"paretofl pretrial: interrupted; {_plural(n, 'run')} stored in {out} (run the same command to "
               "resume)", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -575,11 +549,9 @@ def cmd_pretrial(a):
 def cmd_fit(a):
     from pathlib import Path
 
-    from .api import fit
-
     out = a.out if a.out is not None else str(Path(a.results).with_name(Path(a.results).stem + "_fit.json"))
-    _check_out_path(out, (".json",))  # before the work, not after it
-    r = fit(a.results, epsilon=a.epsilon, reference=a.reference, bootstrap=a.bootstrap)
+    api.check_out_path(out, (".json",))  # before the work, not after it
+    r = api.fit(a.results, epsilon=a.epsilon, reference=a.reference, bootstrap=a.bootstrap)
     r.save(out)
     d = r.to_dict()
     d["fit_file"] = out
@@ -605,45 +577,29 @@ def cmd_fit(a):
                      f"(the empirical mode), or --fit {out} to use the closed form all the same")
     elif r.problems:
         lines += [f"problem: {p}" for p in r.problems]
-        lines.append("fix these before designing with this kappa")
+        lines.append("fix these before designing with this kappa (design refuses a fit whose pre-trial did not "
+                     "learn)")
     else:
         lines.append(f"next: paretofl design --fit {out} --clients N --budget EPS --max-rounds T")
     _emit(d, a.json, "\n".join(lines))
 
 
 def cmd_plot(a):
-    from pathlib import Path
-
-    from . import plots
-
-    fmt = a.format.lower()
-    outdir = Path(a.out_dir) if a.out_dir is not None else Path(a.results).parent
-    if outdir.exists() and not outdir.is_dir():
-        raise ValueError(f"output folder {outdir} is a file")
-    if not Path(a.results).is_file():
-        raise ValueError(f"results file {a.results} does not exist")
-    if a.fit is not None and not Path(a.fit).is_file():
-        raise ValueError(f"fit file {a.fit} does not exist")
-    from .pretrial.store import read_table
-
-    read_table(a.results)  # a foreign or damaged store is refused before a folder is made
-    outdir.mkdir(parents=True, exist_ok=True)
-    paths = plots.pretrial_figures(a.results, a.fit, outdir, fmt=fmt, max_rounds=a.max_rounds, epsilon=a.epsilon)
+    paths = api.pretrial_figures(a.results, a.fit, a.out_dir, fmt=a.format.lower(), max_rounds=a.max_rounds,
+                                 epsilon=a.epsilon)
     _emit({"plots": paths}, a.json, "\n".join(f"plot written to {p}" for p in paths))
 
 
 def cmd_validate(a):
     from pathlib import Path
 
-    from .validate import validate
-
     spec = _spec_from_args(a)
     outdir = Path(a.out_dir) if a.out_dir is not None else Path(".")
     if not outdir.is_dir():
         raise ValueError(f"output folder {outdir} " + ("is a file, not a folder" if outdir.exists() else
                                                         "does not exist"))
-    r = validate(spec, outdir, full_fraction=a.full_fraction, budget=a.budget, executor=a.executor,
-                 ray_address=a.ray_address, progress=not a.json and sys.stderr.isatty())
+    r = api.validate(spec, outdir, full_fraction=a.full_fraction, budget=a.budget, executor=a.executor,
+                     ray_address=a.ray_address, progress=not a.json and sys.stderr.isatty())
     _emit({k: v for k, v in r.items() if k != "report"}, a.json, "\n".join(r["report"]))
 
 
@@ -651,40 +607,27 @@ def cmd_validate(a):
 # audit
 # --------------------------------------------------------------------------
 def cmd_audit(a):
-    from .fl.audit import MECHANISMS, audit, breaks_for
-    from .fl.engine import keep_freed_memory
-
-    mechanisms = list(MECHANISMS) if "all" in a.mechanism else list(dict.fromkeys(a.mechanism))
-    jobs = []
-    for m in mechanisms:
-        if a.broken == "all":
-            if m == "nbafl-paper":
-                continue  # its reported ε is already the guaranteed one: breaking it shows nothing new
-            jobs += [(m, b) for b in breaks_for(m)]
-        elif a.broken == "none" or a.broken in breaks_for(m):
-            jobs.append((m, a.broken))
-    if not jobs:
-        raise ValueError(f"no mechanism given has the break {a.broken!r}")
-    keep_freed_memory()
+    jobs = api.audit_jobs(a.mechanism, a.broken)
+    api.keep_freed_memory()
     bar = None
     if not a.json and sys.stderr.isatty():
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs) * (a.runs // 2 * 2), desc="audit", unit="run", leave=False)
-    rows = []
-    for m, b in jobs:
-        rows.append(audit(m, runs=a.runs, broken=b, seed=a.seed, progress=bar.update if bar else None))
+    rows = api.audit(a.mechanism, a.broken, runs=a.runs, seed=a.seed, progress=bar.update if bar else None)
     if bar is not None:
         bar.close()
-    lines = [f"{'mechanism':17s} {'broken':16s} {'claimed eps':>11s} {'lower bound':>11s} {'runs':>8s}  verdict"]
+    lines = [f"{'setting':31s} {'broken':18s} {'claimed eps':>11s} {'lower bound':>11s} {'runs':>8s}  verdict"]
     for r in rows:
         verdict = "VIOLATED: leaks more than claimed" if r.violated else "consistent"
         if "epsilon_paper" in r.details:
             verdict += (f" (NbAFL's nominal eps {r.details['epsilon_paper']:g} is "
                         f"{'exceeded' if r.epsilon_lower > r.details['epsilon_paper'] else 'not contradicted'})")
-        lines.append(f"{r.mechanism:17s} {r.broken:16s} {r.epsilon_claimed:11.4g} {r.epsilon_lower:11.3f} "
+        lines.append(f"{r.setting:31s} {r.broken:18s} {r.epsilon_claimed:11.4g} {r.epsilon_lower:11.3f} "
                      f"{r.runs:8d}  {verdict}")
-    lines.append(f"(one release each; lower bounds hold with 95 % confidence, delta = {rows[0].delta:g})")
+    deltas = sorted({r.delta for r in rows})
+    lines.append(f"(one release each; lower bounds hold with 95 % confidence, delta = "
+                 f"{', '.join(f'{d:g}' for d in deltas)})")
     _emit([r.as_dict() for r in rows], a.json, "\n".join(lines))
     # a real mechanism caught leaking more than paretofl reports is a failure
     return 1 if any(r.violated and r.broken == "none" for r in rows) else 0
@@ -692,14 +635,13 @@ def cmd_audit(a):
 
 # --------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-    from .pretrial.spec import DATASETS, MODELS, PARTITIONS  # plain tuples, no torch
-
-    DATA, MODEL = _name_or_reference(DATASETS, "data loader"), _name_or_reference(MODELS, "model factory")
+    known = api.names()
+    DATA = _name_or_reference(known["datasets"], "data loader")
+    MODEL = _name_or_reference(known["models"], "model factory")
 
     p = _Parser(prog="paretofl", description="Utility-privacy Pareto design for DP federated learning: "
                                              "how to set q, T and sigma for a privacy budget.")
-    p.add_argument("--version", action="version", version=f"paretofl {__version__}")
+    p.add_argument("--version", action="version", version=f"paretofl {api.__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     s = sub.add_parser("account", help="epsilon of a sequence of Gaussian steps")
@@ -707,9 +649,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--q", type=FLOAT, required=True, help="sampling rate in (0, 1]")
     s.add_argument("--steps", type=INT, required=True, help="number of steps")
     s.add_argument("--delta", type=FLOAT, default=1e-5, help="the delta of (epsilon, delta)")
-    s.add_argument("--sampling", choices=("poisson", "attributed", "fixed-size"), default="poisson",
+    s.add_argument("--sampling", choices=("poisson", "attributed", "fixed-size", "none"), default="poisson",
                    help="poisson: who took part is hidden; attributed: seen (local view); fixed-size: m of n "
-                        "without replacement (replace-one)")
+                        "without replacement (replace-one); none: no amplification (q ignored)")
     s.add_argument("--accountant", choices=("rdp", "prv", "both"), default="rdp",
                    help="rdp (no torch), Opacus's PRV accountant, or both (reports the larger)")
     s.add_argument("--conversion", choices=("improved", "classic"), default="improved",
@@ -755,17 +697,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--utility-model", choices=("bound", "bend"),
                    help="with --from-store: the bound (1.2) with free constants, or one that bends (adds a term "
                         "growing with sigma^2 T) (default: the one the store's held-out seeds prefer)")
-    s.add_argument("--mechanism", choices=("client-aggregate", "client-local", "nbafl"), default="client-aggregate",
-                   help="what is released and charged (docs/theory.md, section 5)")
-    s.add_argument("--framework", choices=("paretofl", "flower", "flower-accounted"),
-                   help="where it runs: paretofl's trainer (Poisson client sampling), Flower (m of N without "
-                        "replacement, accounted by paretofl), or Flower with its own accountant on (no "
-                        "amplification: Flower's reported epsilon then matches) (default: paretofl, or flower with "
+    s.add_argument("--mechanism", choices=(*known["designable"], "nbafl"), default=known["default_mechanism"],
+                   help="what is released and charged (docs/theory.md, section 5.3)")
+    s.add_argument("--framework", choices=known["frameworks"],
+                   help="where a client-aggregate design runs: paretofl's trainer (Poisson client sampling), Flower "
+                        "(m of N without replacement, accounted by paretofl: the flower mechanism), or Flower with "
+                        "its own accountant on (the flower-accounted mechanism) (default: paretofl, or flower with "
                         "--export flower)")
+    s.add_argument("--clip-quantile", type=FLOAT, help="client-aggregate: adaptive clipping towards this quantile "
+                                                        "of the update norms (it travels with the design to training "
+                                                        "and into its statement)")
+    s.add_argument("--clip-lr", type=FLOAT, help="adaptive clipping: the geometric step (default 0.2)")
+    s.add_argument("--count-noise", type=FLOAT, help="adaptive clipping: std of the count's noise (default: "
+                                                      "expected cohort / 20)")
     s.add_argument("--export", choices=("flower", "opacus"), help="print the design in the framework's own "
                                                                   "parameters, with a snippet")
     s.add_argument("--clip", type=FLOAT, help="clipping norm C for --export (flower: default the recipe's C; "
-                                               "opacus: the per-sample norm, required)")
+                                               "opacus: the per-sample norm, required) and for --mechanism nbafl")
     s.add_argument("--tune", metavar="STORE", help="choose C and the learning rate on this pre-trial's public share: "
                                                    "train the --clips x --lrs grid at the design's T and noise")
     s.add_argument("--clips", type=FLOAT, nargs="+",
@@ -773,38 +721,59 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tune-by", choices=("accuracy", "loss"), default="accuracy",
                    help="with --tune: keep the pair with the highest public test accuracy (default) or lowest loss")
     s.add_argument("--lrs", type=FLOAT, nargs="+", help="with --tune: learning rates to try (default 0.03 0.1 0.3 1)")
+    s.add_argument("--chunk", type=INT, help="with --tune: most replicas trained together (lower it for a large "
+                                             "model that does not fit in memory)")
     s.add_argument("--statement", action="store_true",
                    help="print the privacy statement to publish (guarantee, unit, neighbours, what is released, "
                         "who is trusted, sampling, accountant, the hyperparameters' privacy cost)")
-    s.add_argument("--client-size", type=INT, help="--export opacus: samples per client")
+    s.add_argument("--client-size", type=INT, help="--export opacus: samples per client; --mechanism nbafl: the "
+                                                   "smallest client's samples")
     s.add_argument("--batch-size", type=INT, help="--export opacus: DP-SGD batch size")
     s.add_argument("--local-steps", type=INT, help="--export opacus: DP-SGD steps per round")
+    s.add_argument("--out", help="write the design to this file (.json): paretofl train --design and paretofl export "
+                                 "read it")
     s.add_argument("--plot", help="write the design figure (.png/.pdf/.svg)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_design)
 
-    s = sub.add_parser("train", help="run DP federated learning (vectorised over clients and replicas)")
-    from .fl.options import CONFIGS  # the algorithms' options, without loading torch
+    s = sub.add_parser("export", help="a saved design (design --out) in Flower's or Opacus's own parameters")
+    s.add_argument("design", help="the design file (.json) written by design --out")
+    s.add_argument("--to", choices=("flower", "opacus"), required=True, help="the framework")
+    s.add_argument("--clip", type=FLOAT, help="flower: the clipping norm C (default: the design's); opacus: the "
+                                               "per-sample norm, required")
+    s.add_argument("--client-size", type=INT, help="opacus: samples per client")
+    s.add_argument("--batch-size", type=INT, help="opacus: DP-SGD batch size")
+    s.add_argument("--local-steps", type=INT, help="opacus: DP-SGD steps per round")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=cmd_export)
 
-    s.add_argument("--algorithm", choices=tuple(CONFIGS), default="dpfedavg", help="the algorithm")
-    s.add_argument("--dataset", type=DATA, default="fashion-mnist",
-                   help=f"data set: {', '.join(DATASETS)}, or your loader as package.module:function")
+    s = sub.add_parser("train", help="run DP federated learning (vectorised over clients and replicas)")
+    s.add_argument("--algorithm", choices=known["algorithms"], default="dpfedavg", help="the algorithm")
+    s.add_argument("--design", metavar="FILE", help="train exactly this design (design --out): its mechanism, q, T, "
+                                                    "sigma, C, lr, delta, groups, and the model and data its kappa "
+                                                    "was fitted for")
+    s.add_argument("--dataset", type=DATA,
+                   help=f"data set: {', '.join(known['datasets'])}, or your loader as package.module:function "
+                        "(default: the design's, else fashion-mnist)")
     s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
-    s.add_argument("--model", type=MODEL, default="cnn",
-                   help=f"model: {', '.join(MODELS)}, or your factory as package.module:function")
+    s.add_argument("--model", type=MODEL,
+                   help=f"model: {', '.join(known['models'])}, or your factory as package.module:function "
+                        "(default: the design's, else cnn)")
     s.add_argument("--strategy", choices=("auto", "loop", "vmap"), default="auto",
                    help="your model's clients: a loop, or batched under vmap (auto: loop on CPU, vmap on CUDA)")
     s.add_argument("--clients", type=INT, default=None,
                    help="number of clients N (default: the data's own clients with --partition given, else 10)")
-    s.add_argument("--partition", choices=PARTITIONS, default=None,
+    s.add_argument("--partition", choices=known["partitions"], default=None,
                    help="how the data is split (default: given when the data has client ids, else iid)")
     s.add_argument("--beta", type=FLOAT, default=0.05, help="Dirichlet concentration (dirichlet partitions)")
     s.add_argument("--epsilon", type=FLOAT, help="privacy budget; a replica stops when it is spent (default 2)")
     s.add_argument("--budgets", metavar="FILE", help="clients with budgets of their own (CSV: client,epsilon or "
                                                      "share,epsilon): the group design for --rounds rounds at most "
-                                                     "is trained, each group stopped at its own budget")
-    s.add_argument("--delta", type=FLOAT, default=1e-5, help="the delta of (epsilon, delta)")
-    s.add_argument("--rounds", type=INT, default=100, help="most communication rounds")
+                                                     "is made with the shipped kappa and trained, each group stopped "
+                                                     "at its own budget (with your own kappa: design --budgets ... "
+                                                     "--out FILE, then train --design FILE)")
+    s.add_argument("--delta", type=FLOAT, help="the delta of (epsilon, delta) (default 1e-5)")
+    s.add_argument("--rounds", type=INT, help="most communication rounds (default 100)")
     s.add_argument("--replicas", type=INT, default=1, help="independent seeds run side by side")
     s.add_argument("--seed", type=INT, default=0, help="first seed")
     s.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train")
@@ -812,13 +781,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--history", help="write the per-round history here (.csv), row by row")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     g = s.add_argument_group("algorithm options (each algorithm takes only its own; defaults per algorithm)")
-    for opt, per_alg in _algorithm_options().items():
-        kinds = {type(d) for d, _, _ in per_alg.values() if d is not None} or _declared_kinds(opt)
+    for opt, per_alg in api.algorithm_options().items():
+        kinds = {type(d) for d, _, _, _ in per_alg.values() if d is not None}
+        kinds = kinds or set().union(*(k for _, _, _, k in per_alg.values()))
         typ = INT if kinds == {int} else (FLOAT if kinds & {int, float} else str)
-        (default0, help0, choices) = next(iter(per_alg.values()))
-        values = {d for d, _, _ in per_alg.values()}
+        (default0, help0, choices, _) = next(iter(per_alg.values()))
+        values = {d for d, _, _, _ in per_alg.values()}
         defaults = (f"{default0}" if len(values) == 1 else
-                    "; ".join(f"{alg}: {d}" for alg, (d, _, _) in per_alg.items()))
+                    "; ".join(f"{alg}: {d}" for alg, (d, _, _, _) in per_alg.items()))
         g.add_argument("--" + opt.replace("_", "-"), dest=opt, type=typ if choices is None else str,
                        choices=choices, default=None,
                        help=f"{help0} [{', '.join(per_alg)}; default {defaults}]".replace("%", "%%"))
@@ -827,14 +797,14 @@ def build_parser() -> argparse.ArgumentParser:
     def spec_flags(s):
         s.add_argument("spec", nargs="?", help="pre-trial spec (TOML); flags below override its fields")
         s.add_argument("--dataset", type=DATA,
-                       help=f"data set: {', '.join(DATASETS)}, or your loader as package.module:function")
+                       help=f"data set: {', '.join(known['datasets'])}, or your loader as package.module:function")
         s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
         s.add_argument("--public-fraction", type=FLOAT, help="share of the training set the pre-trial uses")
-        s.add_argument("--partition", choices=PARTITIONS, help="how the data is split")
+        s.add_argument("--partition", choices=known["partitions"], help="how the data is split")
         s.add_argument("--beta", type=FLOAT, help="Dirichlet concentration")
         s.add_argument("--clients", type=INT, help="number of clients N")
         s.add_argument("--model", type=MODEL,
-                       help=f"model: {', '.join(MODELS)}, or your factory as package.module:function")
+                       help=f"model: {', '.join(known['models'])}, or your factory as package.module:function")
         s.add_argument("--q", type=FLOAT, nargs="+", help="client sample ratio(s)")
         s.add_argument("--sigmas", type=FLOAT, nargs="+", help="noise multipliers of the grid")
         s.add_argument("--rounds", type=INT, nargs="+", help="rounds T of the grid")
@@ -845,7 +815,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--batch-size", type=INT, help="local batch size")
         s.add_argument("--delta", type=FLOAT, help="the delta of the privacy objective")
         s.add_argument("--device", choices=("cpu", "cuda"), help="where to train")
-        s.add_argument("--chunk", type=INT, help="most replicas trained together in one job")
+        s.add_argument("--chunk", type=INT, help="most replicas (sigma, seed) trained together in one job (lower it "
+                                                 "for a large model that does not fit in memory)")
         s.add_argument("--executor", choices=("local", "ray"), default="local", help="where jobs run")
         s.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
         s.add_argument("--json", action="store_true", help="print one JSON object")
@@ -883,15 +854,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out-dir", help="folder for both stores and fits (default: here)")
     s.set_defaults(func=cmd_validate)
 
-    from .fl.options import AUDIT_BREAKS as BREAKS
-    from .fl.options import AUDIT_MECHANISMS as AUDITED
-
+    audited = api.audit_names()
     s = sub.add_parser("audit", help="empirical lower bounds on epsilon of every mechanism, beside the claimed one")
-    s.add_argument("--mechanism", nargs="+", default=["all"], choices=("all", *AUDITED),
-                   help="mechanisms to audit")
-    s.add_argument("--break", dest="broken", choices=(*BREAKS, "all"), default="none",
-                   help="audit a deliberately broken copy (see docs/results.md)")
-    s.add_argument("--runs", type=INT, default=200000, help="releases per mechanism, half with the canary")
+    s.add_argument("--mechanism", nargs="+", default=["all"],
+                   choices=("all", *audited["mechanisms"], *[x for x in audited["settings"]
+                                                             if x not in audited["mechanisms"]]),
+                   help="mechanisms (each with all its audit settings) or single settings to audit")
+    s.add_argument("--break", dest="broken", choices=("none", *audited["breaks"], "all"), default="none",
+                   help="audit a deliberately broken copy (docs/results.md, section 1), or all of each setting's")
+    s.add_argument("--runs", type=INT, default=200000, help="releases per setting, half with the canary")
     s.add_argument("--seed", type=INT, default=0, help="seed of the runs")
     s.add_argument("--json", action="store_true", help="print a JSON list")
     s.set_defaults(func=cmd_audit)
@@ -908,6 +879,8 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    args.flags = _flag_map(args.command, sub)
     try:
         rc = args.func(args)
     except ModuleNotFoundError as exc:
@@ -926,9 +899,7 @@ def main(argv=None) -> int:
             msg = f"cannot write or read {exc.filename}: {exc.strerror.lower()}"   # not Python's "[Errno 20] ..."
         if isinstance(exc, ArithmeticError):
             msg = f"a number is out of range ({msg})"
-        if args.command == "design":
-            msg = _flagged(msg)
-        print(f"paretofl {args.command}: error: {msg}", file=sys.stderr)
+        print(f"paretofl {args.command}: error: {_flagged(msg, args.flags, error=True)}", file=sys.stderr)
         return EXIT_USAGE
     return rc or 0
 

@@ -17,8 +17,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
+from .mechanisms import get as mechanism_of
+from .pretrial.spec import MECHANISM
 from .theory import pareto
-from .theory.privacy import DEFAULT_ORDERS, conversion_offset, max_steps, mechanism_charge, rdp_curve
+from .theory.privacy import DEFAULT_ORDERS, conversion_offset, max_steps, rdp_curve
 
 COLORS = {"rounds_min": "#9467bd", "sigma_max": "#d62728", "relation": "#1f77b4",
           "rounds_max": "#2ca02c", "sigma_min": "#ff7f0e"}
@@ -33,7 +35,7 @@ def _g(x, digits=3) -> str:
 
 def _exact_epsilon(sigma, rounds, q, n, delta, sampling="poisson", zf=None):
     """ε of each (σ, T) point (aggregate view unless told otherwise), on the order grid."""
-    zf = (mechanism_charge("client-aggregate", q, 1.0, n).noise_multiplier if q * n >= 1 else 1.0) \
+    zf = (mechanism_of(MECHANISM).charge(q, 1.0, n).noise_multiplier if q * n >= 1 else 1.0) \
         if zf is None else zf
     sigma, rounds = np.asarray(sigma, float), np.asarray(rounds, float)
     uniq, inv = np.unique(sigma, return_inverse=True)
@@ -116,10 +118,9 @@ def design_figure(d, path):
     """The design at its q: Theorem 3's pieces, the budget's frontier from
     the exact accountant, the recommendation and the closed-form point; and
     the utility bound along the frontier."""
-    from .recommendation import accounting
-
     q, n, kappa, smin, smax = d.q, d.n_clients, d.kappa, d.sigma_min, d.sigma_max
-    sampling, zf = accounting(d.mechanism, q, n, d.framework)
+    unit = mechanism_of(d.mechanism).charge(q, 1.0, n)      # the charge is linear in sigma
+    sampling, zf = unit.sampling, float(unit.noise_multiplier)
     ps = pareto.theorem3(q, n, kappa, smin, smax, d.max_rounds, n_points=200)
     s = np.geomspace(smin, smax, 300)
     tm = np.minimum(d.max_rounds, max_steps(d.budget, q, s * zf, d.delta, sampling=sampling)).astype(float)

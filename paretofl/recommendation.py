@@ -1,14 +1,27 @@
-"""The recommendation: privacy budget in, (q, T, σ) out (docs/theory.md §4).
+"""The design: a problem, a search, one result (docs/theory.md §4).
 
-Given N clients, a budget (ε, δ), an efficiency budget T̃ and the constant κ
-of the relation κσ²T = qN, :func:`design` returns the (q, T, σ) with the
-lowest utility bound (1.2) whose *exact* ε (RDP accountant, docs/theory.md §5) stays
-within the budget.  The closed form (Theorem 3, walked along its pieces until
-the budget is spent) is the map; the accountant is the law: the search runs
-on the accountant directly, and the result reports how far it lies from the
-closed-form point.
+Given N clients, a budget (ε, δ), an efficiency budget T̃ and a utility
+model (the closed form with the constant κ of κσ²T = qN, or a model fitted
+to a pre-trial store), :func:`design` returns the (q, T, σ) with the lowest
+predicted utility loss whose *exact* ε stays within the budget, for one of
+the registered mechanisms (:mod:`paretofl.mechanisms`): its charge is the
+accountant's law, Theorem 3's closed form the map, and the result says how
+far the two lie apart.
 
-No torch here: ``paretofl design`` must start fast.
+* :class:`Problem` -- what is solved: N, (ε, δ), T̃, the q and σ allowed,
+  the mechanism (whose :meth:`~paretofl.mechanisms.Mechanism.charge` prices
+  every point), on which RDP orders;
+* :class:`ClosedForm` and :class:`Empirical` -- utility models, each with its
+  own search over (σ, T) at a q (pymoo's ``minimize(problem, algorithm)``);
+* :func:`search` -- the best point over the q's;
+* :class:`Design` -- one result type for every mechanism (clients with
+  budgets of their own fill ``groups``; NbAFL's design fills ``details``),
+  saved and loaded as JSON (:meth:`Design.save`, :meth:`Design.load`).
+
+The recipe's C and η come from the pre-trial κ came from
+(:func:`recipe_from_spec`); tuning them on public data is a step of its own
+(:func:`paretofl.api.design` with ``tune``).  No torch here: ``paretofl
+design`` must start fast.
 """
 
 from __future__ import annotations
@@ -22,21 +35,23 @@ from pathlib import Path
 
 import numpy as np
 
+from .mechanisms import DEFAULT
+from .mechanisms import get as mechanism_of
+from .mechanisms import names as mechanism_names
+from .mechanisms.statement import statement as privacy_statement
 from .theory import pareto
 from .theory.privacy import (
     DEFAULT_ORDERS,
-    FLOWER_ORDERS,
-    FRAMEWORKS,
     check_delta,
     compute_epsilon,
     max_steps,
-    mechanism_charge,
     rdp_curve,
     rdp_to_epsilon,
 )
 
 __all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
-           "DESIGN_MECHANISMS", "FRAMEWORKS", "accounting", "sum_noise_multiplier", "shipped_fit"]
+           "DESIGN_MECHANISMS", "FRAMEWORKS", "shipped_fit", "Problem", "ClosedForm", "Empirical", "search",
+           "recipe_from_spec", "nbafl_design", "DESIGN_FORMAT"]
 
 #: PLACEHOLDER, not a measurement: the κ used when neither kappa nor fit is
 #: given and no shipped pre-trial fit can be read.  κ = 0.05 pairs σ = 1 with
@@ -45,8 +60,16 @@ PLACEHOLDER_KAPPA = 0.05
 
 MAX_CLIENTS = 1_000_000
 
-#: the mechanisms a design can be made for (docs/theory.md §5)
-DESIGN_MECHANISMS = ("client-aggregate", "client-local")
+#: a fit's problems that make its κ meaningless (they begin so): the
+#: pre-trial did not learn, diverged, or its front has no slope to fit
+FIT_BLOCKING = ("even non-private training", "the pre-trial diverged", "no front point", "the front has no slope")
+
+#: the mechanisms the closed-form search designs for (the registry's)
+DESIGN_MECHANISMS = mechanism_names(designable=True)
+#: ``design(framework=...)``: where a client-aggregate design runs, which picks its mechanism
+FRAMEWORKS = ("paretofl", *mechanism_names(framework="flower"))
+#: the format tag of a saved design
+DESIGN_FORMAT = "paretofl-design-1"
 
 
 def shipped_fit(name: str = "lr_fmnist") -> Path:
@@ -67,8 +90,7 @@ class InfeasibleBudget(ValueError):
         )
 
 
-def load_kappa(path) -> float:
-    """κ from a fit file written by ``paretofl fit`` (JSON with key ``kappa``)."""
+def _read_fit(path) -> dict:
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"fit file {p} is a folder, not a fit file")
@@ -81,7 +103,12 @@ def load_kappa(path) -> float:
         raise ValueError(f"fit file {p} is not a paretofl fit (needs a numeric 'kappa'): {exc}") from None
     if not (kappa > 0) or math.isinf(kappa):
         raise ValueError(f"fit file {p} holds an invalid kappa {kappa}")
-    return kappa
+    return data
+
+
+def load_kappa(path) -> float:
+    """κ from a fit file written by ``paretofl fit`` (JSON with key ``kappa``)."""
+    return float(_read_fit(path)["kappa"])
 
 
 def default_kappa() -> tuple[float, str]:
@@ -92,29 +119,37 @@ def default_kappa() -> tuple[float, str]:
     return PLACEHOLDER_KAPPA, "placeholder (no fit given; see PLACEHOLDER_KAPPA)"
 
 
-def accounting(mechanism: str, q: float, n_clients: int, framework: str = "paretofl") -> tuple[str, float]:
-    """(sampling, charged noise multiplier per unit σ) of ``mechanism`` at rate
-    q with N clients: :func:`paretofl.theory.privacy.mechanism_charge` at σ = 1."""
-    if mechanism not in DESIGN_MECHANISMS:
-        raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {mechanism!r}")
-    c = mechanism_charge(mechanism, q, 1.0, n_clients, framework)
-    return c.sampling, c.noise_multiplier
-
-
-def sum_noise_multiplier(mechanism: str, q: float, sigma: float, n_clients: int) -> float:
-    """The noise std on what is released, in units of C: σ√(qN) on the
-    aggregate's sum, σ on a local update."""
-    return mechanism_charge(mechanism, q, sigma, n_clients).released
+# --------------------------------------------------------------------------
+# the result
+# --------------------------------------------------------------------------
+def _plain(v):
+    """numpy scalars (also inside lists and dicts) as Python numbers."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
 
 
 @dataclass
 class Design:
-    """A recommendation.  ``sigma`` is each client's noise multiplier in Gu
-    et al.'s units; ``noise_multiplier`` is the noise std on what is
-    released in units of C (σ√(qN) on the aggregate's sum: Flower's
-    ``noise_multiplier``); ``charged_noise_multiplier`` is what the
-    accountant charged (half that in Flower, whose neighbours replace a
-    client); ``sampling`` the scheme it charged."""
+    """A recommendation, for any registered mechanism.
+
+    ``sigma`` is each client's noise multiplier in Gu et al.'s units;
+    ``noise_multiplier`` the noise std on what is released, in units of C
+    (σ√(qN) on the aggregate's sum: Flower's ``noise_multiplier``);
+    ``charged_noise_multiplier`` what the accountant charged (half that
+    where a client's change moves the sum by 2C); ``sampling`` the scheme
+    it charged.  ``groups`` (clients with budgets of their own): per group
+    its ``budget``, ``clients``, ``share``, rate ``q``, ``sigma`` and
+    ``epsilon`` spent, with ``group_of`` each client's group; then ``q`` is
+    the mean rate, ``epsilon`` the largest ε spent and ``budget`` the
+    strictest.  ``mechanism_options``: the mechanism's own (adaptive
+    clipping's); ``details``: what only this mechanism's design has
+    (NbAFL's).  ``model`` and ``dataset``: what the pre-trial behind κ
+    trained (what ``train(design=...)`` trains by default)."""
 
     q: float
     rounds: int
@@ -129,8 +164,7 @@ class Design:
     noise_multiplier: float
     charged_noise_multiplier: float
     sampling: str
-    framework: str
-    sigma_relation: float
+    sigma_relation: float = math.nan
     closed_form: dict = field(default_factory=dict)
     distance: dict = field(default_factory=dict)
     budget: float = 0.0
@@ -150,35 +184,523 @@ class Design:
     batch_size: int | None = None
     sources: dict = field(default_factory=dict, repr=False)
     tuning: dict = field(default_factory=dict, repr=False)
+    mechanism_options: dict = field(default_factory=dict)
+    groups: list | None = None
+    group_of: list | None = field(default=None, repr=False)
+    model: str | None = None
+    dataset: str | None = None
+    details: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         # plain Python numbers, so that the repr and JSON read as written
         for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, np.generic):
-                setattr(self, f.name, v.item())
-            elif isinstance(v, dict):
-                setattr(self, f.name, {k: (x.item() if isinstance(x, np.generic) else x) for k, x in v.items()})
+            setattr(self, f.name, _plain(getattr(self, f.name)))
+
+    @property
+    def framework(self) -> str:
+        """Where the design runs: "paretofl" (its trainer) or "flower"."""
+        return mechanism_of(self.mechanism).framework
+
+    @property
+    def noise_on(self) -> str:
+        """Where the design's mechanism puts its noise ("sum", "update", ...)."""
+        return mechanism_of(self.mechanism).noise_on
+
+    @property
+    def cohort(self) -> float:
+        """m, the expected cohort: Σ_i q_i (qN with one rate for all)."""
+        if self.groups:
+            return float(sum(g["q"] * g["clients"] for g in self.groups))
+        return self.q * self.n_clients
 
     @property
     def clients_per_round(self) -> float:
         """qN, the expected cohort (an integer where it is one)."""
-        c = self.q * self.n_clients
+        c = self.cohort
         return int(round(c)) if abs(c - round(c)) < 1e-9 else c
 
+    def client_rates(self) -> np.ndarray:
+        """Each client's sampling rate (N,)."""
+        if not self.groups:
+            return np.full(self.n_clients, self.q)
+        return np.array([self.groups[g]["q"] for g in self.group_of])
+
+    def client_sigmas(self) -> np.ndarray:
+        """Each client's noise multiplier (N,): its group's σ where it has one."""
+        if not self.groups:
+            return np.full(self.n_clients, self.sigma)
+        return np.array([self.groups[g]["sigma"] for g in self.group_of])
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every field, and the derived ``framework``."""
+        return {**asdict(self), "framework": self.framework}
 
     def statement(self) -> str:
         """The privacy statement to publish with a deployment of this design
         (Ponomareva et al. 2023, "How to DP-fy ML", §5.3): guarantee, unit,
         neighbours, what is released, who is trusted, sampling, accountant,
-        and the privacy cost of choosing the hyperparameters."""
+        the privacy cost of choosing the hyperparameters, what floating
+        point leaves open (:func:`paretofl.mechanisms.statement`)."""
         return privacy_statement(self)
+
+    # ------------------------------------------------------------- as data
+    def save(self, path) -> None:
+        """Write the design as JSON (``.json``; atomic): every parameter that
+        shapes the guarantee and the recipe travels with it."""
+        p = Path(path)
+        if p.suffix.lower() != ".json":
+            raise ValueError(f"a design file must end in .json, got {str(path)!r}")
+        if not p.parent.exists():
+            raise ValueError(f"cannot write {path}: folder {p.parent} does not exist")
+        data = {"format": DESIGN_FORMAT, **_finite(asdict(self))}
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        tmp.replace(p)
+
+    @classmethod
+    def load(cls, path) -> Design:
+        """A design written by :meth:`save` (plain JSON: nothing in it is run)."""
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"design file {path} does not exist or is not a file")
+        try:
+            data = json.loads(p.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"design file {path} is not JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("format") != DESIGN_FORMAT:
+            raise ValueError(f"design file {path} is not a paretofl design (format {DESIGN_FORMAT!r} expected)")
+        data.pop("format")
+        data.pop("framework", None)          # derived from the mechanism (to_dict writes it)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        missing = sorted(f.name for f in fields(cls) if f.default is _NO_DEFAULT and f.default_factory is _NO_DEFAULT
+                         and f.name not in data)
+        if unknown or missing:
+            raise ValueError(f"design file {path} does not match this paretofl's designs ("
+                             + ", ".join(x for x in (unknown and f"unknown fields {', '.join(unknown)}",
+                                                      missing and f"missing {', '.join(missing)}") if x) + ")")
+        d = cls(**_nonfinite(data))
+        _check_loaded(d, path)
+        return d
 
     def __str__(self) -> str:
         return (f"Design(q={self.q:.4g}, rounds={self.rounds}, sigma={self.sigma:.4g}, epsilon={self.epsilon:.4g}, "
                 f"delta={self.delta:g}, mechanism={self.mechanism!r}, utility_bound={self.utility_bound:.4g})")
+
+
+_NO_DEFAULT = fields(Design)[0].default   # dataclasses.MISSING
+
+
+def _finite(x):
+    """JSON has no infinity or NaN: written as strings, read back by :func:`_nonfinite`."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
+
+
+def _nonfinite(x):
+    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
+        return float(x)
+    if isinstance(x, dict):
+        return {k: _nonfinite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_nonfinite(v) for v in x]
+    return x
+
+
+def _check_loaded(d: Design, path) -> None:
+    """A loaded design must be one this paretofl could have made: a known
+    mechanism, numbers in range, groups that fit the clients."""
+    where = f"design file {path}"
+    if d.mechanism not in mechanism_names():
+        raise ValueError(f"{where}: unknown mechanism {d.mechanism!r}")
+    try:
+        _int_at_least(d.n_clients, 1, "n_clients")
+        _int_at_least(d.rounds, 1, "rounds")
+        check_delta(d.delta, d.n_clients)
+        for name in ("epsilon", "budget", "sigma"):
+            _pos(getattr(d, name), name)
+        if not (0 < d.q <= 1):
+            raise ValueError(f"q must lie in (0, 1], got {d.q}")
+        if d.groups is not None:
+            if not isinstance(d.group_of, list) or len(d.group_of) != d.n_clients \
+                    or any(not isinstance(g, int) or not 0 <= g < len(d.groups) for g in d.group_of):
+                raise ValueError("group_of must give each client's group")
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+# --------------------------------------------------------------------------
+# the problem, the utility models, the search
+# --------------------------------------------------------------------------
+@dataclass
+class Problem:
+    """What :func:`search` solves: the lowest predicted utility loss over
+    the cohort sizes ``qs``, σ in [sigma_min, sigma_max] and integer T in
+    [1, t_cap], subject to the mechanism's exact ε at most ``epsilon``."""
+
+    n_clients: int
+    epsilon: float
+    delta: float
+    t_cap: int
+    qs: list
+    sigma_min: float
+    sigma_max: float
+    mechanism: object
+    orders: tuple = DEFAULT_ORDERS
+
+    def unit_charge(self, q):
+        """(sampling, noise multiplier charged per unit σ) at rate q: the
+        mechanism's charge at σ = 1 (every charge is linear in σ)."""
+        c = self.mechanism.charge(q, 1.0, self.n_clients)
+        return c.sampling, float(c.noise_multiplier)
+
+    def epsilon_of(self, q, sigma, rounds, refine=True) -> float:
+        """The mechanism's exact ε at (q, σ, T): orders searched; where its ε is
+        reported by an outside accountant on fixed orders (Flower's), the
+        larger of that and the searched one."""
+        sampling, zf = self.unit_charge(q)
+        z = sigma * zf
+        eps = compute_epsilon(q, z, rounds, self.delta, sampling, orders=self.orders)
+        if self.orders != DEFAULT_ORDERS:   # reported on its orders, not refined between them: the larger
+            eps = max(eps, rdp_to_epsilon(self.orders, rounds * rdp_curve(sampling, q, z, self.orders),
+                                          self.delta)[0])
+        return eps
+
+
+class ClosedForm:
+    """The bound (1.2) in units of A: 1/T + κσ²/(qN), searched exactly by
+    branch and bound over σ at each q (:func:`_best_for_q`)."""
+
+    name = "closed form"
+
+    def __init__(self, kappa: float, source: str):
+        self.kappa, self.source = kappa, source
+
+    def bound(self, rounds, sigma, q, n):
+        return 1.0 / rounds + self.kappa * sigma * sigma / (q * n)
+
+    def search(self, p: Problem, accts: dict) -> dict:
+        """q -> (u, T, σ) or None: a coarse grid for every q first; the exact
+        search then visits the q's best-first, so that the incumbent prunes
+        the others early."""
+        n, kappa = p.n_clients, self.kappa
+        args = (n, p.epsilon, p.delta, p.t_cap, p.sigma_min, p.sigma_max, kappa, p.orders)
+        grids = {qq: _initial_grid(qq, p.epsilon, p.delta, p.t_cap, p.sigma_min, p.sigma_max, p.orders, accts[qq])
+                 for qq in p.qs}
+
+        def grid_best(qq):
+            s, t = grids[qq]
+            ok = t >= 1
+            return float(np.min(1 / t[ok] + kappa * s[ok] ** 2 / (qq * n))) if ok.any() else math.inf
+
+        found = {}
+        for qq in sorted(p.qs, key=grid_best):
+            incumbent = min((r[0] for r in found.values() if r is not None), default=math.inf)
+            found[qq] = _best_for_q(qq, *args, acct=accts[qq], incumbent=incumbent, grid=grids[qq])
+        return found
+
+
+class Empirical:
+    """A utility model fitted to a pre-trial store (the empirical mode:
+    :func:`paretofl.pretrial.fit.fit_utility`), u = a/T + bσ²/(qN) + c +
+    dσ²T/(qN) in loss units, searched on a dense σ grid at each q
+    (:func:`_best_for_model`)."""
+
+    def __init__(self, model, source: str):
+        if not (model.a > 0):
+            raise ValueError(f"the {model.name} model of {source} has no 1/T term: it cannot choose T")
+        self.model, self.name = model, model.name
+        self.kappa = max(model.kappa, 1e-12)
+        self.source = f"{model.name} model of {source}"
+
+    def search(self, p: Problem, accts: dict) -> dict:
+        """A coarse pass over every q, then the three best refined."""
+        a = (p.n_clients, p.epsilon, p.delta, p.t_cap, p.sigma_min, p.sigma_max, p.orders)
+        found = {qq: _best_for_model(self.model, qq, *a, accts[qq], refine=False) for qq in p.qs}
+        for _, qq in sorted((r[0], qq) for qq, r in found.items() if r is not None)[:3]:
+            found[qq] = _best_for_model(self.model, qq, *a, accts[qq])
+        return found
+
+
+def search(p: Problem, utility) -> tuple:
+    """The best (u, T, σ, q) of the problem under the utility model, and
+    each q's best u.  Raises :class:`InfeasibleBudget` where nothing meets ε."""
+    accts = {qq: p.unit_charge(qq) for qq in p.qs}
+    found = utility.search(p, accts)
+    best, per_q = None, {}
+    for qq, r in found.items():
+        if r is not None:
+            per_q[qq] = r[0]
+            if best is None or r[0] < best[0][0]:
+                best = (r, qq)
+    if best is None:
+        eps1 = [compute_epsilon(qq, p.sigma_max * accts[qq][1], 1, p.delta, accts[qq][0], orders=p.orders)
+                for qq in p.qs]
+        k = int(np.argmin(eps1))
+        raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max})
+    (u, T, sig), qb = best
+    return (u, T, sig, qb), per_q
+
+
+# --------------------------------------------------------------------------
+# design
+# --------------------------------------------------------------------------
+def _mechanism(mechanism, framework, mechanism_options):
+    """The mechanism object a design is for; ``framework`` ("flower",
+    "flower-accounted") picks Flower's mechanisms for a client-aggregate design."""
+    if framework is None or framework == "paretofl":
+        name = mechanism
+    elif framework in FRAMEWORKS:
+        if mechanism not in (DEFAULT, framework):
+            raise ValueError("Flower's DP wrappers release the aggregate: design for mechanism client-aggregate "
+                             f"(with framework={framework!r}), or for mechanism {framework!r}")
+        name = framework
+    else:
+        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    if name == "nbafl":
+        raise ValueError("NbAFL's design answers with its own bounds and needs the clipping bound and the smallest "
+                         "client's size: use nbafl_design (paretofl design --mechanism nbafl --clip C "
+                         "--client-size M)")
+    if name not in DESIGN_MECHANISMS:
+        raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {name!r}")
+    return mechanism_of(name, **(mechanism_options or {}))
+
+
+def _kappa(kappa, fit):
+    """(κ, its source, the pre-trial spec it came from)."""
+    if kappa is not None and fit is not None:
+        raise ValueError("give one of kappa or fit")
+    if kappa is not None:
+        _pos(kappa, "kappa")
+        return float(kappa), "given", None
+    if fit is not None:
+        data = _read_fit(fit)
+        blocking = data.get("blocking")
+        if blocking is None:        # a fit written before it said so itself
+            blocking = [p for p in data.get("problems") or [] if str(p).startswith(FIT_BLOCKING)]
+        if blocking:
+            raise ValueError(f"fit {fit} says not to design with it: {blocking[0]} (fix the pre-trial and fit again, "
+                             "or give kappa yourself)")
+        return float(data["kappa"]), f"fit {fit}", _spec_of(data)
+    k, source = default_kappa()
+    spec = _spec_of(_read_fit(shipped_fit())) if source.startswith("shipped") else None
+    return k, source, spec
+
+
+def _spec_of(fit_data: dict) -> dict | None:
+    spec = fit_data.get("spec")
+    return spec if isinstance(spec, dict) else None
+
+
+def design(
+    n_clients: int,
+    epsilon: float,
+    delta: float = 1e-5,
+    max_rounds: int | None = None,
+    time_budget: float | None = None,
+    round_time: float | None = None,
+    q: float | None = None,
+    q_min: float | None = None,
+    q_max: float | None = None,
+    sigma_min: float = 0.3,
+    sigma_max: float = 30.0,
+    kappa: float | None = None,
+    fit: str | None = None,
+    mechanism: str = DEFAULT,
+    framework: str | None = "paretofl",
+    utility=None,
+    spec: dict | None = None,
+    orders=None,
+    budgets=None,
+    mechanism_options: dict | None = None,
+) -> Design:
+    """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
+
+    Parameters
+    ----------
+    n_clients : N, the number of clients.
+    epsilon, delta : the privacy budget (ε, δ).
+    max_rounds : the most rounds T̃; or ``time_budget`` / ``round_time``
+        (seconds, or any unit); given together, the tighter one binds.
+    q : a fixed sampling ratio; otherwise q ranges over the cohort sizes m/N
+        in [q_min, q_max] (default [1/N, 1]; all of them up to 24, else 24
+        spread geometrically).  ``q`` and a range exclude each other.
+    sigma_min, sigma_max : the noise multipliers allowed per client.
+    kappa, fit : the constant of κσ²T = qN, or a fit file with it; default:
+        the fit of the shipped LR pre-trial.
+    mechanism : one of :data:`DESIGN_MECHANISMS` (:mod:`paretofl.mechanisms`):
+        client-aggregate, client-local, flower, flower-accounted.
+    framework : "flower" or "flower-accounted" pick Flower's mechanisms for
+        a client-aggregate design (the same as ``mechanism=``).
+    utility : a utility model instead of the closed form (:class:`Empirical`,
+        a model fitted to a pre-trial store), with ``spec`` the pre-trial's.
+    budgets : clients with budgets of their own (instead of ``epsilon``): a
+        budgets CSV file (``client,epsilon`` or ``share,epsilon``) or a
+        :class:`paretofl.budgets.Budgets`; the result's ``groups`` say each
+        group's rate (and σ) (docs/theory.md §4.B).
+    mechanism_options : the mechanism's own options (client-aggregate's
+        adaptive clipping: ``clip_quantile``, ``clip_lr``, ``count_noise``):
+        they change no (q, T, σ) but travel with the design to training and
+        into its statement.
+
+    Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
+    ValueError) when no allowed point meets ε, and ValueError for bad input.
+    ``notes`` says when a bound binds, the budget is not spent, or the
+    budget is too small to learn.
+    """
+    mech = _mechanism(mechanism, framework, mechanism_options)
+    if orders is None:   # an outside accountant (Flower's) reports on its orders: design on them
+        orders = mech.orders
+    n = _int_at_least(n_clients, 1, "n_clients")
+    if n > MAX_CLIENTS:
+        raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
+    if budgets is None:
+        if epsilon is None:
+            raise ValueError("give epsilon (one budget for every client) or budgets (a budget per client)")
+        _pos(epsilon, "epsilon")
+    elif epsilon is not None:
+        raise ValueError("give either epsilon (one budget for all) or budgets (a budget per client), not both")
+    check_delta(delta, n)
+    _pos(sigma_min, "sigma_min")
+    _pos(sigma_max, "sigma_max")
+    if sigma_min > sigma_max:
+        raise ValueError(f"empty sigma range: sigma_min {sigma_min:g} > sigma_max {sigma_max:g}")
+    if sigma_min < 1e-4 or sigma_max > 1e6:
+        raise ValueError(f"the sigma range [{sigma_min:g}, {sigma_max:g}] must lie within [1e-4, 1e6]")
+    if q is not None:
+        if q_min is not None or q_max is not None:
+            raise ValueError("give either q (fixed) or a range q_min/q_max, not both")
+        check_q(q, "q")
+    for name, v in (("q_min", q_min), ("q_max", q_max)):
+        if v is not None:
+            check_q(v, name)
+    caps = []
+    if max_rounds is not None:
+        caps.append(_int_at_least(max_rounds, 1, "max_rounds"))
+    if time_budget is not None or round_time is not None:
+        if time_budget is None or round_time is None:
+            raise ValueError("time_budget needs round_time (and the other way round)")
+        caps.append(pareto.rounds_for_time(time_budget, round_time))
+    if not caps:
+        raise ValueError("give an efficiency budget: max_rounds, or time_budget with round_time")
+    t_cap = min(caps)
+    if utility is None:
+        kappa, kappa_source, spec = _kappa(kappa, fit)
+        utility = ClosedForm(kappa, kappa_source)
+    elif kappa is not None or fit is not None:
+        raise ValueError("give one of kappa, fit or a fitted utility model (from_store)")
+    kappa, kappa_source = utility.kappa, utility.source
+
+    if budgets is not None:
+        from .budgets import Budgets, design_groups, read_budgets
+
+        if not isinstance(utility, ClosedForm):
+            raise ValueError("per-client budgets are designed with the closed form: give kappa or fit, not from_store")
+        if mech.framework != "paretofl":
+            raise ValueError("Flower samples every client at one rate: per-client budgets run in paretofl's trainer "
+                             "(docs/api.md says what Flower can run instead)")
+        if q is not None or q_min is not None:
+            raise ValueError("per-client budgets design each group's rate: give q_max at most")
+        b = budgets if isinstance(budgets, Budgets) else read_budgets(budgets, n)
+        if b.n_clients != n:
+            raise ValueError(f"the budgets are for {b.n_clients} clients, not {n}")
+        d = Design(**design_groups(b, delta, t_cap, kappa, kappa_source, mech.name, 1.0 if q_max is None else q_max,
+                                   sigma_min, sigma_max, orders))
+        d.mechanism_options = mech.options_dict() if hasattr(mech, "options_dict") else {}
+        recipe_from_spec(d, q, spec)
+        return d
+
+    qs = _q_candidates(n, q, q_min, 1.0 if q_max is None else q_max)
+    for qq in qs:
+        mech.check_rate(qq, n)           # e.g. qN >= 1, or a whole number of clients for Flower
+    p = Problem(n, float(epsilon), delta, t_cap, qs, sigma_min, sigma_max, mech, tuple(orders))
+    (u, T, sig, qb), per_q = search(p, utility)
+    sampling, zf = p.unit_charge(qb)
+    z = sig * zf
+    eps_exact = p.epsilon_of(qb, sig, T)
+    if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
+        raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
+
+    cf = _closed_form_for_q(qb, n, epsilon, delta, t_cap, sigma_min, sigma_max, kappa, orders, acct=(sampling, zf))
+    case = pareto.theorem3(qb, n, kappa, sigma_min, sigma_max, t_cap).case
+    distance = {}
+    if cf is not None:
+        distance = {"sigma_rel": sig / cf["sigma"] - 1.0, "rounds_rel": T / cf["rounds"] - 1.0,
+                    "utility_rel": u / cf["utility_bound"] - 1.0}
+    released = mechanism_of(mech.name).noise(qb, sig, n).std      # the noise on what is released, per unit C
+    d = Design(q=qb, rounds=T, sigma=sig, epsilon=eps_exact, delta=delta, case=case, utility_bound=u, kappa=kappa,
+               kappa_source=kappa_source, mechanism=mech.name, noise_multiplier=released,
+               charged_noise_multiplier=z, sampling=sampling,
+               sigma_relation=float(pareto.relation_sigma(T, qb, n, kappa)), closed_form=cf or {},
+               distance=distance, budget=float(epsilon), n_clients=n, max_rounds=t_cap, sigma_min=sigma_min,
+               sigma_max=sigma_max, mechanism_options=mech.options_dict() if hasattr(mech, "options_dict") else {})
+    if isinstance(utility, Empirical):
+        d.utility_model = utility.name
+        d.predicted_utility_loss = float(utility.model.predict(sig, T, qb, n))
+        d.utility_bound = float(1.0 / T + kappa * sig * sig / (qb * n))
+    d.notes = _notes(d, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
+    if fit is not None:
+        d.notes += [f"the fit {fit} lists a problem: {p}" for p in _read_fit(fit).get("problems") or []]
+    if q is None and len(qs) > 1:
+        d.notes.append(_why_q(d, per_q, qs))
+    recipe_from_spec(d, q, spec)
+    return d
+
+
+def recipe_from_spec(d: Design, q_given, spec: dict | None) -> None:
+    """Fill the recipe's C, η, local epochs and batch from the pre-trial κ
+    came from (``spec``, where known), its model and data, and say where
+    every knob came from."""
+    d.sources = {"q": "given" if q_given is not None else "the exact search over cohort sizes",
+                 "rounds": "the exact search: the most rounds the budget allows at this sigma, up to max rounds",
+                 "sigma": f"the exact search, minimising the utility bound with kappa ({d.kappa_source})"}
+    if d.groups:
+        d.sources.update(q="each group's largest rate within its budget", rounds="the group search",
+                         sigma=f"the group search, minimising the utility bound with kappa ({d.kappa_source})")
+    if spec is not None:
+        d.clip, d.lr = float(spec["clip"]), float(spec["lr"])
+        d.local_epochs, d.batch_size = int(spec["local_epochs"]), int(spec["batch_size"])
+        d.model, d.dataset = spec.get("model"), spec.get("dataset")
+        where = f"the {spec.get('model')} pre-trial on {spec.get('dataset')} that kappa came from"
+        d.sources.update(clip=where, lr=where, local_epochs=where, batch_size=where)
+    else:
+        d.sources.update(clip="not chosen: give tune (a pre-trial store) or use a fit that records its spec",
+                         lr="not chosen: give tune (a pre-trial store) or use a fit that records its spec")
+
+
+def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, client_size: int,
+                 max_rounds: int = 10_000, constants: dict | None = None) -> Design:
+    """NbAFL's own design as a :class:`Design` of the ``nbafl`` mechanism
+    (Wei et al. 2020, Remarks 4 and 5; docs/theory.md §6): T* and K*
+    (``rounds``; ``details["clients_per_round"]``), paretofl's uplink noise
+    σ_U for the budget (``sigma`` = σ_U/(2C), what each upload is charged),
+    the ε it guarantees (``epsilon``), and in ``details`` the bounds, the
+    paper's σ_U and what it guarantees, the constants assumed."""
+    from .theory.convergence import nbafl_design as answers  # SciPy's optimiser: only when asked
+
+    n = _int_at_least(n_clients, 1, "n_clients")
+    _pos(epsilon, "epsilon")
+    check_delta(delta, n)
+    _pos(clip, "clip")
+    m = _int_at_least(client_size, 1, "client_size")
+    t_max = _int_at_least(max_rounds, 1, "max_rounds")
+    r = answers(n, float(epsilon), delta, float(clip), m, max_rounds=t_max, constants=constants)
+    z = r["sigma_uplink_clipping"] / (2 * float(clip))
+    k = r["clients_per_round"]
+    d = Design(q=k / n, rounds=r["rounds"], sigma=z, epsilon=r["epsilon_guaranteed_clipping"], delta=delta,
+               case="", utility_bound=r["bound_all_clients"], kappa=math.nan, kappa_source="none: NbAFL's bounds",
+               mechanism="nbafl", noise_multiplier=z, charged_noise_multiplier=z, sampling="none",
+               budget=float(epsilon), n_clients=n, max_rounds=t_max, clip=float(clip),
+               utility_model="NbAFL's Theorem 2", details=r)
+    d.sources = {"rounds": "T* minimising NbAFL's Theorem 2 bound with all clients",
+                 "clients_per_round": "K* minimising NbAFL's Theorem 3 bound at T*",
+                 "sigma": "paretofl's calibration: the uplink noise whose guarantee over T* uploads is the budget"}
+    return d
 
 
 # --------------------------------------------------------------------------
@@ -292,7 +814,7 @@ def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct)
             "epsilon": epsilon(lo)}
 
 
-def _q_candidates(n, q, q_min, q_max, mechanism):
+def _q_candidates(n, q, q_min, q_max):
     if q is not None:
         return [float(q)]
     lo = q_min if q_min is not None else 1.0 / n
@@ -305,292 +827,6 @@ def _q_candidates(n, q, q_min, q_max, mechanism):
     if m.size > 24:  # keep the search short: 24 cohort sizes, geometric, ends included
         m = np.unique(np.round(np.geomspace(m[0], m[-1], 24)).astype(int))
     return [float(k) / n for k in m]
-
-
-def design(
-    n_clients: int,
-    epsilon: float,
-    delta: float = 1e-5,
-    max_rounds: int | None = None,
-    time_budget: float | None = None,
-    round_time: float | None = None,
-    q: float | None = None,
-    q_min: float | None = None,
-    q_max: float | None = None,
-    sigma_min: float = 0.3,
-    sigma_max: float = 30.0,
-    kappa: float | None = None,
-    fit: str | None = None,
-    mechanism: str = "client-aggregate",
-    framework: str = "paretofl",
-    from_store: str | None = None,
-    utility_model: str | None = None,
-    orders=None,
-    budgets=None,
-    tune=None,
-    clips=None,
-    lrs=None,
-    tune_by="accuracy",
-    progress=False,
-) -> Design:
-    """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
-
-    Parameters
-    ----------
-    n_clients : N, the number of clients.
-    epsilon, delta : the privacy budget (ε, δ).
-    max_rounds : the most rounds T̃; or ``time_budget`` / ``round_time``
-        (seconds, or any unit); given together, the tighter one binds.
-    q : a fixed sampling ratio; otherwise q ranges over the cohort sizes m/N
-        in [q_min, q_max] (default [1/N, 1]; all of them up to 24, else 24
-        spread geometrically).  ``q`` and a range exclude each other.
-    sigma_min, sigma_max : the noise multipliers allowed per client.
-    kappa, fit : the constant of κσ²T = qN, or a fit file with it; default:
-        the fit of the shipped LR pre-trial.
-    mechanism : "client-aggregate" (noise multiplier σ√(qN) charged,
-        Poisson-subsampled) or "client-local" (σ at each participation).
-    framework : "paretofl" (its trainer's Poisson sampling), "flower"
-        (m = qN clients drawn without replacement, accounted by paretofl) or
-        "flower-accounted" (Flower's own accountant on: no amplification by
-        sampling, so that Flower's reported ε, its ``max_epsilon`` and
-        ``PrivacyBudgetExhausted`` enforce this budget); see
-        :mod:`paretofl.integrations.flower`.
-    from_store : the empirical mode: instead of the closed form, a model of
-        the utility loss fitted to this pre-trial store over (σ²/(qN), T) —
-        ``utility_model`` "bound" (1.2) with free constants, or "bend", which
-        adds a term growing with σ²T; default: the one its held-out seeds
-        prefer — minimised under the same exact accountant.
-    budgets : clients with budgets of their own (instead of ``epsilon``): a
-        budgets CSV file (``client,epsilon`` or ``share,epsilon``) or a
-        :class:`paretofl.budgets.Budgets`; returns a
-        :class:`paretofl.budgets.GroupDesign` (docs/theory.md §4.B).
-    tune : a pre-trial results store: after (q, T, σ) are chosen, train the
-        (``clips`` × ``lrs``) grid on its public share at the design's noise
-        on the average and T (three seeds; torch is imported) and
-        return the pair with the highest test accuracy (``tune_by``
-        "accuracy") or lowest test loss ("loss") as the recipe's C and η
-        (:func:`paretofl.pretrial.tune.tune`, docs/theory.md §4.C).  Without
-        it, C, η, the local epochs and batch are those of the pre-trial κ
-        came from, where that is known.
-
-    Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
-    ValueError) when no allowed point meets ε, and ValueError for bad input.
-    ``notes`` says when a bound binds, the budget is not spent, or the
-    budget is too small to learn.
-    """
-    if orders is None:   # Flower's own accountant reports on its orders: design on them
-        orders = FLOWER_ORDERS if framework == "flower-accounted" else DEFAULT_ORDERS
-    n = _int_at_least(n_clients, 1, "n_clients")
-    if n > MAX_CLIENTS:
-        raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
-    if budgets is None:
-        _pos(epsilon, "epsilon")
-    elif epsilon is not None:
-        raise ValueError("give either epsilon (one budget for all) or budgets (a budget per client), not both")
-    check_delta(delta, n)
-    _pos(sigma_min, "sigma_min")
-    _pos(sigma_max, "sigma_max")
-    if sigma_min > sigma_max:
-        raise ValueError(f"empty sigma range: sigma_min {sigma_min:g} > sigma_max {sigma_max:g}")
-    if sigma_min < 1e-4 or sigma_max > 1e6:
-        raise ValueError(f"the sigma range [{sigma_min:g}, {sigma_max:g}] must lie within [1e-4, 1e6]")
-    if mechanism not in DESIGN_MECHANISMS:
-        raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {mechanism!r}")
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    if q is not None:
-        if q_min is not None or q_max is not None:
-            raise ValueError("give either q (fixed) or a range q_min/q_max, not both")
-        if not isinstance(q, (int, float)) or not (0 < q <= 1):
-            raise ValueError(f"q must lie in (0, 1], got {q}")
-    caps = []
-    if max_rounds is not None:
-        caps.append(_int_at_least(max_rounds, 1, "max_rounds"))
-    if time_budget is not None or round_time is not None:
-        if time_budget is None or round_time is None:
-            raise ValueError("time_budget needs round_time (and the other way round)")
-        caps.append(pareto.rounds_for_time(time_budget, round_time))
-    if not caps:
-        raise ValueError("give an efficiency budget: max_rounds, or time_budget with round_time")
-    t_cap = min(caps)
-    if sum(x is not None for x in (kappa, fit, from_store)) > 1:
-        raise ValueError("give one of kappa, fit or from_store")
-    model = None
-    if from_store is not None:
-        from .pretrial.fit import UTILITY_MODELS, fit_utility
-
-        if utility_model is not None and utility_model not in UTILITY_MODELS:
-            raise ValueError(f"utility_model must be one of {', '.join(UTILITY_MODELS)}, got {utility_model!r}")
-        fitted = fit_utility(from_store)
-        model = fitted["models"][utility_model or fitted["preferred"]]
-        if not (model.a > 0):
-            raise ValueError(f"the {model.name} model of {from_store} has no 1/T term: it cannot choose T")
-        kappa, kappa_source = max(model.kappa, 1e-12), f"{model.name} model of {from_store}"
-    elif utility_model is not None:
-        raise ValueError("utility_model needs from_store")
-    if model is None:
-        if kappa is not None:
-            kappa_source = "given"
-            _pos(kappa, "kappa")
-        elif fit is not None:
-            kappa, kappa_source = load_kappa(fit), f"fit {fit}"
-        else:
-            kappa, kappa_source = default_kappa()
-
-    if tune is None and (clips is not None or lrs is not None):
-        raise ValueError("clips and lrs are the grid of tune: give tune (a pre-trial store) too")
-    if tune is not None:
-        if not Path(tune).is_file():
-            raise ValueError(f"tune: results file {tune} does not exist")
-        if budgets is not None or mechanism != "client-aggregate":
-            raise ValueError("tune chooses C and the learning rate for client-aggregate DP-FedAvg with one budget")
-        from .pretrial.tune import CLIPS, LRS, SELECT, check_grid
-
-        if tune_by not in SELECT:
-            raise ValueError(f"tune_by must be one of {', '.join(SELECT)}, got {tune_by!r}")
-        clips = check_grid(CLIPS if clips is None else clips, "clip")
-        lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
-    if budgets is not None:
-        from .budgets import Budgets, design_groups, read_budgets
-
-        if model is not None:
-            raise ValueError("per-client budgets are designed with the closed form: give kappa or fit, not from_store")
-        if framework != "paretofl":
-            raise ValueError("Flower samples every client at one rate: per-client budgets run in paretofl's trainer "
-                             "(docs/api.md says what Flower can run instead)")
-        if q is not None or q_min is not None:
-            raise ValueError("per-client budgets design each group's rate: give q_max at most")
-        b = budgets if isinstance(budgets, Budgets) else read_budgets(budgets, n)
-        if b.n_clients != n:
-            raise ValueError(f"the budgets are for {b.n_clients} clients, not {n}")
-        return design_groups(b, delta, t_cap, kappa, kappa_source, mechanism, 1.0 if q_max is None else q_max,
-                             sigma_min, sigma_max, orders)
-    qs = _q_candidates(n, q, q_min, 1.0 if q_max is None else q_max, mechanism)
-    if framework.startswith("flower") and any(abs(qq * n - round(qq * n)) > 1e-9 for qq in qs):
-        raise ValueError(f"Flower samples a whole number of clients: q = {q:g} times {n} clients is not one")
-    accts = {qq: accounting(mechanism, qq, n, framework) for qq in qs}   # validates qN >= 1
-    args = (n, epsilon, delta, t_cap, sigma_min, sigma_max, kappa, orders)
-    best, per_q = None, {}
-    if model is not None:   # a coarse pass over every q, then the three best refined
-        found = {qq: _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq],
-                                     refine=False) for qq in qs}
-        for _, qq in sorted((r[0], qq) for qq, r in found.items() if r is not None)[:3]:
-            found[qq] = _best_for_model(model, qq, n, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq])
-    else:
-        # a coarse grid for every q first; the exact search then visits the
-        # q's best-first, so that the incumbent prunes the others early
-        grids = {qq: _initial_grid(qq, epsilon, delta, t_cap, sigma_min, sigma_max, orders, accts[qq]) for qq in qs}
-
-        def grid_best(qq):
-            s, t = grids[qq]
-            ok = t >= 1
-            return float(np.min(1 / t[ok] + kappa * s[ok] ** 2 / (qq * n))) if ok.any() else math.inf
-
-        found = {}
-        for qq in sorted(qs, key=grid_best):
-            incumbent = min((r[0] for r in found.values() if r is not None), default=math.inf)
-            found[qq] = _best_for_q(qq, *args, acct=accts[qq], incumbent=incumbent, grid=grids[qq])
-    for qq, r in found.items():
-        if r is not None:
-            per_q[qq] = r[0]
-            if best is None or r[0] < best[0][0]:
-                best = (r, qq)
-    if best is None:
-        eps1 = [compute_epsilon(qq, sigma_max * accts[qq][1], 1, delta, accts[qq][0], orders=orders) for qq in qs]
-        k = int(np.argmin(eps1))
-        raise InfeasibleBudget(epsilon, eps1[k], {"q": qs[k], "sigma": sigma_max})
-
-    (u, T, sig), qb = best
-    sampling, zf = accts[qb]
-    z = sig * zf
-    eps_exact = compute_epsilon(qb, z, T, delta, sampling, orders=orders)
-    if framework == "flower-accounted":   # Flower reports on its orders, not refined between them: the larger
-        eps_exact = max(eps_exact, rdp_to_epsilon(orders, T * rdp_curve(sampling, qb, z, orders), delta)[0])
-    if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
-        raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
-
-    cf = _closed_form_for_q(qb, *args, acct=accts[qb])  # the map, at the chosen q
-    case = pareto.theorem3(qb, n, kappa, sigma_min, sigma_max, t_cap).case
-    distance = {}
-    if cf is not None:
-        distance = {"sigma_rel": sig / cf["sigma"] - 1.0, "rounds_rel": T / cf["rounds"] - 1.0,
-                    "utility_rel": u / cf["utility_bound"] - 1.0}
-    d = Design(q=qb, rounds=T, sigma=sig, epsilon=eps_exact, delta=delta, case=case, utility_bound=u, kappa=kappa,
-               kappa_source=kappa_source, mechanism=mechanism,
-               noise_multiplier=sum_noise_multiplier(mechanism, qb, sig, n), charged_noise_multiplier=z,
-               sampling=sampling, framework=framework,
-               sigma_relation=float(pareto.relation_sigma(T, qb, n, kappa)), closed_form=cf or {},
-               distance=distance, budget=epsilon, n_clients=n, max_rounds=t_cap, sigma_min=sigma_min,
-               sigma_max=sigma_max)
-    if model is not None:
-        d.utility_model = model.name
-        d.predicted_utility_loss = float(model.predict(sig, T, qb, n))
-        d.utility_bound = float(1.0 / T + kappa * sig * sig / (qb * n))
-    d.notes = _notes(d, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
-    if q is None and len(qs) > 1:
-        d.notes.append(_why_q(d, per_q, qs))
-    _recipe(d, q, kappa_spec(kappa_source, fit, from_store), tune, clips, lrs, tune_by, progress)
-    return d
-
-
-def kappa_spec(kappa_source: str, fit, from_store) -> dict | None:
-    """The pre-trial spec κ came from (its C, η, local epochs, batch), where known."""
-    try:
-        if from_store is not None:
-            from .pretrial.tune import spec_of_store
-
-            return spec_of_store(from_store).to_dict()
-        path = fit if fit is not None else (shipped_fit() if kappa_source.startswith("shipped") else None)
-        if path is None:
-            return None
-        spec = json.loads(Path(path).read_text()).get("spec")
-        return spec if isinstance(spec, dict) else None
-    except (ValueError, OSError):
-        return None
-
-
-def _recipe(d: Design, q_given, spec, tune, clips, lrs, tune_by, progress) -> None:
-    """Fill the recipe's C, η, local epochs and batch, and say where every
-    knob came from."""
-    d.sources = {"q": "given" if q_given is not None else "the exact search over cohort sizes",
-                 "rounds": "the exact search: the most rounds the budget allows at this sigma, up to max rounds",
-                 "sigma": f"the exact search, minimising the utility bound with kappa ({d.kappa_source})"}
-    if spec is not None:
-        d.clip, d.lr = float(spec["clip"]), float(spec["lr"])
-        d.local_epochs, d.batch_size = int(spec["local_epochs"]), int(spec["batch_size"])
-        where = f"the {spec.get('model')} pre-trial on {spec.get('dataset')} that kappa came from"
-        d.sources.update(clip=where, lr=where, local_epochs=where, batch_size=where)
-    else:
-        d.sources.update(clip="not chosen: give tune (a pre-trial store) or use a fit that records its spec",
-                         lr="not chosen: give tune (a pre-trial store) or use a fit that records its spec")
-    if tune is None:
-        return
-    from .pretrial.tune import best_pair
-    from .pretrial.tune import tune as run_tune
-
-    t = run_tune(tune, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, progress=progress, select=tune_by)
-    d.tuning = t
-    d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
-    grid = f"{len(clips)} x {len(lrs)} grid"
-    best = "highest test accuracy" if tune_by == "accuracy" else "lowest test loss"
-    where = (f"public tuning on {tune}: {best} of the {grid} at this design's T and noise on the mean "
-             f"({t['seeds']} seeds)")
-    d.sources.update(clip=where, lr=where, local_epochs=f"the pre-trial {tune}", batch_size=f"the pre-trial {tune}")
-    norms = t["norms"]
-    d.notes.append(f"update norms on the public share at C = {t['clip']:g}, lr = {t['lr']:g}: median "
-                   f"{norms['q50']:.3g} (10-90 %: {norms['q10']:.3g}-{norms['q90']:.3g}); in the first rounds "
-                   f"{t['norms_early']['q50']:.3g}")
-    other_by = "loss" if tune_by == "accuracy" else "accuracy"
-    other = best_pair(t["grid"], other_by)
-    if (other["clip"], other["lr"]) != (t["clip"], t["lr"]):
-        d.notes.append(f"by public {other_by} the best pair would be C = {other['clip']:g}, lr = {other['lr']:g} "
-                       f"(tune_by {other_by}; docs/results.md section 9 measures both)")
-    for axis in t["on_grid_edge"]:
-        d.notes.append(f"the best {axis} lies on the edge of its grid: widen the grid past it")
-    if spec is not None and not (math.isclose(t["clip"], float(spec["clip"]))
-                                 and math.isclose(t["lr"], float(spec["lr"]))):
-        d.notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "
-                       f"{t['lr']:g}: re-run the pre-trial with these to refit kappa for this pair")
 
 
 def _why_q(d: Design, per_q: dict, qs: list) -> str:
@@ -686,72 +922,9 @@ def _int_at_least(x, lo, name):
     return v
 
 
-_RELEASED = {"client-aggregate": "every round's global model: the sum of the cohort's clipped updates plus Gaussian "
-                                 "noise, divided by the expected cohort (all T models may be published)",
-             "client-local": "every participating client's clipped update plus Gaussian noise, with its sender, to "
-                             "the server (and everything computed from them)"}
-_TRUSTED = {"client-aggregate": "the server (or a secure aggregator) that sees the clipped updates before the noise "
-                                "is complete; the clients' own devices",
-            "client-local": "nobody beyond each client's own device: every update leaves it noised"}
-_SAMPLING = {"poisson": "each client joins each round independently with probability q = {q:.4g} (Poisson); who "
-                        "took part is not released",
-             "fixed-size": "m = {m} of the N clients each round, uniformly without replacement; who took part is "
-                           "not released",
-             "none": "m = {m} of the N clients each round; no amplification by sampling is claimed",
-             "attributed": "each client takes part with probability q = {q:.4g}; who took part is seen, and only "
-                           "its own participations are charged"}
-
-
-def privacy_statement(d) -> str:
-    """The privacy statement of a :class:`Design` (Ponomareva et al. 2023,
-    "How to DP-fy ML", §5.3): what a deployment should publish."""
-    n, m = d.n_clients, d.clients_per_round
-    if d.framework == "flower":
-        relation = ("replace-one: two populations of N clients differ in one client's data (Flower samples a "
-                    "fixed number, so N is public)")
-        accountant = ("RDP of the fixed-size subsampled Gaussian (Wang, Balle and Kasiviswanathan 2019, Thm 27), "
-                      "noise multiplier z/2 (replacing a client moves the sum by 2C)")
-    elif d.framework == "flower-accounted":
-        relation = "add/remove: one client added to or removed from a population of at most N"
-        accountant = ("Flower's RdpAccountant (dp-accounting) and paretofl's RDP accountant, a Gaussian of noise "
-                      + ("multiplier z a round (every client takes part: an added client joins the sum)"
-                         if d.q >= 1 else "multiplier z/2 a round (a fixed m < N: an added client can displace a "
-                         "sampled one, so the sum moves by up to 2C)")
-                      + " without amplification; the larger of the two is reported")
-    elif d.mechanism == "client-local":
-        relation = "add/remove: one client's data replaced by none (its clipped update by zero)"
-        accountant = ("RDP of the Gaussian at each participation (participation seen), composed over the rounds "
-                      "a client takes part in")
-    else:
-        relation = "add/remove: one client added to or removed from a population of at most N"
-        accountant = "RDP of the Poisson-subsampled Gaussian (exact, paretofl's accountant), composed over T rounds"
-    noise = (f"noise multiplier {d.noise_multiplier:.4g} on the released sum (std {d.noise_multiplier:.4g} x C)"
-             if d.mechanism == "client-aggregate" else f"each client adds noise of std {d.sigma:.4g} x C")
-    clip = f"C = {d.clip:g}" if d.clip is not None else "C (the clipping norm: not chosen by this design)"
-    if d.tuning:
-        cost = (f"none to the clients: q, T and sigma come from kappa ({d.kappa_source}), and C and the learning "
-                f"rate from training on the public share of {d.tuning['store']}; no client data was used")
-    elif d.kappa_source == "given":
-        cost = ("not accounted here: kappa was given. If it, C or the learning rate were chosen by training on the "
-                "clients' data, that tuning spent privacy this statement does not include; say so and how")
-    else:
-        cost = (f"none to the clients if the pre-trial behind kappa ({d.kappa_source}) used only public data, as "
-                "paretofl's pre-trials do (their public share); C and the learning rate "
-                + ("come from the same pre-trial" if d.clip is not None else "are yours: state how you chose them"))
-    lines = [
-        "Privacy statement (after Ponomareva et al. 2023, How to DP-fy ML, section 5.3)",
-        f"- Guarantee: ({d.epsilon:.4g}, {d.delta:g})-differential privacy (budget {d.budget:g}), client-level: "
-        "the unit of privacy is one client and all of its data.",
-        f"- Neighbouring relation: {relation}.",
-        f"- Released: {_RELEASED[d.mechanism]}; {d.rounds} round{'s' if d.rounds != 1 else ''}. Evaluation on "
-        "client data is not released.",
-        f"- Trusted: {_TRUSTED[d.mechanism]}.",
-        f"- Sampling: {_SAMPLING[d.sampling].format(q=d.q, m=m)}; N = {n} clients.",
-        f"- Mechanism: updates clipped to L2 norm {clip}; {noise}.",
-        f"- Accountant: {accountant}; converted to (epsilon, delta) with Balle et al. 2020, Thm 21 (improved RDP "
-        "conversion).",
-        f"- Privacy cost of choosing the hyperparameters: {cost}.",
-    ]
-    if d.delta * n >= 0.1:
-        lines.append(f"- Note: delta {d.delta:g} is not small against 1/N = {1 / n:.3g}.")
-    return "\n".join(lines)
+def check_q(v, name: str = "q") -> float:
+    """A share of the clients (q, q_min, q_max): a number in (0, 1]."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)) \
+            or not (0 < v <= 1):
+        raise ValueError(f"{name} must lie in (0, 1] (a share of the clients), got {v!r}")
+    return float(v)

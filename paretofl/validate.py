@@ -23,12 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .mechanisms import get as mechanism_of
 from .pretrial.fit import Results, fit, front_indices, relation_distance, within_fraction
-from .pretrial.spec import Spec
+from .pretrial.spec import MECHANISM, Spec
 from .pretrial.store import read_table
 from .pretrial.sweep import Job, run_job, run_sweep
 from .recommendation import design
-from .theory.privacy import compute_epsilon, max_steps, mechanism_charge
+from .theory.privacy import max_steps
 
 
 def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | None = None,
@@ -40,7 +41,13 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     if budget is not None and not (budget > 0 and math.isfinite(budget)):
         raise ValueError(f"budget must be a positive number, got {budget}")
     outdir = Path(outdir)
-    full = replace(spec, public_fraction=full_fraction)
+    # the full sweep trains on the whole training set (or its full_fraction),
+    # never on a public mask the data carry: that would compare the public
+    # share with itself
+    from .fl.data import load_dataset
+
+    masked = load_dataset(spec.dataset, spec.data_dir).public is not None
+    full = replace(spec, public_fraction=full_fraction, subset="all" if masked else spec.subset)
     stores = {k: str(outdir / f"{name}_{k}.sqlite") for k in ("public", "full")}
     run_sweep(spec, stores["public"], executor=executor, ray_address=ray_address, progress=progress)
     run_sweep(full, stores["full"], executor=executor, ray_address=ray_address, progress=progress)
@@ -70,8 +77,10 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     best = ok[np.argmin(u[ok])] if len(ok) else None
 
     # ---- cost
+    mech = mechanism_of(MECHANISM)
+
     def charged(s):
-        return mechanism_charge("client-aggregate", q, s, n).noise_multiplier
+        return mech.charge(q, s, n).noise_multiplier
 
     per_round = float(np.median(tab_full["seconds"] / tab_full["rounds"]))
     n_sigma = len(spec.sigmas)
@@ -95,12 +104,16 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
         "full_front_within": within_fraction(res, front, f_pub["kappa_ci"]),
         "budget": budget,
         "design": {"sigma": d.sigma, "rounds": d.rounds, "epsilon": d.epsilon, "utility_loss": u_design,
-                   "epsilon_check": compute_epsilon(q, charged(d.sigma), d.rounds, spec.delta)},
+                   "epsilon_check": mech.charge(q, d.sigma, n).epsilon(spec.delta, d.rounds)},
         "best_grid_within_budget": None if best is None else {
             "sigma": float(res.sigma[best]), "rounds": int(res.rounds[best]), "epsilon": float(res.eps[best]),
             "utility_loss": float(u[best])},
         "cost": cost, "seconds_full_sweep": t_full, "stores": stores,
     }
+    from .pretrial.sweep import prepared
+
+    n_all = len(load_dataset(spec.dataset, spec.data_dir).y_train)
+    out["shares"] = {k: len(prepared(x).data.y_train) / n_all for k, x in (("public", spec), ("full", full))}
     out["report"] = _report(out, spec, full_fraction)
     return out
 
@@ -131,7 +144,7 @@ def _report(r, spec, full_fraction):
     d = r["design"]
     lines = [
         f"validation ({spec.model} on {spec.dataset}, N = {spec.clients}, q = {spec.q[0]:g}; "
-        f"public {100 * spec.public_fraction:g} % vs full {100 * full_fraction:g} % of the training set)",
+        f"public {100 * r['shares']['public']:.3g} % vs full {100 * r['shares']['full']:.3g} % of the training set)",
         f"  kappa public   {r['kappa_public']:.4g}  [{r['kappa_public_ci'][0]:.4g}, {r['kappa_public_ci'][1]:.4g}]",
         f"  kappa full     {r['kappa_full']:.4g}  [{r['kappa_full_ci'][0]:.4g}, {r['kappa_full_ci'][1]:.4g}]"
         f"   transfer error |ln ratio| = {r['kappa_transfer_error']:.3f}",

@@ -23,13 +23,23 @@ def device(request):
     return request.param
 
 
-#: what the CLI fuzz tried, per command (tests/test_fuzz_cli.py fills it)
+#: what the CLI fuzz tried, per command and per class of bad input (tests/test_fuzz_cli.py fills them);
+#: what the API fuzz tried, per class (tests/test_fuzz_api.py)
 FUZZ_TRIED: dict = {}
+FUZZ_CLASSES: dict = {}
+FUZZ_API: dict = {}
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Say how many bad invocations the CLI fuzz tried, and of which command."""
+    """Say how many bad invocations the fuzz tests tried: per command, and
+    how many members of each class of bad input."""
     if FUZZ_TRIED:
         per = ", ".join(f"{k} {v}" for k, v in sorted(FUZZ_TRIED.items()))
         terminalreporter.write_line(f"CLI fuzz: {sum(FUZZ_TRIED.values())} bad invocations tried, each refused "
                                     f"in one line with nothing written ({per})")
+        per = "; ".join(f"{k}: {v}" for k, v in sorted(FUZZ_CLASSES.items()))
+        terminalreporter.write_line(f"CLI fuzz, members of each class of bad input: {per}")
+    if FUZZ_API:
+        per = "; ".join(f"{k}: {v}" for k, v in sorted(FUZZ_API.items()))
+        terminalreporter.write_line(f"API fuzz: {sum(FUZZ_API.values())} bad calls, each a ValueError; per class: "
+                                    f"{per}")

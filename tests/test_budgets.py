@@ -160,7 +160,7 @@ def test_design_with_budgets_on_the_command_line_lists_each_group(tmp_path, caps
     assert main(["design", "--clients", "100", "--budgets", str(f), "--max-rounds", "100", "--kappa", "16.4",
                  "--sigma-min", "0.01"]) == 0
     out = capsys.readouterr().out
-    assert "3 groups" in out and "per group" in out and "next: train it" in out
+    assert "3 groups" in out and "per group" in out and "train it with paretofl train --design" in out
     assert main(["design", "--clients", "100", "--budgets", str(f), "--budget", "2", "--max-rounds", "10"]) == 2
     assert "give --budget" in capsys.readouterr().err
     assert main(["design", "--clients", "100", "--budgets", str(f), "--max-rounds", "10", "--export", "flower",

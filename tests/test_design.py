@@ -80,7 +80,7 @@ def test_design_within_budget_and_optimal_against_scan(kw):
         d = D.design(**kw)
     except D.InfeasibleBudget as exc:
         # then no scanned point may meet the budget either
-        qs = D._q_candidates(kw["n_clients"], kw["q"], kw["q_min"], kw["q_max"] or 1.0, kw["mechanism"])
+        qs = D._q_candidates(kw["n_clients"], kw["q"], kw["q_min"], kw["q_max"] or 1.0)
         u, _ = scan(kw["n_clients"], kw["epsilon"], kw["delta"], kw["max_rounds"], qs, kw["sigma_min"],
                     kw["sigma_max"], kw["kappa"], kw["mechanism"], n_sigma=50)
         assert u == math.inf and exc.min_epsilon > kw["epsilon"]
@@ -95,7 +95,7 @@ def test_design_within_budget_and_optimal_against_scan(kw):
     assert d.utility_bound == pytest.approx(1 / d.rounds + kw["kappa"] * d.sigma**2 / (d.q * n), rel=1e-12)
     assert kw["sigma_min"] <= d.sigma <= kw["sigma_max"] and 1 <= d.rounds <= kw["max_rounds"]
     # no scanned allowed point is better
-    qs = D._q_candidates(n, kw["q"], kw["q_min"], kw["q_max"] or 1.0, kw["mechanism"])
+    qs = D._q_candidates(n, kw["q"], kw["q_min"], kw["q_max"] or 1.0)
     assert d.q in qs
     u, where = scan(n, kw["epsilon"], kw["delta"], kw["max_rounds"], qs, kw["sigma_min"], kw["sigma_max"],
                     kw["kappa"], kw["mechanism"])

@@ -19,143 +19,242 @@ from paretofl.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "pretrials" / "lr_fmnist.sqlite"
+#: a small design of the digits, saved into each fuzz folder (train --design, export)
+import paretofl  # noqa: E402
+
+DESIGN = paretofl.design(8, 4.0, delta=1e-3, max_rounds=3, q=1.0, framework="flower")
+DESIGN.model, DESIGN.dataset, DESIGN.clip = "lr", "digits", 0.5
 
 NOT_A_NUMBER = ["nan", "inf", "-inf", "abc", "", "1e999", "0x10", "1,5", "None"]
 MISSING = ["missing/none.sqlite", "nofolder/x.json", "/no/such/file"]
 
 
+def tag(kind, *values):
+    """Bad values of one class of bad input."""
+    return [(v, kind) for v in values]
+
+
 def nums(*bad):
-    return list(bad) + NOT_A_NUMBER
+    """Numbers out of range, and things that are no number at all."""
+    return tag("number out of range", *bad) + tag("not a number", *NOT_A_NUMBER)
 
 
-# command -> (valid arguments, {flag: values that must be refused}); files are
+def files(*foreign):
+    return tag("missing file", *MISSING) + tag("foreign or damaged file", *foreign)
+
+
+def outs(*bad):
+    return tag("bad output path", *bad)
+
+
+def names(*bad):
+    return tag("unknown name", *bad)
+
+
+#: delta at or above 1/N (the clients protected, or the samples for DP-SGD)
+def deltas(*high):
+    return tag("delta not below 1/N", *high)
+
+
+# command -> (valid arguments, {flag: (value, class) that must be refused}); files are
 # relative to the folder the command runs in (a fresh copy of `store.sqlite`,
-# `fit.json`, `spec.toml` and a non-store `junk.sqlite` is put there)
+# `fit.json`, `spec.toml`, `design.json`, a non-store `junk.sqlite` and more is put there)
 COMMANDS = {
     "account": (["--sigma", "1", "--q", "0.1", "--steps", "10"], {
         "--sigma": nums("0", "-1", "1e-9"), "--q": nums("0", "1.5", "-0.1"), "--steps": nums("-1", "2.5", "1e20"),
-        "--delta": nums("0", "1", "-1e-5", "2"), "--accountant": ["magic", "RDP", ""],
-        "--conversion": ["tight", ""], "--sampling": ["hidden", ""]}),
+        "--delta": nums("0", "1", "-1e-5", "2"), "--accountant": names("magic", "RDP", ""),
+        "--conversion": names("tight", ""), "--sampling": names("hidden", "")}),
     "pareto": (["--clients", "10", "--q", "0.5", "--kappa", "0.1", "--sigma-min", "0.5", "--sigma-max", "3",
                 "--max-rounds", "20", "--plot", "front.png"], {
         "--clients": nums("0", "-3", "2.5", "10.5"), "--q": nums("0", "1.01"), "--kappa": nums("0", "-1"),
         "--sigma-min": nums("0", "-1", "5"), "--sigma-max": nums("0", "0.1"), "--max-rounds": nums("0", "-5"),
         "--points": nums("0", "-1", "1e12"), "--delta": nums("0", "1"),
-        "--plot": ["front.txt", "nofolder/front.png", ""]}),
+        "--plot": outs("front.txt", "nofolder/front.png", "")}),
     "design": (["--clients", "10", "--budget", "2", "--max-rounds", "20", "--q", "0.5", "--kappa", "0.1",
-                "--plot", "design.png"], {
+                "--plot", "design.png", "--out", "new_design.json"], {
         "--clients": nums("0", "-1", "10000000", "1e12", "10.5"), "--budget": nums("0", "-2", "1e-7"),
-        "--delta": nums("0", "1", "0.1", "0.5"), "--max-rounds": nums("0", "-1"), "--q": nums("0", "2"),
-        "--q-min": nums("0.2"), "--q-max": nums("0.9"),            # beside --q: a range and a fixed q
+        "--delta": nums("0", "1") + deltas("0.1", "0.5"), "--max-rounds": nums("0", "-1"), "--q": nums("0", "2"),
+        "--q-min": tag("conflicting options", "0.2"), "--q-max": tag("conflicting options", "0.9"),
         "--time-budget": nums("0", "-1"), "--round-time": nums("0", "-1"),
         "--sigma-min": nums("0", "-1"), "--sigma-max": nums("0", "1e9"), "--kappa": nums("0", "-0.1"),
-        "--fit": MISSING + ["junk.sqlite", "spec.toml", "figs"], "--mechanism": ["central", "aggregate", ""],
-        "--from-store": MISSING + ["junk.sqlite", "store.sqlite"],   # beside --kappa: two sources of kappa
-        "--utility-model": ["curve", "", "bend"],                    # without --from-store
-        "--framework": ["tff", ""], "--export": ["tff", "opacus", "flower"],   # exports need --clip
+        "--fit": files("junk.sqlite", "spec.toml", "figs") + tag("a fit that says not to design with it",
+                                                                "blocking_fit.json", "chance_fit.json"),
+        "--mechanism": names("central", "aggregate", ""),
+        "--from-store": files("junk.sqlite") + tag("conflicting options", "store.sqlite"),   # beside --kappa
+        "--utility-model": names("curve", "") + tag("conflicting options", "bend"),          # without --from-store
+        "--framework": names("tff", ""), "--export": names("tff") + tag("missing option", "opacus", "flower"),
         "--clip": nums("0", "-1"),
-        "--budgets": MISSING + ["junk.sqlite", "fit.json", "store.sqlite", "figs"],   # beside --budget, or not CSV
-        "--tune": MISSING + ["junk.sqlite", "fit.json", "figs"],
+        "--budgets": files("junk.sqlite", "fit.json", "store.sqlite", "figs"),   # beside --budget, or not CSV
+        "--tune": files("junk.sqlite", "fit.json", "figs"),
         "--clips": nums("0", "-1"), "--lrs": nums("0", "-0.1"),   # non-positive, or without --tune
-        "--plot": ["design.gif", "nofolder/d.png", "figs"]}),
+        "--chunk": tag("conflicting options", "4"),                 # without --tune
+        "--clip-quantile": nums("0", "1", "1.5"), "--count-noise": nums("0", "-1"),
+        "--plot": outs("design.gif", "nofolder/d.png", "figs"), "--out": outs("d.txt", "nofolder/d.json", "figs")}),
+    "export": (["design.json", "--to", "flower", "--clip", "0.5"], {
+        "--to": names("tff", ""), "--clip": nums("0", "-1"),
+        "--client-size": tag("missing option", "600"), "--batch-size": nums("0")}),
     "train": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--rounds", "2", "--batch-rate", "0.05",
                "--history", "hist.csv"], {
         "--sigma": nums("-1", "0"), "--clip": nums("0", "-1"), "--lr": nums("0", "-0.5"),
         "--batch-rate": nums("0", "1.5", "-0.1"), "--client-rate": nums("0", "2", "0.01"),
         "--clients": nums("0", "-3", "5000", "1e12", "10.5"), "--rounds": nums("0", "-1"),
-        "--epsilon": nums("0", "-1", "1e-9"), "--delta": nums("0", "1", "-1", "0.9", "0.25"),
-        "--replicas": nums("0", "-2"),
-        "--eval-every": nums("0", "-1"), "--local-steps": nums("0", "-1"), "--dataset": ["imagenet", ""],
-        "--model": ["resnet", ""], "--algorithm": ["fedprox", ""], "--budgets": MISSING + ["fit.json", "figs"], "--partition": ["zipf"], "--device": ["tpu"],
-        "--data-dir": ["/nonexistent", "hist.csv"], "--history": ["hist.txt", "nofolder/h.csv", "", "figs"],
+        "--epsilon": nums("0", "-1", "1e-9"), "--delta": nums("0", "1", "-1") + deltas("0.9", "0.25", "0.001"),
+        "--replicas": nums("0", "-2") + tag("too large to fit", "3000000", "20000000"),
+        "--eval-every": nums("0", "-1"), "--local-steps": nums("0", "-1"), "--dataset": names("imagenet", ""),
+        "--model": names("resnet", ""), "--algorithm": names("fedprox", ""),
+        "--budgets": files("fit.json", "figs"), "--partition": names("zipf"), "--device": names("tpu"),
+        "--data-dir": files("hist.csv"), "--history": outs("hist.txt", "nofolder/h.csv", "", "figs"),
+        "--design": files("fit.json", "junk.sqlite", "figs"),
         # options of another algorithm than the one run (dpfedavg here): refused, not ignored
-        "--rounds-server": nums("0", "5"), "--gamma": nums("-1", "10"), "--prox-mu": nums("0.1"),
-        "--calibration": ["paper", "magic"], "--noise-decay": nums("0.5"),
+        "--rounds-server": tag("an option the run would ignore", "0", "5"),
+        "--gamma": tag("an option the run would ignore", "-1", "10"),
+        "--prox-mu": tag("an option the run would ignore", "0.1"),
+        "--calibration": tag("an option the run would ignore", "paper") + names("magic"),
+        "--noise-decay": tag("an option the run would ignore", "0.5"),
         # adaptive clipping: a quantile outside (0, 1), a count noise that is not positive, or either for a
         # mechanism without a released count (the valid call's sample)
-        "--clip-quantile": nums("0", "1", "1.5", "-0.5", "0.5"), "--count-noise": nums("0", "-1", "2"),
+        "--clip-quantile": nums("0", "1", "1.5", "-0.5") + tag("an option the run would ignore", "0.5"),
+        "--count-noise": nums("0", "-1") + tag("an option the run would ignore", "2"),
         "--clip-lr": nums("0", "-1"),
         # a mechanism that would ignore the valid call's --batch-rate: refused, not ignored
-        "--mechanism": ["client", "", "client-aggregate", "client-local"]}),
+        "--mechanism": names("client", "") + tag("an option the run would ignore", "client-aggregate",
+                                                  "client-local", "flower")}),
     "pretrial": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--sigmas", "1", "--rounds", "2",
                   "--seeds", "1", "--q", "1", "--out", "new.sqlite"], {
         "--clients": nums("0", "-1", "5000"), "--sigmas": nums("-1"), "--rounds": nums("0", "-2"),
         "--seeds": nums("0", "-1"), "--q": nums("0", "1.5", "0.1"), "--clip": nums("0", "-1"), "--lr": nums("0"),
         "--public-fraction": nums("0", "1.5", "-0.5", "0.0001"), "--batch-size": nums("0"),
-        "--delta": nums("0", "1", "0.25", "0.4"),
+        "--delta": nums("0", "1") + deltas("0.25", "0.4"),
         "--local-epochs": nums("0"), "--chunk": nums("0", "-1"), "--beta": nums("0", "-1"),
-        "--dataset": ["imagenet"], "--model": ["resnet"], "--executor": ["dask"], "--device": ["tpu"],
-        "--out": ["new.txt", "nofolder/new.sqlite", "junk.sqlite", "", "figs"]}),
+        "--dataset": names("imagenet") + tag("labels that skip a class", "onebased:data", "gapped:data"),
+        "--model": names("resnet"), "--executor": names("dask"), "--device": names("tpu"),
+        "--out": outs("new.txt", "nofolder/new.sqlite", "", "figs") + files("junk.sqlite")}),
     "fit": (["store.sqlite", "--out", "new_fit.json", "--bootstrap", "10"], {
-        "--bootstrap": nums("-1", "1e12"), "--reference": ["median", ""], "--epsilon": ["approx"],
-        "--out": ["fit.txt", "nofolder/f.json", "", "figs"]}),
+        "--bootstrap": nums("-1", "1e12"), "--reference": names("median", ""), "--epsilon": names("approx"),
+        "--out": outs("fit.txt", "nofolder/f.json", "", "figs")}),
     "plot": (["store.sqlite", "--fit", "fit.json", "--out-dir", "figs"], {
-        "--fit": MISSING + ["junk.sqlite", "other_fit.json", "figs"], "--out-dir": ["store.sqlite"],
-        "--format": ["gif", ""], "--max-rounds": nums("0", "-5"), "--epsilon": ["approx"]}),
+        "--fit": files("junk.sqlite", "other_fit.json", "figs"), "--out-dir": outs("store.sqlite"),
+        "--format": names("gif", ""), "--max-rounds": nums("0", "-5"), "--epsilon": names("approx")}),
     "validate": (["spec.toml", "--out-dir", "vout", "--budget", "5"], {
-        "--full-fraction": nums("0", "1.5", "-1"), "--budget": nums("0", "-1"), "--out-dir": ["nofolder"],
+        "--full-fraction": nums("0", "1.5", "-1"), "--budget": nums("0", "-1"), "--out-dir": outs("nofolder"),
         "--clients": nums("0"), "--sigmas": nums("-1"), "--rounds": nums("0")}),
     "audit": (["--mechanism", "client-local", "--runs", "400"], {
-        "--runs": nums("0", "-5", "199", "100000000000", "2.5"), "--mechanism": ["laplace", "", "ALL", "sample-dpsgd"],
-        "--break": ["half", "", "private-divisor"], "--seed": nums("1.5")}),
+        "--runs": nums("0", "-5", "199", "100000000000", "2.5"),
+        "--mechanism": names("laplace", "", "ALL", "sample-dpsgd"),
+        "--break": names("half", "") + tag("a break the setting does not have", "private-divisor"),
+        "--seed": nums("1.5")}),
 }
 # positional inputs that must be refused: missing, foreign, truncated
-POSITIONAL = {"fit": MISSING + ["junk.sqlite", "truncated.sqlite", "spec.toml"],
-              "plot": MISSING + ["junk.sqlite", "truncated.sqlite"],
-              "validate": MISSING + ["junk.sqlite", "empty.toml"]}
+POSITIONAL = {"fit": files("junk.sqlite", "truncated.sqlite", "spec.toml"),
+              "plot": files("junk.sqlite", "truncated.sqlite"),
+              "validate": files("junk.sqlite") + tag("a spec that does not say what it trains", "empty.toml",
+                                                     "seeds.toml"),
+              "export": files("fit.json", "junk.sqlite", "spec.toml")}
+#: whole invocations, each a member of a class the flags above cannot reach
+_DESIGNED = ["train", "--design", "design.json"]
+WHOLE = [
+    ("a spec that does not say what it trains", ["pretrial", "seeds.toml", "--out", "new.sqlite"]),
+    ("a spec that does not say what it trains", ["pretrial", "empty.toml", "--out", "new.sqlite"]),
+    ("a spec that does not say what it trains", ["pretrial", "seeds.toml", "--dataset", "digits", "--out", "new.sqlite"]),
+    ("labels that skip a class", ["train", "--dataset", "onebased:data", "--model", "lr", "--clients", "4",
+                                  "--rounds", "2"]),
+    ("labels that skip a class", ["train", "--dataset", "gapped:data", "--model", "lr", "--clients", "4",
+                                  "--rounds", "2"]),
+    ("a parameter the design fixes", _DESIGNED + ["--delta", "1e-6"]),
+    ("a parameter the design fixes", _DESIGNED + ["--rounds", "5"]),
+    ("a parameter the design fixes", _DESIGNED + ["--epsilon", "3"]),
+    ("a parameter the design fixes", _DESIGNED + ["--sigma", "1"]),
+    ("a parameter the design fixes", _DESIGNED + ["--client-rate", "0.5"]),
+    ("a parameter the design fixes", _DESIGNED + ["--mechanism", "client-local"]),
+    ("a parameter the design fixes", _DESIGNED + ["--clients", "7"]),
+    ("a parameter the design fixes", _DESIGNED + ["--budgets", "budgets.csv"]),
+    ("number out of range", ["design", "--mechanism", "nbafl", "--clients", "100", "--budget", "5", "--clip", "0",
+                             "--client-size", "512"]),
+    ("number out of range", ["design", "--mechanism", "nbafl", "--clients", "100", "--budget", "5", "--clip", "10",
+                             "--client-size", "-5"]),
+    ("number out of range", ["design", "--mechanism", "nbafl", "--clients", "100", "--budget", "0", "--clip", "10",
+                             "--client-size", "512"]),
+    ("delta not below 1/N", ["design", "--mechanism", "nbafl", "--clients", "100", "--budget", "5", "--clip", "10",
+                             "--client-size", "512", "--delta", "0.02"]),
+    ("number out of range", ["design", "--clients", "100", "--budgets", "budgets.csv", "--max-rounds", "20",
+                             "--q-max", "0"]),
+    ("number out of range", ["design", "--clients", "100", "--budgets", "budgets.csv", "--max-rounds", "20",
+                             "--q-max", "1.5"]),
+]
 
 
 def _workdir():
     d = Path(tempfile.mkdtemp(prefix="paretofl-fuzz-"))
     shutil.copy(STORE, d / "store.sqlite")
     shutil.copy(ROOT / "paretofl" / "data" / "lr_fmnist_fit.json", d / "fit.json")
-    other = json.loads((ROOT / "paretofl" / "data" / "lr_fmnist_fit.json").read_text())
-    other["spec"]["model"] = "lenet"                                   # a fit of another pre-trial
-    (d / "other_fit.json").write_text(json.dumps(other))
+    fit = json.loads((ROOT / "paretofl" / "data" / "lr_fmnist_fit.json").read_text())
+    (d / "other_fit.json").write_text(json.dumps({**fit, "spec": {**fit["spec"], "model": "lenet"}}))   # another
+    (d / "blocking_fit.json").write_text(json.dumps({**fit, "problems": [
+        "the front has no slope in the sigma-T plane (slope 0, theory -2): kappa does not describe it"]}))
+    (d / "chance_fit.json").write_text(json.dumps({**fit, "blocking": [
+        "even non-private training stayed at chance: the pre-trial learned nothing"]}))
     (d / "spec.toml").write_text('dataset = "digits"\nmodel = "lr"\nclients = 4\nsigmas = [1.0]\n'
                                  'rounds = [2]\nseeds = 1\npublic_fraction = 0.5\n')
+    (d / "seeds.toml").write_text("seeds = 2\n")
     (d / "junk.sqlite").write_text("this is not a results store\n")
     (d / "empty.toml").write_text("")
     (d / "truncated.sqlite").write_bytes(STORE.read_bytes()[:5000])
+    (d / "budgets.csv").write_text("share,epsilon\n0.5,1\n0.5,4\n")
+    for name, labels in (("onebased", "1 + (y % 2)"), ("gapped", "2 * (y % 2)")):    # labels skipping a class
+        (d / f"{name}.py").write_text(
+            "import numpy as np\n\ndef data():\n    g = np.random.default_rng(0)\n    x = g.normal(size=(80, 4))\n"
+            f"    y = np.arange(80)\n    y = {labels}\n"
+            "    return dict(x_train=x[:60], y_train=y[:60], x_test=x[60:], y_test=y[60:])\n")
+    DESIGN.save(d / "design.json")
     (d / "figs").mkdir()
     (d / "vout").mkdir()
     return d
 
 
 def _snapshot(d):
-    return {str(p.relative_to(d)): p.stat().st_size for p in d.rglob("*")}
+    return {str(p.relative_to(d)): p.stat().st_size for p in d.rglob("*") if "__pycache__" not in p.parts}
 
 
 @st.composite
 def bad_invocations(draw):
-    cmd = draw(st.sampled_from(sorted(COMMANDS)))
+    """(class, invocation): a valid invocation with one or two arguments
+    replaced by members of classes of bad input, or a whole bad invocation."""
+    kind = draw(st.sampled_from(["flag", "flag", "flag", "positional", "unknown", "whole"]))
+    if kind == "whole":
+        return draw(st.sampled_from(WHOLE))
+    cmd = draw(st.sampled_from(sorted(COMMANDS if kind != "positional" else POSITIONAL)))
     base, flags = COMMANDS[cmd]
     args = list(base)
-    kinds = ["flag"] + (["positional"] if cmd in POSITIONAL else []) + ["unknown"]
-    kind = draw(st.sampled_from(kinds))
     if kind == "positional":
-        args[0] = draw(st.sampled_from(POSITIONAL[cmd]))
-    elif kind == "unknown":
-        args += [draw(st.sampled_from(["--nosuch", "--sigma-max-typo", "-x"])), "1"]
-    else:
-        for f in draw(st.lists(st.sampled_from(sorted(flags)), min_size=1, max_size=2, unique=True)):
-            v = draw(st.sampled_from(flags[f]))
-            if f in args:
-                args[args.index(f) + 1] = v
-            else:
-                args += [f, v]
-    return [cmd] + args
+        value, what = draw(st.sampled_from(POSITIONAL[cmd]))
+        args[0] = value
+        return what, [cmd] + args
+    if kind == "unknown":
+        return "unknown flag", [cmd] + args + [draw(st.sampled_from(["--nosuch", "--sigma-max-typo", "-x"])), "1"]
+    chosen = draw(st.lists(st.sampled_from(sorted(flags)), min_size=1, max_size=2, unique=True))
+    whats = []
+    for f in chosen:
+        v, what = draw(st.sampled_from(flags[f]))
+        whats.append(what)
+        if f in args:
+            args[args.index(f) + 1] = v
+        else:
+            args += [f, v]
+    return " + ".join(sorted(set(whats))), [cmd] + args
 
 
 @settings(max_examples=int(os.environ.get("PARETOFL_FUZZ_CASES", 1000)), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(args=bad_invocations())
-def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(args, capsys, monkeypatch):
-    from conftest import FUZZ_TRIED
+@given(case=bad_invocations())
+def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(case, capsys, monkeypatch):
+    from conftest import FUZZ_CLASSES, FUZZ_TRIED
+
+    what, args = case
 
     d = _workdir()
     before = _snapshot(d)
     monkeypatch.chdir(d)
+    monkeypatch.syspath_prepend(str(d))       # the user's loaders are found from the folder they run in
     try:
         try:
             rc = main(args)
@@ -166,6 +265,8 @@ def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(args, ca
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
         assert _snapshot(d) == before, (args, set(_snapshot(d)) - set(before))
         FUZZ_TRIED[args[0]] = FUZZ_TRIED.get(args[0], 0) + 1
+        for w in what.split(" + "):
+            FUZZ_CLASSES[w] = FUZZ_CLASSES.get(w, 0) + 1
     finally:
         monkeypatch.undo()
         shutil.rmtree(d, ignore_errors=True)

@@ -241,17 +241,6 @@ def test_fixed_size_is_never_below_the_exact_bound(q, z, alpha):
     assert exact <= ours <= exact * (1 + 1e-9)
 
 
-def test_mechanism_charges():
-    c = P.mechanism_charge("client-aggregate", 0.1, 1.0, 100)
-    assert (c.sampling, c.rate) == ("poisson", 0.1) and c.noise_multiplier == pytest.approx(math.sqrt(10))
-    assert P.mechanism_charge("client-local", 0.1, 1.0, 100) == P.Charge("attributed", 0.1, 1.0)
-    assert P.mechanism_charge("sample", 0.02, 1.1) == P.Charge("poisson", 0.02, 1.1)
-    with pytest.raises(ValueError, match="q\\*n_clients"):
-        P.mechanism_charge("client-aggregate", 0.01, 1.0, 10)
-    with pytest.raises(ValueError):
-        P.mechanism_charge("aggregate", 0.1, 1.0, 10)
-
-
 @pytest.mark.parametrize("q,z,steps", [(0.01, 1.0, 1000), (0.1, 2.0, 100), (0.3, 5.0, 50), (1.0, 10.0, 20)])
 def test_prv_not_above_rdp(q, z, steps):
     """The PRV accountant is tighter: its ε (upper bound) is ≤ the RDP ε."""

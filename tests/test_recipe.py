@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from paretofl.theory.privacy import adaptive_update_multiplier, rdp_subsampled_gaussian
+from paretofl.mechanisms import adaptive_update_multiplier
+from paretofl.theory.privacy import rdp_subsampled_gaussian
 
 
 # --------------------------------------------------------------------------
@@ -218,21 +219,22 @@ def digits_store(tmp_path_factory):
 
 
 def test_tune_returns_the_grids_best_at_the_designs_noise(digits_store):
-    """design(tune=store): the chosen (C, η) is the grid's highest mean test
-    accuracy (lowest mean loss with tune_by="loss"); the public runs carry the design's noise on the mean, z/m (here
+    """tune(design, store), the recipe's own step: the chosen (C, η) is the grid's highest mean test
+    accuracy (lowest mean loss with by="loss"); the public runs carry the design's noise on the mean, z/m (here
     m = 20 > the pre-trial's 8 clients, so all 8 train and z is scaled by
     8/20); norms are ordered quantiles; every knob says where it came from;
     κ given (not measured by a pre-trial) draws no note about refitting it."""
     import paretofl
+    from paretofl import api
 
-    d = paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5, tune=str(digits_store),
-                        clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5))
+    d = api.tune(paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5), str(digits_store),
+                 clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5))
     t = d.tuning
     assert len(t["grid"]) == 6 and t["select"] == "accuracy"
     best = max(t["grid"], key=lambda g: g["accuracy"])
     assert (d.clip, d.lr) == (best["clip"], best["lr"])
-    by_loss = paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5, tune=str(digits_store),
-                              clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5), tune_by="loss")
+    by_loss = api.tune(paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5), str(digits_store),
+                       clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5), by="loss", chunk=4)   # in chunks: the same runs
     assert by_loss.tuning["grid"] == t["grid"]                        # the same seeded public runs
     low = min(t["grid"], key=lambda g: g["test_loss"])
     assert (by_loss.clip, by_loss.lr) == (low["clip"], low["lr"])

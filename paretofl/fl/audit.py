@@ -1,51 +1,52 @@
 """Empirical privacy audit: a lower bound on the ε each mechanism really spends.
 
-For each mechanism the trainer implements, the real mechanism code (the
-policy's round on the engine, with its clipping, noise and aggregation) is
-run many times — one replica per run, thousands at once — on two
-neighbouring inputs: with a canary and without.  A distinguishing test
-guesses which; its false positive and false negative rates, bounded by
-Clopper–Pearson, turn into a lower bound on ε through the DP inequality
-P[test | with] ≤ e^ε P[test | without] + δ and its mirror (Jagielski,
-Ullman, Oprea 2020; Nasr et al. 2021).
+For every audit setting a mechanism declares (:mod:`paretofl.mechanisms`,
+``audits``), the real mechanism code — the trainer's release of that
+mechanism (:mod:`paretofl.fl.release`), with its selection, clipping, noise
+and aggregation, driven through its public methods — is run many times, one
+replica per run and thousands at once, on two neighbouring inputs: with a
+canary and without.  A distinguishing test guesses which; its false positive
+and false negative rates, bounded by Clopper–Pearson, turn into a lower
+bound on ε through the DP inequality P[test | with] ≤ e^ε P[test | without]
++ δ and its mirror (Jagielski, Ullman, Oprea 2020; Nasr et al. 2021).
 
-The test is a threshold on a score of what the adversary sees.  Two scores
-are tried: the release's projection onto the canary's direction (a shift in
-the mean), and its squared norm (a change in the spread: the released noise
-revealing how many clients came, or a divisor revealing a data set's size).
-The score, its direction and its threshold are chosen on one half of the
-runs and the bound computed on the other half, so the choice does not bias
-it; the two one-sided bounds are each taken at 97.5 %, so the pair — and the
-ε bound — holds with 95 % confidence.
+The test is a threshold on a score of what the adversary sees.  The scores
+tried: the release's projection onto the canary's direction (a shift in the
+mean), its squared norm (a change in the spread: the released noise
+revealing how many clients came, or a divisor revealing a data set's size),
+and with adaptive clipping the released count and its combinations with the
+projection.  The score, its direction and its threshold are chosen on one
+half of the runs and the bound computed on the other half, so the choice
+does not bias it; the two one-sided bounds are each taken at 97.5 %, so the
+pair — and the ε bound — holds with 95 % confidence.
 
 A claimed ε below the lower bound means the mechanism leaks more than its
-accountant says.  Broken copies are built here to show that the audit
-catches them: noise divided by ten, clipping skipped, and, per mechanism,
-the flaw each had before it was fixed (the aggregate view's top-up that let
-the noise reveal the cohort's size; DP-SGD dividing by the data's own
-count; the local view charged as if subsampling hid who took part).
+accountant says.  Each setting lists broken copies that the audit must
+catch (:class:`paretofl.mechanisms.Break`): noise divided by ten, clipping
+skipped, and per mechanism the flaw it had before its fix or that another
+framework has.  A break in the release runs a broken copy of the release
+here (``_BROKEN``) while the unbroken mechanism's ε is claimed; a break in
+the claim runs the real release against an ε computed the broken way.
 
 Each audit is one round (one release): composition over rounds is the
 accountant's arithmetic, checked against independent accountants in the
-tests.  The settings (:data:`DEFAULTS`):
+tests.  The canary pairs (``AuditSetting.canary``):
 
-* ``client-aggregate`` (N = 4, q = 0.5): add/remove one client.  With the
-  canary, client 0 exists and, when sampled, sends 10·C·u (u a coordinate no
-  real client touches; clipped to C); without it, client 0 is not there at
-  all — it neither counts in the cohort nor adds noise.  The adversary sees
-  the released model.
-* ``client-local`` (N = 1, q = 0.05): client 0's data replaced by none (its
-  update zero) or not; it takes part with probability q either way, and the
-  adversary sees its noised update whenever it does (and that it did).
-* ``sample`` (one client of 8 samples, Poisson batches at rate q_b): a
-  sample with one huge feature no other sample has (its gradient is clipped)
-  is added to the client's data or not (add/remove); one local step; the
-  adversary sees the client's update.
-* ``nbafl`` (one client): the canary sample replaces an ordinary sample
-  (NbAFL's replace-one relation); five local steps, parameter clipping,
-  uplink noise.  ``nbafl`` calibrates σ_U to the ε that parameter clipping
-  guarantees; ``nbafl-paper`` uses NbAFL's calibration, whose nominal ε
-  the audit shows to be exceeded — paretofl reports the guaranteed ε.
+* ``add-remove``: client 0 exists and, when sampled, sends 10·C·u (u a
+  coordinate no real client touches; clipped to C), or does not exist at
+  all — it neither counts in the cohort nor adds noise;
+* ``zero-out`` (the local view): client 0 takes part with probability q
+  either way, sending the canary or a zero update, and the adversary sees
+  its noised update whenever it does (and that it did);
+* ``witness-add-remove`` (a fixed cohort, add/remove): every client sends a
+  = C·u and the added client -a; m are drawn from the clients present, so
+  the added client can displace one and move the sum by 2C;
+* ``witness-replace`` (a fixed cohort, replace-one): every client sends a,
+  and in the neighbour client 0 sends -a;
+* ``sample-add``: one client's data with or without a sample having one
+  huge feature no other sample has (its gradient is clipped); one local step;
+* ``sample-replace`` (NbAFL): the canary sample in place of an ordinary one;
+  five local steps, parameter clipping, uplink noise.
 """
 
 from __future__ import annotations
@@ -56,26 +57,34 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..theory.privacy import compute_epsilon
-from .algorithms import DPFedAvg, NbAFL
-from .algorithms.base import Ledger
+from ..mechanisms import AuditSetting, audit_setting, audit_settings
+from ..theory.ledger import Ledger
+from ..theory.privacy import Charge
+from .build import Setup, assemble
 from .data import Dataset
 from .engine import Engine
 from .models import build_model
-from .options import AUDIT_APPLIES, AUDIT_BREAKS, AUDIT_MECHANISMS
-
-MECHANISMS = AUDIT_MECHANISMS
-#: broken copies: every mechanism's two, and the flaw each had before its fix
-BREAKS = AUDIT_BREAKS
-APPLIES = AUDIT_APPLIES
+from .release import ClientGroups, SumRelease
 
 _CLASSES = 10
 _BIG = 1e5         # the canary sample's value in its own feature
 
 
-def breaks_for(mechanism: str) -> list[str]:
-    """The broken copies that apply to ``mechanism`` (besides "none")."""
-    return [b for b in BREAKS[1:] if mechanism in APPLIES.get(b, MECHANISMS)]
+def breaks_for(setting: str) -> list[str]:
+    """The broken copies the audit setting ``setting`` lists."""
+    return list(audit_setting(setting).break_names())
+
+
+def settings_of(names=None) -> list[str]:
+    """Audit setting names for ``names``: mechanism names (all of their
+    settings) or setting names; every registered setting by default."""
+    if names is None:
+        return [s.name for s in audit_settings()]
+    out = []
+    for n in names:
+        found = [s.name for s in audit_settings(n)] or [audit_setting(n).name]
+        out += [x for x in found if x not in out]
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -155,7 +164,7 @@ def epsilon_lower_bound(s_out, s_in, delta, alpha=0.05, seed=0):
 
 
 # --------------------------------------------------------------------------
-# the mechanisms under audit
+# the releases under audit, and their broken copies
 # --------------------------------------------------------------------------
 class _UnclippedEngine(Engine):
     """A broken engine: clipping skipped everywhere (per-sample gradients,
@@ -168,37 +177,40 @@ class _UnclippedEngine(Engine):
         return super()._grads_chunked(params, idx, w, None, seeds)
 
 
-class _CanaryDPFedAvg(DPFedAvg):
-    """Client-level DP-FedAvg whose client 0 sends ``canary`` (a flat update,
-    before clipping) instead of what its local training produced, or, with
-    ``absent``, is not there at all (never in the cohort)."""
-
-    canary = None
-    absent = False
-    legacy_topup = False
-
-    def _selection(self, active):
-        c = super()._selection(active)
-        if self.absent:
-            mask = c.mask.clone()
-            mask[:, 0] = False
-            c = self.engine.cohort(mask)
-        return c
-
-    def _client_updates(self, glob, c):
-        upd = super()._client_updates(glob, c)
-        upd[c.client == 0] = self.canary
-        return upd
+class _LegacyTopup(SumRelease):
+    """The aggregate view's release before 0.2.0: each client adds σ²C², the
+    server tops a small cohort up to qNσ²C² — so a large cohort shows in
+    the noise."""
 
     def noise_stds(self, c):
-        if not self.legacy_topup:
-            return super().noise_stds(c)
-        # the release before its fix: each client adds σ²C², the server tops
-        # a small cohort up to qNσ²C² — so a large cohort shows in the noise
         eng = self.engine
         sc = torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
         qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
         return sc[c.replica], sc * (qn - torch.as_tensor(c.counts, dtype=eng.dtype)).clamp(min=0).sqrt()
+
+
+class _UncentredCount(SumRelease):
+    """Adaptive clipping releasing the raw count of updates that fitted (it
+    moves by 1 when a client is added, not by 1/2) with the 1/2-sensitivity
+    split of the charge, as Flower 1.41's adaptive wrappers do."""
+
+    def count_bits(self, c):
+        return (self.last_norms <= self.engine.rows(self.clip, c)).to(self.engine.dtype)
+
+
+class _NoiseAtNextClip(SumRelease):
+    """Adaptive clipping that noises the sum with the clipping norm just
+    updated, not the one its updates were clipped to (Flower 1.41's order:
+    the count first, then the noise at the new C)."""
+
+    def release(self, glob, updates, c, active):
+        clipped = self.clip_updates(updates, c)
+        self.adapt_clip(c, active)
+        return self.noisy_mean(glob, clipped, c)
+
+
+#: breaks in the release: how each makes its broken copy of a policy's release
+_BROKEN = {"legacy-topup": _LegacyTopup, "uncentred-count": _UncentredCount, "noise-at-next-clip": _NoiseAtNextClip}
 
 
 def _synthetic(n_samples, seed, features, canary_label=None, replace=False):
@@ -220,12 +232,18 @@ def _synthetic(n_samples, seed, features, canary_label=None, replace=False):
     return Dataset("audit", x.reshape(-1, *shape), y, x[:50].reshape(-1, *shape), y[:50])
 
 
-def _engine(ds, n_clients, replicas, first_seed, broken):
+def _setup(ds, n_clients) -> Setup:
+    """The audit's data split into ``n_clients`` equal clients, and LR."""
     n = len(ds.y_train) // n_clients
     parts = [np.arange(i * n, (i + 1) * n if i < n_clients - 1 else len(ds.y_train)) for i in range(n_clients)]
+    return Setup(ds, parts, build_model("lr", ds.x_train.shape[1:], _CLASSES))
+
+
+def _engine(ds, n_clients, replicas, first_seed, broken):
+    """An engine over the audit's data (the clipping broken where ``broken`` says)."""
+    setup = _setup(ds, n_clients)
     cls = _UnclippedEngine if broken == "no-clip" else Engine
-    net = build_model("lr", ds.x_train.shape[1:], _CLASSES)
-    return cls(net, ds, parts, replicas, seeds=range(first_seed, first_seed + replicas))
+    return cls(setup.model, ds, setup.parts, replicas, seeds=range(first_seed, first_seed + replicas))
 
 
 def _canary_column(glob, features):
@@ -243,82 +261,57 @@ def _initial(eng, features):
     return glob
 
 
-@dataclass
-class Setting:
-    """One mechanism's audit setting; ``sigma`` etc. are the claimed values."""
-
-    mechanism: str
-    sigma: float = 1.0
-    clip: float = 1.0
-    q: float = 0.5
-    clients: int = 10
-    samples: int = 200       # per client
-    features: int = 10       # ordinary features of the synthetic data (the model has (features+1)·10+10 weights)
-    lr: float = 0.1
-    epsilon: float = 1.0     # NbAFL's calibration target
-    delta: float = 1e-5
-    calibration: str = "clipping"  # NbAFL: "clipping" (guaranteed) or "paper" (NbAFL's)
-    rates: tuple = ()        # groups-*: each group's sampling rate (strict first); the canary client 0 is in
-    group_of: tuple = ()     # ... the group group_of[0] (aggregate view, one noise on the sum)
+def _groups(s: AuditSetting) -> ClientGroups:
+    """The setting's clients with budgets of their own (their budgets play
+    no part: the audit checks the charge)."""
+    p = s.params
+    rates = p.get("rates") or (p["q"],) * len(p["sigmas"])
+    sigmas = p.get("sigmas") or (p["sigma"],) * len(rates)
+    of = list(p["group_of"])
+    groups = [dict(budget=float(1 + g), clients=of.count(g), q=float(q), sigma=float(sg))
+              for g, (q, sg) in enumerate(zip(rates, sigmas))]
+    return ClientGroups(s.mechanism, p["clients"], groups, of)
 
 
-DEFAULTS = {
-    # noise multipliers chosen so one release claims ε ≈ 2 at δ = 1e-5: high
-    # enough to be measurable with 10^5 runs, low enough that breaking the
-    # mechanism pushes the truth far above it; 50 features (520 weights)
-    # where the release's norm carries the leak a break adds
-    "client-aggregate": Setting("client-aggregate", sigma=1.1, q=0.5, clients=4, samples=20, features=50),
-    "client-local": Setting("client-local", sigma=1.75, q=0.05, clients=1, samples=20),
-    "sample": Setting("sample", sigma=1.9, q=0.5, clients=1, samples=8, features=50),
-    "nbafl": Setting("nbafl", clip=10.0, clients=1, samples=64, lr=0.05, epsilon=2.0),
-    "nbafl-paper": Setting("nbafl-paper", clip=10.0, clients=1, samples=64, lr=0.05, epsilon=1.0,
-                           calibration="paper"),
-    # clients with budgets of their own: a strict group sampled at 0.01 and a
-    # loose one at 1, one noise on the sum (z = σ√m = 1.2, m = 2.02); the
-    # canary client in the strict group, or in the loose one
-    "groups-strict": Setting("groups-strict", sigma=1.2 / math.sqrt(2.02), clients=4, samples=20, features=50,
-                             rates=(0.01, 1.0), group_of=(0, 0, 1, 1)),
-    "groups-loose": Setting("groups-loose", sigma=1.2 / math.sqrt(2.02), clients=4, samples=20, features=50,
-                            rates=(0.01, 1.0), group_of=(1, 0, 0, 1)),
-}
-
-
-def _group_design(s: Setting):
-    """The audit setting's groups as a :class:`paretofl.budgets.GroupDesign`
-    (the budgets are the design's own ε: the audit checks the charge)."""
-    from ..budgets import GroupDesign
-
-    rates = [s.rates[g] for g in s.group_of]
-    m = float(sum(rates))
-    groups = [dict(budget=float(b), clients=s.group_of.count(g), share=s.group_of.count(g) / s.clients, q=q,
-                   sigma=s.sigma, epsilon=0.0) for g, (q, b) in enumerate(zip(s.rates, (1.0, 2.0)))]
-    return GroupDesign("client-aggregate", s.clients, 1, s.delta, m, s.sigma, s.sigma * math.sqrt(m), 0.0, 1.0,
-                       "audit", 1, groups, list(s.group_of))
-
-
-def _policy(s: Setting, eng, broken="none", sizes=None):
-    """The mechanism of ``s`` as the trainer builds it, on ``eng``; with
-    ``broken="noise/10"`` its noise is divided by ten (the claim is not)."""
+def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none", sizes=None):
+    """The mechanism of ``s`` as the trainer builds it (the one assembly,
+    :func:`paretofl.fl.build.assemble`) over ``replicas`` runs on the data
+    ``ds``, its release broken where ``broken`` is a break in the release."""
+    p = s.params
     factor = 0.1 if broken == "noise/10" else 1.0
-    if s.mechanism.startswith("nbafl"):
-        pol = NbAFL(eng, epsilon=s.epsilon, rounds=1, delta=s.delta, clip=s.clip, exposures=1, lr=s.lr,
-                    local_steps=5, batch_size=64, calibration=s.calibration, sizes=sizes)
+    run = dict(replicas=replicas, seeds=range(first_seed, first_seed + replicas), sizes=sizes,
+               delta=p.get("delta", 1e-5), engine_class=_UnclippedEngine if broken == "no-clip" else Engine)
+    setup = _setup(ds, n_clients)
+    if s.canary == "sample-replace":          # NbAFL: its own algorithm, parameter clipping
+        pol = assemble(setup, "nbafl", epsilon=p["epsilon"], rounds=1, clip=p["clip"], exposures=1, lr=p["lr"],
+                       local_steps=5, batch_size=64, calibration=p["calibration"], **run).policy
         pol.sigma_u, pol.sigma_d = pol.sigma_u * factor, pol.sigma_d * factor
         return pol
-    if s.mechanism == "sample":
-        return DPFedAvg(eng, mechanism="sample", sigma=s.sigma * factor, clip=s.clip, lr=s.lr, batch_rate=s.q,
-                        local_steps=1, client_rate=1.0, sizes=sizes)
-    if s.mechanism.startswith("groups"):
-        gd = _group_design(s)
-        pol = _CanaryDPFedAvg(eng, mechanism="client-aggregate", sigma=s.sigma * factor, clip=s.clip, lr=s.lr,
-                              client_rate=gd.q, batch_size=64, groups=gd)
-        pol.sigma = pol.sigma * factor
-        if broken == "loosest-rate":   # every group sampled at the loosest rate; each still claimed at its own
-            pol.rates[:] = max(s.rates)
-        return pol
-    pol = _CanaryDPFedAvg(eng, mechanism=s.mechanism, sigma=s.sigma * factor, clip=s.clip, lr=s.lr,
-                          client_rate=s.q, batch_size=64)
-    pol.legacy_topup = broken == "legacy-topup"
+    if s.canary == "sample-add":              # DP-SGD inside the client
+        return assemble(setup, "dpfedavg", mechanism=s.mechanism, sigma=p["sigma"] * factor, clip=p.get("clip", 1.0),
+                        lr=p.get("lr", 0.1), batch_rate=p["q"], local_steps=1, client_rate=1.0, **run).policy
+    groups = _groups(s) if "group_of" in p else None
+    sigma = (groups.groups[0]["sigma"] if groups is not None else p["sigma"]) * factor
+    q = p["cohort"] / p["clients"] if "cohort" in p else (
+        float(groups.client_rates().mean()) if groups is not None else p["q"])
+    opts = {k: p[k] for k in ("clip_quantile", "clip_lr", "count_noise") if k in p}
+    pol = assemble(setup, "dpfedavg", mechanism=s.mechanism, sigma=sigma, clip=p.get("clip", 1.0),
+                   lr=p.get("lr", 0.1), client_rate=q, batch_size=64, groups=groups, **opts, **run).policy
+    eng = pol.engine
+    rel = pol.release
+    if broken in _BROKEN:
+        cfg = pol.config
+        pol.release = _BROKEN[broken](pol.mech, eng, sigma=cfg.sigma, clip=cfg.clip, client_rate=cfg.client_rate,
+                                      groups=groups, sizes=sizes)
+        rel = pol.release
+    if groups is not None and factor != 1.0:   # with groups the release reads sigma from them
+        rel.group_sigmas, rel.sigma = rel.group_sigmas * factor, rel.sigma * factor
+    if broken == "loosest-rate":      # every group sampled at the loosest rate; each still claimed at its own
+        rel.rates[:] = rel.rates.max()
+    if broken == "loosest-sigma":     # every client noised at the loosest sigma; each still claimed at its own
+        rel.group_sigmas[:] = rel.group_sigmas.min()
+    if broken == "count-uncharged":   # the sum noised at the full charge, the count on top
+        rel.update_factor[:] = 1.0
     return pol
 
 
@@ -326,89 +319,134 @@ def _flat_release(eng, new, glob):
     return Engine.flat(new) - Engine.flat(glob)
 
 
-def _scores_client(s: Setting, world, replicas, first_seed, broken):
-    ds = _synthetic(s.samples * s.clients, 12345, s.features)
-    eng = _engine(ds, s.clients, replicas, first_seed, broken)
-    pol = _policy(s, eng, broken)
-    glob = _initial(eng, s.features)
-    k = int(_canary_column(glob, s.features)[0])   # W[canary feature, class 0]: untouched by real clients
-    canary = torch.zeros(eng.net.n_params)
-    if world == "in":
-        canary[k] = 10 * s.clip                     # 10 C before clipping
-    pol.canary = canary
+def _adaptive_scores(pol, release, k, clip):
+    """The count the release published, and the projection and the count
+    combined as the likelihood ratio of the joint Gaussian would (weights
+    from the setting's fixed numbers: never from state the round changed,
+    such as the next C, which would differ between the worlds), at a few
+    relative weights: the audit picks the best on its selection half."""
+    rel = pol.release
+    m = float(rel.cohort[0])
+    z_sum = float(rel.sigma[0] * math.sqrt(m) * rel.update_factor[0]) or 1.0
+    proj = release[:, k].cpu().numpy() * m / (z_sum * clip)
+    count = rel.last_count.cpu().numpy()
+    sb = float(rel.count_noise[0])
+    out = {"count": count}
+    for w in (0.25, 1.0, 4.0):
+        out[f"joint{w:g}"] = proj / z_sum - w * count / (2 * sb * sb)
+    return out
+
+
+def _scores_client(s: AuditSetting, world, replicas, first_seed, broken):
+    p = s.params
+    ds = _synthetic(p["samples"] * p["clients"], 12345, p["features"])
+    pol = _policy(s, ds, p["clients"], replicas, first_seed, broken)
+    eng, rel = pol.engine, pol.release
+    glob = _initial(eng, p["features"])
+    k = int(_canary_column(glob, p["features"])[0])   # W[canary feature, class 0]: untouched by real clients
+    clip = float(p.get("clip", 1.0))
+    size = float(p.get("canary", 10.0)) * clip      # the canary update's norm before clipping
     active = np.ones(eng.R, dtype=bool)
-    if s.mechanism == "client-local":
-        # zero-out neighbours: client 0 takes part either way; the adversary
-        # sees its noised update when it does, and that it did
-        c = pol._selection(active)
-        noisy, _ = pol.privatise(pol._client_updates(glob, c), c)
+    if s.canary == "zero-out":
+        # client 0 takes part either way; the adversary sees its noised
+        # update when it does, and that it did
+        c = rel.select(active)
+        upd = pol.local_updates(glob, c)
+        upd[c.client == 0] = 0.0
+        if world == "in":
+            upd[c.client == 0, k] = size
+        noisy, _ = rel.privatise(rel.clip_updates(upd, c), c)
         proj = np.full(eng.R, -np.inf)
         first = c.client == 0
         proj[c.replica[first].cpu().numpy()] = noisy[first, k].cpu().numpy()
         return {"projection": proj}
-    pol.absent = world == "out"                     # add/remove neighbours: absent, not silent
-    new = pol.round(0, glob, active)
+    N = eng.N
+    present = np.ones(N, dtype=bool)
+    if world == "out" and s.canary in ("add-remove", "witness-add-remove"):
+        present[0] = False                        # add/remove neighbours: absent, not silent
+    c = rel.select(active, present=present)
+    if s.canary.startswith("witness"):            # every client sends a = C u; the canary client -a
+        upd = torch.zeros(c.size, eng.net.n_params, dtype=eng.dtype, device=eng.device)
+        upd[:, k] = clip
+        if world == "in":
+            upd[c.client == 0, k] = -size         # 10 C before clipping: -a after
+    else:
+        upd = pol.local_updates(glob, c)
+        upd[c.client == 0] = 0.0
+        upd[c.client == 0, k] = size             # 10 C before clipping (only present in the "in" world)
+    new = rel.release(glob, upd, c, active)
     release = _flat_release(eng, new, glob)
-    return {"projection": release[:, k].cpu().numpy(), "norm": release.pow(2).sum(1).cpu().numpy()}
+    scores = {"projection": release[:, k].cpu().numpy(), "norm": release.pow(2).sum(1).cpu().numpy()}
+    if getattr(rel, "adaptive", False):
+        scores.update(_adaptive_scores(pol, release, k, clip))
+    return scores
 
 
-def _scores_sample(s: Setting, world, replicas, first_seed, broken):
+def _scores_sample(s: AuditSetting, world, replicas, first_seed, broken):
+    p = s.params
     label = 0
-    ds = _synthetic(s.samples, 12345, s.features, canary_label=label if world == "in" else None)
-    eng = _engine(ds, 1, replicas, first_seed, broken)
+    ds = _synthetic(p["samples"], 12345, p["features"], canary_label=label if world == "in" else None)
     # the client's declared size is the same public number in both worlds;
     # the broken copy divides by its own data's count instead
-    pol = _policy(s, eng, broken, sizes=None if broken == "private-divisor" else [s.samples])
-    glob = _initial(eng, s.features)
-    col = _canary_column(glob, s.features)
+    pol = _policy(s, ds, 1, replicas, first_seed, broken, sizes=None if broken == "private-divisor" else [p["samples"]])
+    eng = pol.engine
+    glob = _initial(eng, p["features"])
+    col = _canary_column(glob, p["features"])
     # the canary's gradient on its own weights is (p - e_y) x_c: its direction
     # from each replica's initial model (the auditor knows the model it sent)
-    xc = torch.zeros(eng.R, 1, 1, 1, s.features + 1)
-    xc[..., s.features] = _BIG
-    p = torch.softmax(eng.net.forward(glob, xc)[:, 0], -1)
-    v = p - torch.nn.functional.one_hot(torch.tensor(label), _CLASSES).to(p)
+    xc = torch.zeros(eng.R, 1, 1, 1, p["features"] + 1)
+    xc[..., p["features"]] = _BIG
+    prob = torch.softmax(eng.net.forward(glob, xc)[:, 0], -1)
+    v = prob - torch.nn.functional.one_hot(torch.tensor(label), _CLASSES).to(prob)
     v = v / v.norm(dim=1, keepdim=True)
     new = pol.round(0, glob, np.ones(eng.R, dtype=bool))
     release = _flat_release(eng, new, glob)
     return {"projection": -(release[:, col] * v).sum(1).cpu().numpy(), "norm": release.pow(2).sum(1).cpu().numpy()}
 
 
-def _scores_nbafl(s: Setting, world, replicas, first_seed, broken):
+def _scores_nbafl(s: AuditSetting, world, replicas, first_seed, broken):
+    p = s.params
     label = 0
-    ds = _synthetic(s.samples, 12345, s.features, canary_label=label if world == "in" else None, replace=True)
-    eng = _engine(ds, 1, replicas, first_seed, broken)
-    pol = _policy(s, eng, broken)
-    glob = _initial(eng, s.features)
-    k = int(_canary_column(glob, s.features)[label])
+    ds = _synthetic(p["samples"], 12345, p["features"], canary_label=label if world == "in" else None, replace=True)
+    pol = _policy(s, ds, 1, replicas, first_seed, broken)
+    eng = pol.engine
+    glob = _initial(eng, p["features"])
+    k = int(_canary_column(glob, p["features"])[label])
     new = pol.round(0, glob, np.ones(eng.R, dtype=bool))
     return {"projection": Engine.flat(new)[:, k].cpu().numpy()}
 
 
-_RUNNERS = {"client-aggregate": _scores_client, "client-local": _scores_client,
-            "sample": _scores_sample, "nbafl": _scores_nbafl, "nbafl-paper": _scores_nbafl,
-            "groups-strict": _scores_client, "groups-loose": _scores_client}
+_RUNNERS = {"add-remove": _scores_client, "zero-out": _scores_client, "witness-add-remove": _scores_client,
+            "witness-replace": _scores_client, "sample-add": _scores_sample, "sample-replace": _scores_nbafl}
 
 
-def claimed_epsilon(s: Setting, broken: str = "none") -> float:
+def claimed_epsilon(s: AuditSetting | str, broken: str = "none") -> float:
     """The ε the trainer reports for one round of the mechanism of ``s``: the
-    policy's own charge on the trainer's ledger, or NbAFL's guaranteed ε.
-    ``broken="amplified-claim"``: the local view charged as the aggregate
-    view's subsampled Gaussian (q, σ), as paretofl did before its fix."""
-    if broken == "amplified-claim":
-        return compute_epsilon(s.q, s.sigma, 1, s.delta)
-    n = s.samples * (s.clients if s.mechanism.startswith(("client", "groups")) else 1)
-    pol = _policy(s, _engine(_synthetic(n, 12345, s.features), s.clients, 1, 0, "none"))
+    policy's own charge on the trainer's ledger (the canary client's group's
+    row), or NbAFL's guaranteed ε.  A break in the claim gives the ε
+    computed the broken way instead."""
+    s = audit_setting(s) if isinstance(s, str) else s
+    p = s.params
+    delta = p.get("delta", 1e-5)
+    if broken == "amplified-claim":     # the local view charged as the aggregate view's subsampled Gaussian
+        return Charge("poisson", p["q"], p["sigma"]).epsilon(delta)
+    if broken in ("charged-at-z", "charged-as-before"):   # the sum's z, as if the sensitivity were C
+        q = p["cohort"] / p["clients"]
+        z = p["sigma"] * math.sqrt(p["cohort"])
+        return Charge("fixed-size" if broken == "charged-at-z" else "none", q, z).epsilon(delta)
+    n = p["samples"] * (1 if s.canary.startswith("sample") else p["clients"])
+    pol = _policy(s, _synthetic(n, 12345, p["features"]), p["clients"], 1, 0)
     if pol.fixed_epsilon() is not None:
         return float(pol.fixed_epsilon())
-    ledger = Ledger(pol.n_groups, s.delta)
+    ledger = Ledger(pol.n_groups, delta)
     ch = pol.charges(0)
     ledger.commit(ch, ledger.increment(ch), np.ones(pol.n_groups, dtype=bool))
-    # the canary client's own ledger: its group's
-    return float(ledger.epsilon()[s.group_of[0] if s.group_of else 0])
+    return float(ledger.epsilon()[p["group_of"][0] if "group_of" in p else 0])
 
 
 @dataclass
 class AuditResult:
+    setting: str
     mechanism: str
     broken: str
     epsilon_claimed: float
@@ -422,34 +460,37 @@ class AuditResult:
         return self.epsilon_lower > self.epsilon_claimed
 
     def as_dict(self):
-        return {"mechanism": self.mechanism, "epsilon_claimed": self.epsilon_claimed,
+        return {"setting": self.setting, "mechanism": self.mechanism, "epsilon_claimed": self.epsilon_claimed,
                 "epsilon_lower": self.epsilon_lower, "runs": self.runs, "broken": self.broken,
                 "delta": self.delta, "violated": self.violated, **self.details}
 
 
-def audit(mechanism: str, runs: int = 20000, broken: str = "none", chunk: int = 5000, seed: int = 0,
-          setting: Setting | None = None, progress=None) -> AuditResult:
-    """Audit one mechanism with ``runs`` releases (half with the canary).
-
-    ``broken`` (see :data:`BREAKS`, :func:`breaks_for`) audits a deliberately
-    broken copy against the unbroken mechanism's claimed ε (for
-    "amplified-claim", the real mechanism against the charge paretofl made
-    before its fix).  ``progress(n)`` is called after each chunk with the n
-    runs it added (a progress bar's update).
-    """
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"unknown mechanism {mechanism!r}; choose from {', '.join(MECHANISMS)}")
-    if broken != "none" and broken not in breaks_for(mechanism):
-        raise ValueError(f"unknown break {broken!r} for {mechanism}; choose from "
-                         f"{', '.join(['none', *breaks_for(mechanism)])}")
+def audit(setting: str, runs: int = 20000, broken: str = "none", chunk: int = 5000, seed: int = 0,
+          progress=None) -> AuditResult:
+    """Audit one setting (:func:`paretofl.mechanisms.audit_settings`; a
+    mechanism's name means its first) with ``runs`` releases, half with the
+    canary.  ``broken`` (one of the setting's :func:`breaks_for`) audits a
+    broken copy against the unbroken mechanism's claimed ε, or the real
+    release against a broken claim.  ``progress(n)`` is called after each
+    chunk with the n runs it added (a progress bar's update)."""
+    names = [x.name for x in audit_settings()]
+    if setting not in names:
+        own = audit_settings(setting)
+        if not own:
+            raise ValueError(f"unknown mechanism or audit setting {setting!r}; choose from {', '.join(names)}")
+        setting = own[0].name
+    s = audit_setting(setting)
+    if broken != "none" and broken not in breaks_for(setting):
+        raise ValueError(f"unknown break {broken!r} for {setting}; choose from "
+                         f"{', '.join(['none', *breaks_for(setting)])}")
     if isinstance(runs, bool) or not (isinstance(runs, (int, np.integer)) and 200 <= runs <= 10**7):
         raise ValueError(f"runs must be an integer in [200, 10^7], got {runs!r}")
-    s = setting or DEFAULTS[mechanism]
-    run = _RUNNERS[mechanism]
+    run = _RUNNERS[s.canary]
+    claim_break = next((b for b in s.breaks if b.name == broken and b.claim), None)
+    mech_break = "none" if claim_break is not None else broken
     half = runs // 2
     scores = {"out": [], "in": []}
     base = 1 + seed * 10**8
-    mech_break = "none" if broken == "amplified-claim" else broken
     for w, world in enumerate(("out", "in")):
         for start in range(0, half, chunk):
             n = min(chunk, half - start)
@@ -458,11 +499,12 @@ def audit(mechanism: str, runs: int = 20000, broken: str = "none", chunk: int = 
                 progress(n)
     s_out = {k: np.concatenate([c[k] for c in scores["out"]]) for k in scores["out"][0]}
     s_in = {k: np.concatenate([c[k] for c in scores["in"]]) for k in scores["in"][0]}
-    eps, info = epsilon_lower_bound(s_out, s_in, s.delta, seed=seed)
-    if s.mechanism == "nbafl-paper":
-        info["epsilon_paper"] = s.epsilon
-    return AuditResult(mechanism, broken, claimed_epsilon(s, broken), eps, 2 * half, s.delta, info)
+    delta = s.params.get("delta", 1e-5)
+    eps, info = epsilon_lower_bound(s_out, s_in, delta, seed=seed)
+    if s.params.get("calibration") == "paper":
+        info["epsilon_paper"] = s.params["epsilon"]
+    return AuditResult(setting, s.mechanism, broken, claimed_epsilon(s, broken), eps, 2 * half, delta, info)
 
 
-__all__ = ["MECHANISMS", "BREAKS", "DEFAULTS", "Setting", "AuditResult", "audit", "breaks_for",
-           "claimed_epsilon", "epsilon_lower_bound", "clopper_pearson_upper"]
+__all__ = ["AuditResult", "audit", "breaks_for", "settings_of", "claimed_epsilon", "epsilon_lower_bound",
+           "clopper_pearson_upper"]

@@ -1,6 +1,7 @@
-"""The set-up every training shares, written once: data → (public share) →
-partition → model.  ``paretofl.train``, the pre-trial's jobs, the
-validation and the analysis scripts all start here."""
+"""The one assembly of a training: data → (public share) → partition →
+model → engine → policy.  ``paretofl.train``, the pre-trial's jobs, the
+public tuning, the audit, the analysis scripts and the benchmarks all build
+their runs here."""
 
 from __future__ import annotations
 
@@ -56,16 +57,86 @@ class Setup:
 def prepare(dataset, model, clients: int | None, partition: str = "iid", beta: float = 0.5, seed: int = 0,
             data_dir: str | None = None, public_fraction: float = 1.0, subset: str = "all",
             strategy: str = "auto") -> Setup:
-    """Load the data, keep its public share (``subset`` "public") or the
-    rest ("rest") or all of it ("all"), split it over ``clients`` clients
-    (None with partition "given": the data's own clients), build the model."""
+    """Load the data, keep its public share (``subset`` "public"), the rest
+    ("rest") or all of it ("all": a random ``public_fraction`` of the whole
+    training set, any public mask of the data's own ignored), split it over
+    ``clients`` clients (None with partition "given": the data's own
+    clients), build the model."""
+    from dataclasses import replace
+
     ds = load_dataset(dataset, data_dir)
     if subset not in ("all", "public", "rest"):
         raise ValueError(f"subset must be all, public or rest, got {subset!r}")
     if subset == "rest" or (subset == "public" and (public_fraction < 1 or ds.public is not None)):
         ds = public_subset(ds, public_fraction, seed=seed, rest=subset == "rest")
+    elif subset == "all" and public_fraction < 1:
+        ds = public_subset(replace(ds, public=None), public_fraction, seed=seed)
     if clients is not None and len(ds.y_train) < clients:
         raise ValueError(f"{len(ds.y_train)} training samples cannot be split over {clients} clients; "
                          "lower clients" + (" or raise public_fraction" if subset == "public" else ""))
     parts = make_partition(partition, ds.y_train.numpy(), clients, seed=seed, beta=beta, clients=ds.clients)
     return Setup(ds, parts, model_from(model, ds, strategy))
+
+
+def check_fits(setup: Setup, algorithm: str, replicas: int, device: str = "cpu", lower: str | None = None,
+               groups=None, **options):
+    """Check ``algorithm``'s options and refuse, from the options alone, a
+    run of ``replicas`` replicas whose rounds cannot fit in the memory free
+    — before anything that grows with the replicas (the engine's random
+    generators, its cohorts, a store's claims) is made.  Returns the policy
+    class and its config."""
+    from .algorithms import ALGORITHMS
+    from .algorithms.base import LOWER, memory_bytes, refuse_unless_it_fits
+
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
+    cls = ALGORITHMS[algorithm]
+    config = cls.Config(**options)
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ValueError(f"replicas must be an integer >= 1, got {replicas!r}")
+    ds, parts, net = setup.data, setup.parts, setup.model
+    rows, batch = cls.size_before(config, len(parts), max(len(p) for p in parts), groups)
+    refuse_unless_it_fits(memory_bytes(net.n_params, replicas, rows * replicas, batch, int(ds.x_train[0].numel())),
+                          device, replicas, rows, net.n_params, lower or LOWER)
+    return cls, config
+
+
+@dataclass
+class Run:
+    """An assembled training: its data, partition and model, its engine, its policy."""
+
+    setup: Setup
+    engine: object
+    policy: object
+
+
+def assemble(setup: Setup, algorithm: str = "dpfedavg", replicas: int = 1, seeds=None, device: str = "cpu",
+             epsilon=None, delta: float = 1e-5, rounds=None, groups=None, sizes=None, engine_class=None,
+             lower: str | None = None, **options) -> Run:
+    """Engine and policy over ``setup`` (:func:`prepare`): ``replicas``
+    replicas (``seeds``: one each, default 0, 1, ...) of ``algorithm``
+    (one of :data:`paretofl.fl.algorithms.ALGORITHMS`) with ``options``
+    (its config's fields), the run's budget (``epsilon``, ``delta``,
+    ``rounds``), clients with budgets of their own (``groups``, a design
+    with groups) and declared sizes (``sizes``).
+
+    The options are checked, and the memory a round needs estimated and
+    refused if it cannot fit, before anything that grows with the replicas
+    is made; ``lower`` says what to lower in the caller's terms (the
+    trainer's "the replicas", a pre-trial's "chunk", ...)."""
+    import torch
+
+    from .algorithms.base import LOWER
+    from .engine import Engine
+
+    cls, config = check_fits(setup, algorithm, replicas, device, lower, groups, **options)
+    ds, parts, net = setup.data, setup.parts, setup.model
+    lower = lower or LOWER
+    seeds = list(range(replicas)) if seeds is None else list(seeds)
+    eng = (engine_class or Engine)(net, ds, parts, replicas, device=device, seeds=seeds, dtype=torch.float32)
+    kw = {"groups": groups} if groups is not None else {}
+    if sizes is not None:
+        kw["sizes"] = sizes
+    pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds, **kw)
+    pol.lower = lower
+    return Run(setup, eng, pol)

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .names import DATASETS, PARTITIONS  # noqa: F401  (re-exported)
+
 DEBIAN_DIRS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist", "mnist": "/usr/share/datasets/mnist"}
-DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
 _MEAN_STD = {"fashion-mnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
 
 
@@ -75,6 +76,15 @@ class Dataset:
         classes = int(n_classes or top)
         if classes < 2:
             raise ValueError("the labels hold one class only: a classifier needs at least two")
+        missing = sorted(set(range(classes)) - set(np.unique(ys[0].numpy()).tolist()))
+        if missing and n_classes is None:
+            # labels that skip a class (1-based labels, or {0, 2}) would train
+            # a model with a class no sample has, without a word
+            seen = np.unique(ys[0].numpy())
+            raise ValueError(f"y_train has no sample of class {missing[0]} (its labels are "
+                             f"{', '.join(map(str, seen[:6].tolist()))}{', ...' if len(seen) > 6 else ''}): labels "
+                             f"must be 0, 1, ..., classes-1; renumber them (1-based labels: subtract 1), or give "
+                             f"n_classes if a class truly has no training sample")
         n = len(ys[0])
         if clients is not None:
             clients = _ids(clients, n)
@@ -212,6 +222,22 @@ def load_dataset(name, data_dir: str | None = None, download: bool = True) -> Da
                      f"give --data-dir with its IDX files or a torchvision root ({errors[-1]})")
 
 
+def fingerprint(ds: Dataset) -> str:
+    """A digest of a data set's arrays (features, labels, client ids, public
+    mask): what a results store records of a user's data, so that changed
+    data under the same loader's name is never mixed into old runs."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    for a in (ds.x_train, ds.y_train, ds.x_test, ds.y_test):
+        t = a.contiguous()
+        h.update(str((t.dtype, tuple(t.shape))).encode())
+        h.update(t.numpy().tobytes())
+    for a in (ds.clients, ds.public):
+        h.update(b"-" if a is None else np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
 def public_subset(ds: Dataset, fraction: float, seed: int = 0, rest: bool = False) -> Dataset:
     """A random ``fraction`` of the training set (stratified by nothing: a
     uniform sample), with the full test set — the public data of pre-trials.
@@ -323,7 +349,6 @@ def make_partition(kind: str, labels, n_clients: int, seed: int = 0, beta: float
     raise ValueError(f"unknown partition {kind!r}; use iid, dirichlet, dirichlet-capped, shards or given")
 
 
-PARTITIONS = ("iid", "dirichlet", "dirichlet-capped", "shards", "given")
 
 
 # --------------------------------------------------------------------------

@@ -31,6 +31,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
+from .names import MODELS  # noqa: F401  (re-exported)
+
 
 class Model(Protocol):
     """What the engine needs of a model: M independent parameter sets,
@@ -499,4 +501,3 @@ def build_model(name: str, in_shape: tuple, n_classes: int = 10) -> Net:
     return Net(name, layers, in_shape)
 
 
-MODELS = ("lr", "lenet", "cnn", "fedavg-cnn", "cifar-cnn")

@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..pretrial.spec import is_reference  # noqa: F401  (re-exported; torch-free)
+from .names import is_reference  # noqa: F401  (re-exported; torch-free)
 
 #: module types whose statistics mix the samples of a batch
 _BATCH_NORMS = (nn.modules.batchnorm._BatchNorm,)

@@ -1,8 +1,9 @@
 """What each algorithm can be told: its options as typed configs (dataclasses
 whose fields carry a default and a help line), validated with errors that
 name the parameter.  No torch here: the command line builds its flags from
-these, and ``paretofl design`` never loads the trainer.  The audit's names
-live here for the same reason."""
+these, and ``paretofl design`` never loads the trainer.  Which mechanisms
+DP-FedAvg runs, and which options each uses, the mechanisms say
+(:mod:`paretofl.mechanisms`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from dataclasses import MISSING, dataclass, field, fields
 
 import numpy as np
 
+from ..mechanisms import REGISTRY
+from ..mechanisms import names as mechanism_names
+
 __all__ = ["option", "check_range", "check_choice", "options_of", "DPFedAvgConfig", "ALIDPFLConfig",
-           "AdapDPFLConfig", "NbAFLConfig", "CONFIGS", "DPFEDAVG_MECHANISMS", "CALIBRATIONS",
-           "AUDIT_MECHANISMS", "AUDIT_BREAKS", "AUDIT_APPLIES", "UNUSED_BY", "unused_options"]
+           "AdapDPFLConfig", "NbAFLConfig", "CONFIGS", "DPFEDAVG_MECHANISMS", "CALIBRATIONS", "UNUSED_BY",
+           "unused_options"]
 
 
 def option(default, help: str, *, choices=None, per_replica: bool = False):
@@ -45,12 +49,14 @@ def options_of(config_cls) -> dict:
             for f in fields(config_cls)}
 
 
-DPFEDAVG_MECHANISMS = ("sample", "client-aggregate", "client-local")
+#: the mechanisms client-level DP-FedAvg runs (the registry's trainable ones)
+DPFEDAVG_MECHANISMS = mechanism_names(trainable=True)
 
 
 @dataclass
 class DPFedAvgConfig:
-    mechanism: str = option("sample", "sample (DP-SGD in clients), client-aggregate or client-local",
+    mechanism: str = option("sample", "what is released and charged: "
+                            + "; ".join(f"{n}: {REGISTRY[n].summary}" for n in DPFEDAVG_MECHANISMS),
                             choices=DPFEDAVG_MECHANISMS)
     sigma: float = option(1.0, "noise multiplier σ (0: no noise, no privacy)", per_replica=True)
     clip: float = option(1.0, "clipping bound C", per_replica=True)
@@ -85,7 +91,7 @@ class DPFedAvgConfig:
             if isinstance(self.clip_quantile, bool) or not isinstance(self.clip_quantile, (int, float)) \
                     or not (0 < self.clip_quantile < 1):
                 raise ValueError(f"clip_quantile must be a number strictly between 0 and 1, got {self.clip_quantile}")
-            if self.mechanism != "client-aggregate":
+            if "clip_quantile" not in REGISTRY[self.mechanism].options:
                 raise ValueError("adaptive clipping (clip_quantile) applies to the client-aggregate mechanism: "
                                  "its clipped count is released beside the aggregate")
         check_range("clip_lr", self.clip_lr, 0, 1e3)
@@ -93,7 +99,7 @@ class DPFedAvgConfig:
             check_range("count_noise", self.count_noise, 0, 1e12)
         if self.batch_divisor is not None:
             check_range("batch_divisor", self.batch_divisor, 0, 1e12)
-            if self.mechanism != "sample":
+            if "batch_divisor" not in REGISTRY[self.mechanism].options:
                 raise ValueError("batch_divisor applies to DP-SGD clients (mechanism 'sample'); client-level "
                                  "clients run plain SGD on batches of batch_size")
 
@@ -164,12 +170,13 @@ class NbAFLConfig:
             check_range("clients_per_round", self.clients_per_round, 1, 1e9, lo_open=False, integer=True)
 
 
+#: DP-FedAvg's options that only some mechanisms use (the rest every one does)
+_SPECIFIC = ("batch_rate", "local_steps", "batch_divisor", "local_epochs", "batch_size", "clip_quantile", "clip_lr",
+             "count_noise")
+_ADAPTIVE = ("clip_lr", "count_noise")
 #: the options each DP-FedAvg mechanism does not use (DP-SGD's batches, or
 #: client-level SGD's epochs): given, they are refused, never ignored
-_ADAPTIVE = ("clip_lr", "count_noise")
-UNUSED_BY = {"sample": ("local_epochs", "batch_size", *_ADAPTIVE),
-             "client-aggregate": ("batch_rate", "local_steps", "batch_divisor"),
-             "client-local": ("batch_rate", "local_steps", "batch_divisor", *_ADAPTIVE)}
+UNUSED_BY = {n: tuple(o for o in _SPECIFIC if o not in REGISTRY[n].options) for n in DPFEDAVG_MECHANISMS}
 
 
 def unused_options(algorithm: str, options) -> tuple[str, list]:
@@ -179,19 +186,10 @@ def unused_options(algorithm: str, options) -> tuple[str, list]:
         return "nbafl", []
     mechanism = options.get("mechanism") or "sample"
     unused = [o for o in options if o in UNUSED_BY.get(mechanism, ())]
-    if mechanism == "client-aggregate" and options.get("clip_quantile") is None:
+    if "clip_quantile" in REGISTRY.get(mechanism, REGISTRY["sample"]).options and options.get("clip_quantile") is None:
         unused += [o for o in options if o in _ADAPTIVE]   # fixed clipping: no count to noise, no step
     return mechanism, unused
 
 
 CONFIGS = {"dpfedavg": DPFedAvgConfig, "ali-dpfl": ALIDPFLConfig, "adap-dpfl": AdapDPFLConfig,
            "nbafl": NbAFLConfig}
-
-#: the audit's mechanisms and broken copies (docs/results.md); see paretofl.fl.audit
-AUDIT_MECHANISMS = ("client-aggregate", "client-local", "sample", "nbafl", "nbafl-paper", "groups-strict",
-                    "groups-loose")
-AUDIT_BREAKS = ("none", "noise/10", "no-clip", "legacy-topup", "private-divisor", "amplified-claim",
-                "loosest-rate")
-#: breaks that apply to some mechanisms only (the rest apply to all)
-AUDIT_APPLIES = {"legacy-topup": ("client-aggregate",), "private-divisor": ("sample",),
-                 "amplified-claim": ("client-local",), "loosest-rate": ("groups-strict",)}

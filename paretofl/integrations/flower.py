@@ -61,8 +61,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
+from ..mechanisms import get as mechanism_of
 from ..recommendation import Design
-from ..theory.privacy import compute_epsilon
+from ..theory.privacy import check_delta
 
 __all__ = ["FlowerPlan", "plan", "strategy", "flower_epsilon", "equal_weight_fedavg", "snippet", "accountant",
            "accounted_strategy"]
@@ -73,10 +76,9 @@ def flower_epsilon(num_clients: int, num_sampled_clients: int, noise_multiplier:
     """ε of ``rounds`` rounds of Flower's central DP: m of N clients drawn
     without replacement, noise multiplier z on the sum of updates clipped to
     C (replace-one neighbours: sensitivity 2C, so z/2 is charged)."""
-    n, m = int(num_clients), int(num_sampled_clients)
-    if not (1 <= m <= n):
-        raise ValueError(f"num_sampled_clients must lie in 1..num_clients ({n}), got {m}")
-    return compute_epsilon(m / n, noise_multiplier / 2.0, int(rounds), delta, "fixed-size")
+    p = FlowerPlan(num_clients, num_sampled_clients, rounds, noise_multiplier, 1.0, 0.0, delta)   # checks them
+    n, m = p.num_clients, p.num_sampled_clients
+    return mechanism_of("flower").charge(m / n, noise_multiplier / math.sqrt(m), n).epsilon(delta, p.num_rounds)
 
 
 @dataclass
@@ -92,6 +94,25 @@ class FlowerPlan:
     delta: float
     accounted: bool = False    # made for Flower's own accountant (framework="flower-accounted")
     budget: float | None = None
+
+    def __post_init__(self):
+        """A plan is checked where it is made: whole numbers of clients and
+        rounds, the cohort within the population, positive noise and C, and
+        δ below 1/N (the guarantee is the clients')."""
+        for name in ("num_clients", "num_sampled_clients", "num_rounds"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.num_sampled_clients > self.num_clients:
+            raise ValueError(f"num_sampled_clients must lie in 1..num_clients ({self.num_clients}), got "
+                             f"{self.num_sampled_clients}")
+        for name in ("noise_multiplier", "clipping_norm"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating)) or not (v > 0) or math.isinf(v):
+                raise ValueError(f"{name} must be a positive finite number, got {v!r}")
+        check_delta(self.delta, self.num_clients)
+        if self.budget is not None and (not (self.budget > 0) or math.isinf(self.budget)):
+            raise ValueError(f"budget must be a positive finite number, got {self.budget!r}")
 
     @property
     def fraction_fit(self) -> float:
@@ -111,7 +132,7 @@ def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     the ``client-aggregate`` mechanism) and a clipping norm C."""
     if not isinstance(design, Design):
         raise ValueError("plan needs a paretofl Design (paretofl.design(..., framework='flower'))")
-    if design.mechanism != "client-aggregate" or design.framework not in ("flower", "flower-accounted"):
+    if design.mechanism not in ("flower", "flower-accounted"):
         raise ValueError("this design was not made for Flower's sampling: run design(..., framework='flower') "
                          "(or 'flower-accounted' for Flower's own accountant)")
     if clipping_norm is None:
@@ -121,7 +142,7 @@ def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     m = int(round(design.q * design.n_clients))
     return FlowerPlan(num_clients=design.n_clients, num_sampled_clients=m, num_rounds=design.rounds,
                       noise_multiplier=design.noise_multiplier, clipping_norm=float(clipping_norm),
-                      epsilon=design.epsilon, delta=design.delta, accounted=design.framework == "flower-accounted",
+                      epsilon=design.epsilon, delta=design.delta, accounted=design.mechanism == "flower-accounted",
                       budget=design.budget)
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..recommendation import FIT_BLOCKING
 from .store import Store
 
 FIT_FORMAT = "paretofl-fit-1"
@@ -55,7 +56,7 @@ class Results:
             raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
         store = Store(path)
         try:
-            tab, self.base = store.table(), store.base
+            tab, self.base, self.classes = store.table(), store.base, store.classes
         finally:
             store.close()
         self.path, self.reference = str(path), reference
@@ -78,6 +79,13 @@ class Results:
                     ref[key] = l
                 elif reference == "best":
                     ref[key] = min(l, ref.get(key, math.inf))
+        # did the non-private reference learn: its best mean accuracy, and its
+        # mean test loss at the smallest and the largest T it ran
+        t0 = ~private
+        at = {t: t0 & (tab["rounds"] == t) for t in np.unique(tab["rounds"][t0])}
+        by_t = {t: (np.mean(tab["accuracy"][m]), np.mean(tab["test_loss"][m])) for t, m in at.items()}
+        self.reference_accuracy = max(a for a, _ in by_t.values())
+        self.reference_loss = (by_t[min(by_t)][1], min(v for _, v in by_t.values()), int(min(by_t)), int(max(by_t)))
         configs = sorted({(q, s, t) for q, s, t in zip(tab["q"][private], tab["sigma"][private],
                                                        tab["rounds"][private])})
         if not configs:
@@ -194,6 +202,9 @@ class Fit:
 
     ``problems`` lists what makes κ untrustworthy (too few seeds for an
     interval, a diverged pre-trial, a front with no slope); empty when none.
+    ``blocking``: those among them that make κ meaningless (the pre-trial
+    did not learn, diverged, or its front has no slope): ``design(fit=...)``
+    refuses such a fit.
     ``notes`` lists what is worth knowing but does not (a few runs diverged).
     """
 
@@ -216,6 +227,7 @@ class Fit:
     results: str
     spec: dict = field(repr=False)
     problems: list = field(default_factory=list)
+    blocking: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     utility_models: dict = field(default_factory=dict)   # name -> UtilityModel fields (fit_utility)
     preferred_model: str = ""                            # the one held-out seeds prefer
@@ -255,8 +267,20 @@ def _notes(res: Results) -> list[str]:
 DISAGREE_DISTANCE = 1.0
 
 
+
+
 def _problems(res: Results, kappa, kappa_ci, slope, distance=math.nan, bootstrap=1) -> list[str]:
     out = []
+    first, best, t_lo, t_hi = res.reference_loss
+    chance = 1.0 / res.classes if res.classes else None
+    if chance is not None and res.reference_accuracy <= 1.2 * chance:
+        out.append(f"even non-private training stayed at chance: its best mean test accuracy is "
+                   f"{100 * res.reference_accuracy:.1f} % where guessing gets {100 * chance:.1f} % ({res.classes} "
+                   "classes): the pre-trial learned nothing, so kappa means nothing; check the model, lr and data")
+    elif t_hi > t_lo and first > 0 and not (best < 0.99 * first):
+        out.append(f"even non-private training did not learn: its test loss is never below {first:.4g}, its loss "
+                   f"after {t_lo} rounds, up to {t_hi}: the pre-trial learned nothing, so kappa means nothing; check "
+                   "the model, lr and data")
     if bootstrap == 0:
         out.append("no bootstrap (--bootstrap 0): kappa has no interval; use at least 200 resamples")
     n_seeds = res.U.shape[1]
@@ -322,7 +346,8 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
         within_fraction=within, distance=distance,
         clients=res.clients, q=sorted({float(x) for x in res.q}), epsilon_model=epsilon, reference=reference,
         bootstrap=bootstrap, front=front, results=res.path, spec=res.base,
-        problems=_problems(res, kappa, kappa_ci, slope, distance, bootstrap), notes=_notes(res),
+        problems=(probs := _problems(res, kappa, kappa_ci, slope, distance, bootstrap)),
+        blocking=[p for p in probs if p.startswith(FIT_BLOCKING)], notes=_notes(res),
         **_utility_summary(path, reference))
 
 

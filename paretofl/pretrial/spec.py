@@ -9,27 +9,19 @@ No torch here.
 from __future__ import annotations
 
 import math
-import re
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 
-DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
-MODELS = ("lr", "lenet", "cnn", "fedavg-cnn", "cifar-cnn")
-PARTITIONS = ("iid", "dirichlet", "dirichlet-capped", "shards", "given")
-_REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+from ..fl.names import DATASETS, MODELS, PARTITIONS, is_reference  # noqa: F401  (torch-free; re-exported)
 
-
-def is_reference(value) -> bool:
-    """A "package.module:function" string (a user's model factory or data
-    loader; the same rule as :func:`paretofl.fl.modules.is_reference`,
-    which needs torch)."""
-    return isinstance(value, str) and bool(_REF.match(value))
+#: what every pre-trial runs: client-level DP-FedAvg in the aggregate view (Gu et al.'s mechanism)
+MECHANISM = "client-aggregate"
 
 #: fields that do not change what a run computes (grid, seeds, where it runs)
 _NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk")
 #: fields added after stores were shipped: left out of a store's identity at their default
 _NEW_DEFAULTS = {"subset": "public"}
-SUBSETS = ("public", "rest")
+SUBSETS = ("public", "rest", "all")
 
 
 def read_toml(path) -> dict:
@@ -60,7 +52,7 @@ class Spec:
     data_dir: str | None = None
     public_fraction: float = 0.1      # share of the training set the pre-trial trains on
     data_seed: int = 0                # which subset, which partition
-    subset: str = "public"            # train on the public share, or on the rest (the clients' private data)
+    subset: str = "public"            # the public share, the rest (the clients' private data), or all of it
     partition: str = "iid"
     beta: float = 0.5                 # Dirichlet concentration (partition = dirichlet)
     clients: int = 10
@@ -80,10 +72,17 @@ class Spec:
     # ------------------------------------------------------------------ load
     @classmethod
     def from_dict(cls, d: dict, where: str = "spec") -> Spec:
+        """A spec from its fields.  It must say what it trains: a spec that
+        names no data set or no model (an empty file, or one holding only
+        ``seeds = 2``) is refused, never run on defaults."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        absent = [k for k in ("dataset", "model") if d.get(k) is None]
+        if absent:
+            raise ValueError(f"{where} does not say what the pre-trial trains: give {' and '.join(absent)} (e.g. "
+                             f"dataset = \"fashion-mnist\", model = \"lr\", or your own as package.module:function)")
         d = dict(d)
         for k in ("q", "sigmas", "rounds"):
             if k in d and not isinstance(d[k], (list, tuple)):
@@ -157,11 +156,12 @@ class Spec:
             bad(f"delta = {self.delta:g} is not below 1/{self.clients} (one over the clients protected): publishing "
                 f"one client's data outright meets it; use delta well below, e.g. {1 / self.clients ** 2:.0e}")
         num("chunk", 0, 100_000, integer=True)
-        from ..theory.privacy import mechanism_charge
+        from ..mechanisms import get as mechanism_of
 
-        for q in self.q:      # what the aggregate view's charge needs (q·N >= 1), asked of the charge itself
+        mech = mechanism_of(MECHANISM)
+        for q in self.q:      # what the aggregate view needs (q·N >= 1), asked of the mechanism itself
             try:
-                mechanism_charge("client-aggregate", q, 1.0, self.clients)
+                mech.check_rate(q, self.clients)
             except ValueError as exc:
                 bad(str(exc))
 

@@ -76,7 +76,7 @@ class Store:
     an existing file to read, whatever its base (fit, plot).
     """
 
-    def __init__(self, path, base: dict | None = None):
+    def __init__(self, path, base: dict | None = None, classes: int | None = None):
         self.path = Path(path)
         if base is None and self.path.is_dir():
             raise ValueError(f"results file {self.path} is a folder, not a results store (.sqlite)")
@@ -92,6 +92,10 @@ class Store:
                 self.db.execute("PRAGMA synchronous=FULL")
                 self.db.executescript(_SCHEMA)
             self._check(base)
+            if classes is not None and "classes" not in self.meta:   # what chance is, for the fit's checks
+                with self.db:
+                    self.db.execute("INSERT INTO meta VALUES ('classes', ?)", (str(int(classes)),))
+                self.meta["classes"] = str(int(classes))
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"{self.path} is not a paretofl results file ({exc})") from None
 
@@ -107,6 +111,7 @@ class Store:
                 self.db.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
                 self.db.execute("INSERT INTO meta VALUES ('base', ?)", (json.dumps(base, sort_keys=True),))
             meta = dict(self.db.execute("SELECT key, value FROM meta"))
+        self.meta = meta
         if meta.get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a paretofl results file (format {meta.get('format')!r})")
         try:
@@ -197,6 +202,12 @@ class Store:
         rows = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM runs ORDER BY q, sigma, rounds, seed").fetchall()
         arr = np.array(rows, dtype=float).reshape(len(rows), len(COLUMNS))
         return {c: arr[:, j] for j, c in enumerate(COLUMNS)}
+
+    @property
+    def classes(self) -> int | None:
+        """How many classes the pre-trial's data have (None in stores written before it was recorded)."""
+        v = self.meta.get("classes")
+        return int(v) if v is not None else None
 
     def __len__(self):
         return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]

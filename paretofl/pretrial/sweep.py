@@ -21,7 +21,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from .spec import Spec
+from .spec import MECHANISM, Spec
 from .store import Store, run_key
 
 
@@ -78,14 +78,23 @@ def prepared(spec: Spec):
 
 
 def identity(spec: Spec) -> dict:
-    """What a results store records of a spec: its base settings and, for a
+    """What a results store records of a spec: its base settings; for a
     user's model, the model's fingerprint (class, parameter names and
-    shapes), so that one store never mixes two models under one name."""
+    shapes); for a user's data, the data's (a digest of its arrays); for
+    data that mark their own public samples, the share they are — so that
+    one store never mixes two models, or two versions of the data, under one
+    name, and says what share it trained on."""
+    from ..fl.data import fingerprint, load_dataset
     from .spec import is_reference
 
     base = spec.base()
     if is_reference(spec.model):
         base["model_fingerprint"] = prepared(spec).model.fingerprint()
+    if is_reference(spec.dataset):
+        data = load_dataset(spec.dataset, spec.data_dir)
+        base["data_fingerprint"] = fingerprint(data)
+        if data.public is not None and spec.subset != "all":
+            base["public_share"] = round(float(data.public.mean()), 6)   # the mask's, not public_fraction
     return base
 
 
@@ -96,18 +105,18 @@ def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
     import torch
 
     from ..fl.algorithms import History, train
-    from ..fl.algorithms.dpfedavg import DPFedAvg
-    from ..fl.engine import Engine
-    from ..theory.privacy import asymptotic_epsilon, compute_epsilon, mechanism_charge
+    from ..fl.build import assemble
+    from ..mechanisms import get as mechanism_of
+    from ..theory.privacy import asymptotic_epsilon
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but no CUDA device is available")
     setup = prepared(spec)
-    ds, parts, net = setup.data, setup.parts, setup.model
     sig = np.array([s for s, _ in job.replicas])
-    eng = Engine(net, ds, parts, len(job.replicas), device=spec.device, seeds=[seed for _, seed in job.replicas])
-    pol = DPFedAvg(eng, mechanism="client-aggregate", sigma=sig, clip=spec.clip, lr=spec.lr, client_rate=job.q,
-                   local_epochs=spec.local_epochs, batch_size=spec.batch_size)
+    pol = assemble(setup, "dpfedavg", len(job.replicas), seeds=[seed for _, seed in job.replicas],
+                   device=spec.device, lower=LOWER_CHUNK,
+                   mechanism=MECHANISM, sigma=sig, clip=spec.clip, lr=spec.lr, client_rate=job.q,
+                   local_epochs=spec.local_epochs, batch_size=spec.batch_size).policy
     wanted = set(job.rounds)
     n = spec.clients
     rows, hist = [], History()
@@ -117,8 +126,7 @@ def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
         s, seed = job.replicas[h["replica"]]
         t = h["round"]
         if s > 0:
-            eps = compute_epsilon(job.q, mechanism_charge("client-aggregate", job.q, s, n).noise_multiplier,
-                                  t, spec.delta)
+            eps = mechanism_of(MECHANISM).charge(job.q, s, n).epsilon(spec.delta, t)
             eps_a = float(asymptotic_epsilon(s, t, job.q, n, spec.delta))
         else:
             eps = eps_a = math.inf
@@ -154,16 +162,25 @@ def _ray_job(spec_dict, q, replicas, rounds, folder=None):
     return run_job(Spec.from_dict(spec_dict), Job(q, [tuple(r) for r in replicas], rounds))
 
 
+#: what to lower when a pre-trial's job does not fit
+LOWER_CHUNK = "lower chunk (the replicas a job trains together) or use a smaller model"
+
+
 def check_runnable(spec: Spec):
     """Fail before anything is written: the device exists, the data load
-    and split and the model builds (a failed sweep must not leave a store
-    behind)."""
+    and split, the model builds, and the largest job fits in memory (a
+    failed sweep must not leave a store behind)."""
     if spec.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise ValueError("device cuda asked for, but no CUDA device is available")
-    prepared(spec)
+    from ..fl.build import check_fits
+
+    largest = min(spec.chunk, (len(spec.sigmas) + 1) * spec.seeds)
+    check_fits(prepared(spec), "dpfedavg", largest, spec.device, LOWER_CHUNK, mechanism=MECHANISM,
+               sigma=1.0, clip=spec.clip, lr=spec.lr, client_rate=max(spec.q), local_epochs=spec.local_epochs,
+               batch_size=spec.batch_size)
 
 
 def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | None = None,
@@ -179,7 +196,7 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
     check_runnable(spec)
     if executor == "ray":   # before the store exists: an unreachable cluster leaves nothing behind
         _check_reachable(ray_address or os.environ.get("RAY_ADDRESS"))
-    store = Store(results, identity(spec))
+    store = Store(results, identity(spec), classes=prepared(spec).data.n_classes)
     try:
         jobs = plan(spec, store.done())
         if max_jobs is not None:

@@ -29,7 +29,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from .spec import Spec
+from .spec import MECHANISM, Spec
 
 #: the default grid: clipping norms and learning rates, each a factor of about 3 apart
 CLIPS = (0.03, 0.1, 0.3, 1.0, 3.0)
@@ -86,17 +86,18 @@ def matched_noise(q: float, n_clients: int, noise_multiplier: float, pretrial_cl
 
 
 def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, clips=CLIPS, lrs=LRS,
-         seeds: int = 3, device: str = "cpu", progress: bool = False, select: str = "accuracy") -> dict:
+         seeds: int = 3, device: str = "cpu", progress: bool = False, select: str = "accuracy",
+         chunk: int | None = None) -> dict:
     """Train the (C, η) grid on the public share of the pre-trial ``store``
-    at the design's (q, T, z) for N clients (see the module's docstring).
+    at the design's (q, T, z) for N clients (see the module's docstring),
+    ``chunk`` replicas at most at a time (default: all).
     Returns the chosen ``clip`` and ``lr`` (best by ``select``), the pre-trial's ``local_epochs``
     and ``batch_size``, the ``grid`` (mean and sd over seeds of the final
     test loss and accuracy), the update ``norms`` of the chosen pair
     (quantiles over clients, median over rounds, and over the first tenth
     of the rounds), and what was run."""
     from ..fl.algorithms import History, train
-    from ..fl.algorithms.dpfedavg import DPFedAvg
-    from ..fl.engine import Engine
+    from ..fl.build import assemble
     from .sweep import prepared
 
     clips, lrs = check_grid(clips, "clip"), check_grid(lrs, "learning-rate")
@@ -106,6 +107,8 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
         raise ValueError(f"seeds must be a positive integer, got {seeds}")
     if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
         raise ValueError(f"rounds must be a positive integer, got {rounds}")
+    if chunk is not None and (isinstance(chunk, bool) or int(chunk) != chunk or chunk < 1):
+        raise ValueError(f"chunk must be a positive integer, got {chunk}")
     spec = spec_of_store(store)
     spec.device = device
     qp, zp = matched_noise(q, n_clients, noise_multiplier, spec.clients)
@@ -114,29 +117,38 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     pairs = [(c, e) for c in clips for e in lrs]
     reps = [(c, e, s) for c, e in pairs for s in range(int(seeds))]
     R = len(reps)
-    eng = Engine(setup.model, setup.data, setup.parts, R, device=device, seeds=[s for _, _, s in reps])
-    pol = DPFedAvg(eng, mechanism="client-aggregate", sigma=zp / math.sqrt(mp) if zp > 0 else 0.0,
-                   clip=np.array([c for c, _, _ in reps]), lr=np.array([e for _, e, _ in reps]), client_rate=qp,
-                   local_epochs=spec.local_epochs, batch_size=spec.batch_size)
+    size = R if chunk is None else int(chunk)
     every = max(1, int(rounds) // 40)
     norms = [[] for _ in range(R)]        # per replica: (round, quantiles)
-
-    def record(t):
-        if t % every and t != int(rounds) - 1:
-            return
-        c = pol.last_cohort
-        b = c.bounds
-        v = pol.last_norms.detach().double().cpu().numpy()
-        for r in np.flatnonzero(c.counts):
-            norms[r].append((t + 1, *np.quantile(v[b[r]:b[r + 1]], QUANTILES)))
-        if progress:
-            print(f"\rtuning C and lr on the public share: round {t + 1}/{rounds}", end="", file=sys.stderr,
-                  flush=True)
-
     hist = History()
     t0 = time.perf_counter()
-    train(pol, rounds=int(rounds), epsilon=None, delta=spec.delta, eval_at=[int(rounds)], on_round=record,
-          history=hist)
+    # the grid's replicas train together, ``chunk`` at most at a time (each
+    # replica's random stream is its own: the chunks change no result)
+    for first in range(0, R, size):
+        part = reps[first:first + size]
+        pol = assemble(setup, "dpfedavg", len(part), seeds=[s for _, _, s in part], device=device,
+                       lower="lower chunk (the replicas of the grid trained together) or use a smaller model",
+                       mechanism=MECHANISM, sigma=zp / math.sqrt(mp) if zp > 0 else 0.0,
+                       clip=np.array([c for c, _, _ in part]), lr=np.array([e for _, e, _ in part]), client_rate=qp,
+                       local_epochs=spec.local_epochs, batch_size=spec.batch_size).policy
+
+        def record(t, pol=pol, first=first):
+            if t % every and t != int(rounds) - 1:
+                return
+            c = pol.last_cohort
+            b = c.bounds
+            v = pol.last_norms.detach().double().cpu().numpy()
+            for r in np.flatnonzero(c.counts):
+                norms[first + r].append((t + 1, *np.quantile(v[b[r]:b[r + 1]], QUANTILES)))
+            if progress:
+                print(f"\rtuning C and lr on the public share: replicas {first + 1}-{first + len(part)} of {R}, "
+                      f"round {t + 1}/{rounds}", end="", file=sys.stderr, flush=True)
+
+        part_hist = History()
+        train(pol, rounds=int(rounds), epsilon=None, delta=spec.delta, eval_at=[int(rounds)], on_round=record,
+              history=part_hist)
+        for h in part_hist.rows:
+            hist.add(**{**h, "replica": first + h["replica"]})
     if progress:
         print(file=sys.stderr)
     final = {h["replica"]: h for h in hist.rows if h["round"] == int(rounds)}

@@ -25,10 +25,8 @@ Contents
   ``get_epsilon``); steps with different σ or sampling compose.  Opacus's
   PRV accountant has the same interface in :mod:`paretofl.fl.prv`.
 * :func:`calibrate_noise` and :func:`max_steps` (ALI-DPFL, Algorithm 3).
-* :func:`mechanism_charge` -- what each of paretofl's mechanisms charges
-  (docs/theory.md §5, table): the one place the design, the trainer, the
-  pre-trials, the validation and the plots ask; :func:`aggregate_noise_multiplier`
-  (σ√(qN)) is the same noise multiplier over arrays of q and σ.
+* :class:`Charge` -- what a round charges: the one form every mechanism
+  gives its charge in (:mod:`paretofl.mechanisms`), and every ledger reads.
 """
 
 from __future__ import annotations
@@ -43,8 +41,6 @@ __all__ = [
     "DEFAULT_ORDERS",
     "SAMPLINGS",
     "FLOWER_ORDERS",
-    "adaptive_update_multiplier",
-    "MECHANISMS",
     "asymptotic_epsilon",
     "rdp_gaussian",
     "rdp_subsampled_gaussian",
@@ -59,9 +55,6 @@ __all__ = [
     "calibrate_noise",
     "max_steps",
     "Charge",
-    "mechanism_charge",
-    "FRAMEWORKS",
-    "aggregate_noise_multiplier",
     "check_delta",
     "check_rate",
     "check_step",
@@ -773,12 +766,8 @@ def calibrate_noise(target_epsilon: float, q: float, steps: int, delta: float,
 
 
 # --------------------------------------------------------------------------
-# mechanisms (docs/theory.md §5, table)
+# what a round charges
 # --------------------------------------------------------------------------
-#: paretofl's mechanisms, one vocabulary in design, train and audit
-MECHANISMS = ("client-aggregate", "client-local", "sample")
-
-
 #: the orders Flower's RdpAccountant uses (dp-accounting's default orders):
 #: a design for Flower's own accountant is searched on these, so that the ε
 #: Flower reports is the ε the design reports (a coarser set of orders can
@@ -786,101 +775,49 @@ MECHANISMS = ("client-aggregate", "client-local", "sample")
 FLOWER_ORDERS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64))
                                          + [128, 256, 512, 1024])
 
-#: where a design runs: paretofl's trainer (Poisson sampling), Flower (m of N
-#: clients without replacement, accounted by paretofl), or Flower with its own
-#: accountant on (which accounts fixed clipping without amplification)
-FRAMEWORKS = ("paretofl", "flower", "flower-accounted")
-
 
 @dataclass(frozen=True)
 class Charge:
-    """What one round (or step) of a mechanism charges the accountant."""
+    """What one round (or step) charges an accountant: ``steps``
+    compositions of the per-step RDP curve of ``sampling`` (one of
+    :data:`SAMPLINGS`) at ``rate`` and ``noise_multiplier`` (noise std over
+    the sensitivity of what is released).  Each mechanism says its own
+    (:meth:`paretofl.mechanisms.Mechanism.charge`); the ledgers, the design
+    and the accountant read nothing else.  ``rate``, ``noise_multiplier``
+    and ``steps`` may be arrays, one value per ledger (replicas, groups):
+    :meth:`at` picks one ledger's."""
 
-    sampling: str            # one of SAMPLINGS
-    rate: float              # sampling rate
-    noise_multiplier: float  # what the accountant charges: noise std / sensitivity of the released quantity
-    released: float | None = field(default=None, compare=False)  # noise std on the release / C
+    sampling: str
+    rate: object
+    noise_multiplier: object
+    steps: object = 1
 
+    def __post_init__(self):
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"unknown sampling {self.sampling!r}; use one of {', '.join(SAMPLINGS)}")
 
-def aggregate_noise_multiplier(q, sigma, n_clients):
-    """σ√(qN): the noise multiplier of the released sum in the aggregate view,
-    whose noise is N(0, qN·σ²C²) (docs/theory.md §1 and §5).  Broadcasts."""
-    return np.asarray(sigma, dtype=float) * np.sqrt(np.asarray(q, dtype=float) * n_clients) \
-        if np.ndim(sigma) or np.ndim(q) else float(sigma) * math.sqrt(float(q) * n_clients)
+    @property
+    def size(self) -> int | None:
+        """How many ledgers the charge has values for (None: scalars)."""
+        sizes = {np.size(v) for v in (self.rate, self.noise_multiplier, self.steps) if np.ndim(v)}
+        if len(sizes) > 1:
+            raise ValueError(f"a charge's arrays differ in length: {sorted(sizes)}")
+        return sizes.pop() if sizes else None
 
+    def at(self, i: int) -> Charge:
+        """Ledger i's charge, as scalars."""
+        pick = lambda v: v[i] if np.ndim(v) else v  # noqa: E731
+        return Charge(self.sampling, float(pick(self.rate)), float(pick(self.noise_multiplier)),
+                      int(pick(self.steps)))
 
-def adaptive_update_multiplier(noise_multiplier: float, count_noise: float) -> float:
-    """Adaptive clipping's split of one charge (Andrew et al. 2021, arXiv
-    1905.03871, Theorem 1 and §3): each round releases the noised sum of the
-    clipped updates (noise multiplier z_Δ, sensitivity C) and the noised sum
-    of the centred bits b_i - ½, b_i = 1[‖Δ_i‖ <= C] (noise std σ_b,
-    sensitivity ½ when a client is added or removed).  Together they are one
-    Gaussian mechanism of noise multiplier (z_Δ⁻² + (2σ_b)⁻²)^(-1/2); for a
-    charged ``noise_multiplier`` z the update gets
-    z_Δ = (z⁻² - (2σ_b)⁻²)^(-1/2), which exists only where 2σ_b > z."""
-    z = _check_positive(_number(noise_multiplier, "noise_multiplier"), "noise_multiplier")
-    sb = _check_positive(_number(count_noise, "count_noise"), "count_noise")
-    if 2.0 * sb <= z:
-        raise ValueError(f"the count noise {sb:.4g} leaves no budget for the update: the joint noise multiplier "
-                         f"{z:.4g} needs a count noise above {z / 2:.4g} (half of it); raise count_noise")
-    return (z ** -2 - (2.0 * sb) ** -2) ** -0.5
+    def rdp(self, orders: Sequence[float] = DEFAULT_ORDERS) -> np.ndarray:
+        """RDP of the whole charge (``steps`` compositions) at ``orders``, for
+        a charge of scalars; a noise multiplier of 0 (no noise) is +inf."""
+        if float(self.noise_multiplier) == 0:
+            return np.full(len(orders), np.inf)
+        return int(self.steps) * rdp_curve(self.sampling, float(self.rate), float(self.noise_multiplier), orders)
 
-
-def mechanism_charge(mechanism: str, q: float, sigma: float, n_clients: int | None = None,
-                     framework: str = "paretofl", cohort: float | None = None) -> Charge:
-    """What each round of ``mechanism`` charges (docs/theory.md §5) — the one
-    place every design, trainer, pre-trial, validation and plot asks:
-
-    * ``client-aggregate`` -- client-level DP of the model the server
-      releases.  Trusted: the server (it sees updates).  Neighbours: one
-      client added or removed, among at most N.  Released: the sum of the
-      Poisson cohort's clipped updates plus N(0, mσ²C²), a fixed total
-      whatever the cohort's size, m the expected cohort (qN; Σ q_i where
-      clients have rates of their own, given as ``cohort``).  Charged: a
-      Poisson-subsampled Gaussian, rate q (the client's own), noise
-      multiplier σ√m.  Needs m >= 1.  In Flower (``framework="flower"``),
-      which samples m of N without replacement under replace-one
-      neighbours (sensitivity 2C), a fixed-size subsampled Gaussian of
-      σ√m / 2.  With Flower's own accountant on
-      (``framework="flower-accounted"``): a Gaussian with no amplification
-      by sampling, add/remove neighbours: of σ√m when every client takes
-      part (m = N: an added client joins the sum, sensitivity C), of σ√m / 2
-      when a fixed m < N is drawn (an added client can displace a sampled
-      one, so the sum moves by up to 2C; docs/theory.md §5.1).
-    * ``client-local`` -- client-level DP of each update the server receives.
-      Trusted: nobody.  Neighbours: one client's data replaced by none (its
-      clipped update by zero).  Released: each participating client's
-      update plus N(0, σ²C²), with its sender.  Charged: a Gaussian
-      (noise multiplier σ) at each participation, participations seen
-      (:func:`rdp_attributed_gaussian`).
-    * ``sample`` -- sample-level DP-SGD inside a client: rate = the Poisson
-      batch rate, noise multiplier σ, charged once per local step.
-    """
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    q = check_rate(q, "q")
-    sigma = _check_positive(sigma, "sigma")
-    if mechanism == "client-aggregate":
-        if cohort is None:
-            if n_clients is None or int(n_clients) < 1:
-                raise ValueError("the client-aggregate mechanism needs the number of clients n_clients >= 1")
-            cohort = q * int(n_clients)
-        if cohort < 1.0 - 1e-9:
-            where = f"q = {q:g} of {int(n_clients)} clients" if n_clients is not None else "the clients' rates"
-            raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort): {where} "
-                             f"selects {cohort:g}, fewer than one client a round on average")
-        z = sigma * math.sqrt(cohort)
-        if framework == "flower":
-            return Charge("fixed-size", q, z / 2.0, z)
-        if framework == "flower-accounted":
-            # a fixed cohort under add/remove: with m < N an added client can
-            # displace a sampled one and move the sum by 2C
-            return Charge("none", q, z if q >= 1.0 else z / 2.0, z)
-        return Charge("poisson", q, z, z)
-    if framework != "paretofl":
-        raise ValueError("Flower's DP wrappers release the aggregate: design for mechanism client-aggregate")
-    if mechanism == "client-local":
-        return Charge("attributed", q, sigma, sigma)
-    if mechanism == "sample":
-        return Charge("poisson", q, sigma, sigma)
-    raise ValueError(f"unknown mechanism {mechanism!r}; use one of {', '.join(MECHANISMS)}")
+    def epsilon(self, delta: float, rounds: int = 1, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
+        """ε of ``rounds`` compositions of this (scalar) charge."""
+        return compute_epsilon(float(self.rate), float(self.noise_multiplier), int(rounds) * int(self.steps),
+                               delta, self.sampling, orders=orders)

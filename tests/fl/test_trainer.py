@@ -285,7 +285,7 @@ def test_client_level_aggregate_noise_has_a_fixed_total(digits, device):
     assert small.sum() > 20 and large.sum() > 20
     assert ratio[small].mean() == pytest.approx(1.0, rel=0.03)
     assert ratio[large].mean() == pytest.approx(1.0, rel=0.03)   # a large cohort does not show in the noise
-    client_std, top_std = pol.noise_stds(eng.everyone())
+    client_std, top_std = pol.release.noise_stds(eng.everyone())
     assert torch.allclose(client_std, torch.full((R * 10,), sigma * C * math.sqrt(q), device=device,
                                                  dtype=client_std.dtype))
     assert torch.all(top_std == 0)                                # a full cohort needs no top-up
@@ -299,15 +299,16 @@ def test_client_local_noise_and_charge(digits, device):
     R, sigma, C, q = 200, 1.5, 0.1, 0.5
     eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R), device=device)
     pol = ALGORITHMS["dpfedavg"](eng, mechanism="client-local", sigma=sigma, clip=C, lr=1e-9, client_rate=q)
-    c = pol._selection(np.ones(R, bool))
-    noisy, top = pol.privatise(torch.zeros(c.size, eng.net.n_params, device=device), c)
+    c = pol.release.select(np.ones(R, bool))
+    noisy, top = pol.release.privatise(torch.zeros(c.size, eng.net.n_params, device=device), c)
     assert noisy.shape[0] == int(c.mask.sum()) == int(c.counts.sum())     # only the participants exist
     assert abs(c.size / (R * 4) - q) < 0.05
     chosen = noisy.cpu().numpy().astype(np.float64)
     assert chosen.var() == pytest.approx((sigma * C) ** 2, rel=0.03)
     assert torch.all(top == 0)
-    (sampling, z, rate, steps), = pol.charges(0)
-    assert sampling == "attributed" and np.all(z == sigma) and np.all(rate == q) and np.all(steps == 1)
+    (ch,) = pol.charges(0)
+    assert ch.sampling == "attributed" and np.all(ch.noise_multiplier == sigma) and np.all(ch.rate == q)
+    assert np.all(ch.steps == 1)
 
 
 def test_dpsgd_divides_by_the_declared_size_not_the_data(digits):
@@ -320,7 +321,7 @@ def test_dpsgd_divides_by_the_declared_size_not_the_data(digits):
     for p in (parts, more):
         eng = Engine(build_model("lr", digits.shape), digits, p, 1, seeds=[0])
         pol = ALGORITHMS["dpfedavg"](eng, batch_rate=0.1, sizes=[100, 100])
-        divs.append(pol.divisor(eng.everyone()).cpu().numpy())
+        divs.append(pol.release.divisor(eng.everyone()).cpu().numpy())
     assert np.array_equal(divs[0], divs[1]) and np.allclose(divs[0], 10.0)
     with pytest.raises(ValueError, match="batch_divisor"):
         eng.local_steps(eng.broadcast(eng.init_global()), 1, 0.1, batch_rate=0.1, sigma=1.0, clip=1.0)
@@ -694,7 +695,7 @@ def test_adap_dpfl_reported_epsilon_is_opacus_rdp_of_the_sigmas_it_used(digits):
 
     def spy(t):
         ch = orig(t)
-        used.append([c[1].copy() for c in ch])
+        used.append([np.array(c.noise_multiplier, copy=True) for c in ch])
         return ch
 
     pol.charges = spy
@@ -859,15 +860,16 @@ def test_train_refuses_a_meaningless_delta_and_options_its_mechanism_ignores(cap
 
 # ---------------------------------------------------------------- clients with budgets of their own
 def _groups(mechanism, rates, sigmas, n, budgets=(1.0, 4.0)):
-    from paretofl.budgets import GroupDesign
+    from paretofl.recommendation import Design
 
     group_of = [0] * (n // 2) + [1] * (n - n // 2)
     m = sum(rates[g] for g in group_of)
     groups = [dict(budget=b, clients=group_of.count(g), share=group_of.count(g) / n, q=rates[g], sigma=sigmas[g],
                    epsilon=0.0) for g, b in enumerate(budgets)]
     s = sigmas[0] if mechanism == "client-aggregate" else math.sqrt(np.mean([sigmas[g] ** 2 for g in group_of]))
-    return GroupDesign(mechanism, n, 5, 1e-5, m, s, s * math.sqrt(m) if mechanism == "client-aggregate" else None,
-                       0.0, 1.0, "test", 5, groups, group_of)
+    return Design(q=m / n, rounds=5, sigma=s, epsilon=0.0, delta=1e-5, case="", utility_bound=0.0, kappa=1.0,
+                  kappa_source="test", mechanism=mechanism, noise_multiplier=s, charged_noise_multiplier=s,
+                  sampling="", budget=min(budgets), n_clients=n, max_rounds=5, groups=groups, group_of=group_of)
 
 
 def test_each_group_is_sampled_at_its_rate_and_the_sum_keeps_its_noise(digits, device):
@@ -902,14 +904,14 @@ def test_the_local_view_adds_each_groups_own_noise(digits, device):
     eng = Engine(build_model("lr", digits.shape), digits, D.partition_iid(digits.y_train.numpy(), n), R,
                  seeds=range(R), device=device)
     pol = ALGORITHMS["dpfedavg"](eng, mechanism="client-local", sigma=1.0, clip=C, lr=1e-9, groups=gd)
-    c = pol._selection(np.ones(R, bool))
-    noisy, top = pol.privatise(torch.zeros(c.size, eng.net.n_params, device=device), c)
+    c = pol.release.select(np.ones(R, bool))
+    noisy, top = pol.release.privatise(torch.zeros(c.size, eng.net.n_params, device=device), c)
     grp = np.array(gd.group_of)[c.client.cpu().numpy()]
     for g, s in ((0, 3.0), (1, 0.5)):
         assert noisy[torch.as_tensor(grp == g)].double().var().item() == pytest.approx((s * C) ** 2, rel=0.03)
     assert torch.all(top == 0)
-    (sampling, z, rate, _), = pol.charges(0)
-    assert sampling == "attributed" and z.tolist() == [3.0, 0.5] * R and np.all(rate == 1.0)
+    (ch,) = pol.charges(0)
+    assert ch.sampling == "attributed" and ch.noise_multiplier.tolist() == [3.0, 0.5] * R and np.all(ch.rate == 1.0)
 
 
 def test_training_with_budgets_keeps_each_group_within_its_own(digits):

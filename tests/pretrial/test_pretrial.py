@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+import paretofl
 from paretofl.pretrial.fit import Results, fit, front_indices
 from paretofl.pretrial.spec import Spec
 from paretofl.pretrial.store import Store, read_table
@@ -211,7 +212,7 @@ def synthetic_store(path, kappa, q=0.5, n=20, seeds=3, noise=0.0, sigmas=None, r
     """A store whose test loss follows the bound (1.2) exactly:
     loss = 1/T + kappa sigma^2/(qN) (+ bend sigma^2 T/(qN)) (+ seed noise),
     reference loss 0."""
-    spec = Spec.from_dict(dict(dataset="digits", clients=n, q=[q], sigmas=[1.0], rounds=[1], seeds=seeds))
+    spec = Spec.from_dict(dict(dataset="digits", model="lr", clients=n, q=[q], sigmas=[1.0], rounds=[1], seeds=seeds))
     st = Store(path, spec.base())
     rng = np.random.default_rng(1)
     sigmas = np.geomspace(0.3, 3, 25) if sigmas is None else sigmas
@@ -293,7 +294,7 @@ def test_pretrial_fit_plot_design_chain(tmp_path, capsys):
     from paretofl.cli import main
 
     res, fitf = tmp_path / "p.sqlite", tmp_path / "p_fit.json"
-    args = ["pretrial", "--dataset", "digits", "--public-fraction", "1", "--clients", "5", "--q", "0.6",
+    args = ["pretrial", "--dataset", "digits", "--model", "lr", "--public-fraction", "1", "--clients", "5", "--q", "0.6",
             "--sigmas", "0.05", "0.2", "0.8", "--rounds", "2", "4", "8", "--seeds", "2", "--clip", "0.5",
             "--out", str(res), "--json"]
     assert main(args) == 0
@@ -398,7 +399,7 @@ def test_spec_fuzz_is_valid_or_one_sentence(overrides):
 def test_validate_command_json_and_bad_input(tmp_path, capsys):
     from paretofl.cli import main
 
-    base = ["validate", "--dataset", "digits", "--public-fraction", "0.4", "--clients", "5", "--q", "0.6",
+    base = ["validate", "--dataset", "digits", "--model", "lr", "--public-fraction", "0.4", "--clients", "5", "--q", "0.6",
             "--sigmas", "0.05", "0.3", "--rounds", "2", "4", "--seeds", "2", "--out-dir", str(tmp_path)]
     assert main(base + ["--budget", "80", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
@@ -589,7 +590,6 @@ def test_empirical_design_is_the_best_point_of_its_model_within_budget(tmp_path)
     """design(from_store=...) minimises the fitted model under the exact
     accountant: no point of a brute-force (σ, T) scan with the same model
     and the same ε constraint does better."""
-    from paretofl import recommendation as D
     from paretofl.pretrial.fit import fit_utility
 
     path = tmp_path / "u.sqlite"
@@ -597,7 +597,7 @@ def test_empirical_design_is_the_best_point_of_its_model_within_budget(tmp_path)
                     bend=0.02)
     model = fit_utility(path)["models"]["bend"]
     n, eps, t_cap = 50, 3.0, 120
-    d = D.design(n_clients=n, epsilon=eps, max_rounds=t_cap, q=1.0, from_store=str(path))
+    d = paretofl.design(n_clients=n, epsilon=eps, max_rounds=t_cap, q=1.0, from_store=str(path))
     assert d.utility_model == "bend" and d.epsilon <= eps
     assert d.predicted_utility_loss == pytest.approx(float(model.predict(d.sigma, d.rounds, 1.0, n)))
     orders = P.DEFAULT_ORDERS
@@ -609,7 +609,7 @@ def test_empirical_design_is_the_best_point_of_its_model_within_budget(tmp_path)
                 best = min(best, float(model.predict(s, t, 1.0, n)))
     assert d.predicted_utility_loss <= best * (1 + 1e-3)
     with pytest.raises(ValueError, match="one of kappa"):
-        D.design(n_clients=n, epsilon=eps, max_rounds=t_cap, kappa=0.1, from_store=str(path))
+        paretofl.design(n_clients=n, epsilon=eps, max_rounds=t_cap, kappa=0.1, from_store=str(path))
 
 
 def test_fit_says_where_the_front_disagrees_with_the_relation(tmp_path):

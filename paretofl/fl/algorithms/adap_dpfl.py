@@ -38,8 +38,9 @@ class AdapDPFL(DPFedAvg):
 
     def charges(self, t):
         ones = np.ones(self.engine.R, dtype=int)
-        return [("poisson", self.sigma.copy(), self.batch_rate.copy(), self.steps_this_round()),
-                ("poisson", self.sigma.copy(), self.batch_rate.copy(), ones)]  # the clipped-norm statistic
+        sig, rate = self.sigma.copy(), self.batch_rate.copy()
+        return [self.mech.charge(rate, sig, steps=self.steps_this_round()),
+                self.mech.charge(rate, sig, steps=ones)]   # the clipped-norm statistic: one more such release
 
     def after_round(self, t, glob, val_loss):
         eng = self.engine

@@ -37,8 +37,9 @@ class ALIDPFL(DPFedAvg):
             raise ValueError("ali-dpfl calibrates its iterations R_c to the budget: give epsilon")
         c, R = self.config, engine.R
         self.gamma, self.tau_max = float(c.gamma), int(c.tau_max)
-        self.R_c = np.array([max_steps(self.epsilon, self.batch_rate[r], self.sigma[r], self.delta, refine=True)
-                             for r in range(R)])
+        charge = self.mech.charge(self.batch_rate, self.sigma)     # one DP-SGD step of each replica
+        self.R_c = np.array([max_steps(self.epsilon, ch.rate, ch.noise_multiplier, self.delta, sampling=ch.sampling,
+                                       refine=True) for ch in map(charge.at, range(R))])
         rs = c.rounds_server if c.rounds_server is not None else self.rounds
         self.R_s = np.full(R, int(rs) if rs is not None else 10**9)
         self.t_iter = np.zeros(R, dtype=int)

@@ -1,92 +1,18 @@
-"""The shared round loop, the privacy ledger of every replica, and what an
-algorithm declares: its options (a typed config) and its charges."""
+"""The shared round loop and what an algorithm declares: its options (a
+typed config) and its charges (:class:`~paretofl.theory.privacy.Charge`s,
+booked on :class:`~paretofl.theory.ledger.Ledger`, one row per replica)."""
 
 from __future__ import annotations
 
 import csv
-import math
 import time
 
 import numpy as np
 import torch
 
-from ...theory.privacy import DEFAULT_ORDERS, RDPAccountant, conversion_offset, rdp_curve
+from ...theory.ledger import Ledger
 from ..engine import Engine
 from ..options import options_of
-
-
-class Ledger:
-    """One RDP accountant per replica (vectorised).  ``increment`` prices a
-    round's charges on the grid of orders (the stop rule: conservative);
-    ``epsilon(refined=True)`` is each replica's accountant's ε with its
-    order searched (what is reported)."""
-
-    def __init__(self, n_replicas: int, delta: float, orders=DEFAULT_ORDERS):
-        self.orders = np.asarray(orders)
-        self.delta = delta
-        self.rdp = np.zeros((n_replicas, len(self.orders)))
-        self.accountants = [RDPAccountant(orders=tuple(orders)) for _ in range(n_replicas)]
-        self.unlimited = np.zeros(n_replicas, dtype=bool)  # ran without noise: ε = inf
-        self._cache = {}
-        self._offset = conversion_offset(self.orders, delta)
-
-    def _curve(self, sampling, z, q):
-        key = (sampling, round(float(z), 12), round(float(q), 12))
-        if key not in self._cache:
-            self._cache[key] = rdp_curve(sampling, float(q), float(z), self.orders)
-        return self._cache[key]
-
-    def increment(self, charges) -> np.ndarray:
-        """charges: list of (sampling, z (R,), q (R,), steps (R,)) -> RDP increment (R, n_orders)."""
-        inc = np.zeros_like(self.rdp)
-        for sampling, z, q, s in charges:
-            for r in range(self.rdp.shape[0]):
-                if s[r] > 0:
-                    # z = 0 is a run without noise (the non-private reference of a pre-trial)
-                    inc[r] += np.inf if z[r] == 0 else s[r] * self._curve(sampling, z[r], q[r])
-        return inc
-
-    def commit(self, charges, inc, active):
-        self.rdp[active] += inc[active]
-        for sampling, z, q, s in charges:
-            for r in np.flatnonzero(active):
-                if s[r] > 0:
-                    if z[r] == 0:
-                        self.unlimited[r] = True
-                    else:
-                        self.accountants[r].step(float(z[r]), float(q[r]), int(s[r]), sampling)
-
-    def affordable(self, charges, inc, epsilon, active=None) -> np.ndarray:
-        """Which ledgers can pay for a round (charges, priced as ``inc``)
-        within ``epsilon`` (one budget, or one per ledger): on the order grid first; a replica the grid
-        refuses is asked again with its orders searched (the ε reported),
-        so a run stops where the reported ε would pass the budget."""
-        epsilon = np.broadcast_to(np.asarray(epsilon, dtype=float), (self.rdp.shape[0],))
-        ok = self.grid_epsilon(self.rdp + inc) <= epsilon
-        ask = ~ok & ~self.unlimited & (True if active is None else np.asarray(active, dtype=bool))
-        for r in np.flatnonzero(ask):
-            trial = RDPAccountant(orders=self.accountants[r].orders, history=list(self.accountants[r].history))
-            free = True
-            for sampling, z, q, s in charges:
-                if s[r] > 0:
-                    if z[r] == 0:
-                        free = False
-                        break
-                    trial.step(float(z[r]), float(q[r]), int(s[r]), sampling)
-            ok[r] = free and trial.get_epsilon(self.delta) <= epsilon[r]
-        return ok
-
-    def grid_epsilon(self, rdp=None) -> np.ndarray:
-        """ε on the grid of orders (an upper bound on the reported one)."""
-        rdp = self.rdp if rdp is None else rdp
-        with np.errstate(invalid="ignore"):
-            e = np.min(rdp + self._offset[None, :], axis=1)
-        e = np.where(np.isnan(e), np.inf, np.maximum(e, 0.0))
-        return np.where(np.any(rdp != 0, axis=1), e, 0.0)
-
-    def epsilon(self) -> np.ndarray:
-        return np.array([math.inf if u else a.get_epsilon(self.delta)
-                         for a, u in zip(self.accountants, self.unlimited)])
 
 
 class History:
@@ -130,8 +56,9 @@ class Policy:
     parameter), and sets what a round does:
 
     * ``charges(t)`` -- what the accountant is charged for round t: a list of
-      (sampling, noise multiplier (R,), rate (R,), steps (R,)), or None when
-      the policy reports its own ε (:meth:`fixed_epsilon`);
+      :class:`~paretofl.theory.privacy.Charge` (values one per ledger row,
+      or scalars), or None when the policy reports its own ε
+      (:meth:`fixed_epsilon`);
     * ``round(t, glob, active)`` -- the new global models (R, ...);
     * ``after_round`` -- adapts settings from what was observed.
 
@@ -179,6 +106,13 @@ class Policy:
         unless the policy samples fewer."""
         return np.full(self.engine.R, self.engine.N)
 
+    @classmethod
+    def size_before(cls, config, n_clients: int, n_max: int, groups=None) -> tuple[int, int]:
+        """(the most clients a round of one replica trains, the largest local
+        batch) from the options alone: the memory check made before the
+        engine exists (:func:`paretofl.fl.build.assemble`)."""
+        return n_clients, n_max
+
     def max_batch(self) -> int:
         """The largest local batch a client's step uses."""
         return self.engine.n_max
@@ -199,18 +133,31 @@ class Policy:
         return np.broadcast_to(np.asarray(v, dtype=dtype), (self.engine.R,)).copy()
 
 
+#: bytes a replica's two random generators hold (its own and its CPU one:
+#: a Mersenne Twister's state and torch's wrapper)
+GENERATOR_BYTES = 2 * 5120
+#: what to lower when a run does not fit, unless the caller says it in its own terms
+LOWER = "lower the replicas, the client rate or the model"
+
+
+def memory_bytes(n_params: int, replicas: int, rows: int, batch: int, features: int, state: int = 0,
+                 itemsize: int = 4) -> int:
+    """A lower bound on the bytes a round takes beyond the data: ``rows``
+    cohort models in all (each row's start, its local copy, gradients,
+    noise and flat update: eight copies of d parameters), each replica's
+    global models, the gathered batches, the replicas' random generators,
+    and ``state`` bytes the policy keeps.  Per-sample activations come on
+    top (bounded per chunk)."""
+    models = (8 * rows + 6 * replicas) * n_params * itemsize
+    batches = rows * batch * (features * itemsize + 16)
+    return models + batches + replicas * GENERATOR_BYTES + int(state)
+
+
 def memory_needed(policy: Policy) -> int:
-    """A lower bound on the bytes a round takes beyond the data: the
-    cohort's models (each row's start, its local copy, gradients, noise and
-    flat update: eight copies of d parameters), each replica's global
-    models, the gathered batches, and the client state the policy keeps.
-    Per-sample activations come on top (bounded per chunk)."""
+    """:func:`memory_bytes` of a policy's run on its engine."""
     eng = policy.engine
-    item = torch.finfo(eng.dtype).bits // 8
-    rows = int(np.sum(policy.max_cohort()))
-    models = (8 * rows + 6 * eng.R) * eng.net.n_params * item
-    batches = rows * int(policy.max_batch()) * (eng.x_flat.shape[1] * item + 16)
-    return models + batches + int(policy.state_bytes())
+    return memory_bytes(eng.net.n_params, eng.R, int(np.sum(policy.max_cohort())), int(policy.max_batch()),
+                        eng.x_flat.shape[1], policy.state_bytes(), torch.finfo(eng.dtype).bits // 8)
 
 
 def memory_available(device) -> int | None:
@@ -229,16 +176,23 @@ def memory_available(device) -> int | None:
     return None
 
 
-def check_memory(policy: Policy) -> None:
-    """Refuse, before any work, a run whose rounds cannot fit in memory,
-    with the estimate and what to lower."""
-    eng = policy.engine
-    need, free = memory_needed(policy), memory_available(eng.device)
+def refuse_unless_it_fits(need: int, device, replicas: int, rows: int, n_params: int, lower: str = LOWER) -> None:
+    """The one refusal of a run that cannot fit: the estimate, what is free,
+    and what to lower, in the caller's terms (``lower``)."""
+    free = memory_available(device)
     if free is not None and need > free:
-        rows = int(np.max(policy.max_cohort()))
-        raise ValueError(f"this run needs at least {need / 2**30:.1f} GB a round ({eng.R:,} replicas x up to "
-                         f"{rows:,} clients a round x {eng.net.n_params:,} parameters) and {free / 2**30:.1f} GB "
-                         f"are free on {eng.device.type}: lower the replicas, the client rate or the model")
+        raise ValueError(f"this run needs at least {need / 2**30:.1f} GB a round ({replicas:,} replicas x up to "
+                         f"{rows:,} clients a round x {n_params:,} parameters) and {free / 2**30:.1f} GB "
+                         f"are free on {torch.device(device).type}: {lower}")
+
+
+def check_memory(policy: Policy) -> None:
+    """Refuse, before any round, a run whose rounds cannot fit in memory,
+    with the estimate and what to lower (``policy.lower``: the caller's
+    terms, set by :func:`paretofl.fl.build.assemble`)."""
+    eng = policy.engine
+    refuse_unless_it_fits(memory_needed(policy), eng.device, eng.R, int(np.max(policy.max_cohort())),
+                          eng.net.n_params, getattr(policy, "lower", LOWER))
 
 
 def _freeze(new, old, active):

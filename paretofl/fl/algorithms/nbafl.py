@@ -26,8 +26,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...mechanisms import get as mechanism_of
 from ...theory.convergence import nbafl_sigma_downlink, nbafl_sigma_downlink_k, nbafl_sigma_uplink
-from ...theory.privacy import calibrate_noise, compute_epsilon
+from ...theory.privacy import calibrate_noise
 from ..options import NbAFLConfig
 from .base import Policy
 
@@ -38,6 +39,7 @@ class NbAFL(Policy):
 
     def __init__(self, engine, config=None, *, sizes=None, **kw):
         super().__init__(engine, config, **kw)
+        self.mech = mechanism_of("nbafl")
         c, N = self.config, engine.N
         if self.epsilon is None or self.rounds is None:
             raise ValueError("nbafl calibrates its noise to the budget: give epsilon and rounds")
@@ -54,7 +56,8 @@ class NbAFL(Policy):
         if self.calibration == "paper":
             self.sigma_u = nbafl_sigma_uplink(self.C, m, self.L, self.eps, self.delta)
         else:  # T uploads of a Gaussian mechanism with sensitivity 2C meet the budget
-            self.sigma_u = 2 * self.C * calibrate_noise(self.eps, 1.0, self.T, self.delta)
+            unit = self.mech.charge(1.0, 1.0)
+            self.sigma_u = 2 * self.C * calibrate_noise(self.eps, unit.rate, self.T, self.delta, sampling=unit.sampling)
         if self.K == N:
             self.sigma_d = nbafl_sigma_downlink(self.C, m, N, self.L, self.T, self.eps, self.delta)
         else:
@@ -70,7 +73,7 @@ class NbAFL(Policy):
         """The ε the uploads guarantee: T releases of a Gaussian mechanism with
         sensitivity 2C and noise σ_U (RDP), never less than the budget."""
         z = self.sigma_u / (2 * self.C)
-        guaranteed = compute_epsilon(1.0, z, self.T, self.delta) if z >= 1e-6 else float("inf")
+        guaranteed = self.mech.charge(1.0, z).epsilon(self.delta, self.T) if z >= 1e-6 else float("inf")
         return max(guaranteed, self.eps)
 
     def max_rounds(self):
@@ -78,6 +81,11 @@ class NbAFL(Policy):
 
     def max_cohort(self):
         return np.full(self.engine.R, self.K)
+
+    @classmethod
+    def size_before(cls, config, n_clients, n_max, groups=None):
+        k = config.clients_per_round if config.clients_per_round is not None else n_clients
+        return min(int(k), n_clients), min(int(config.batch_size), n_max)
 
     def max_batch(self):
         return min(self.batch_size, self.engine.n_max)

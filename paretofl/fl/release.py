@@ -1,0 +1,354 @@
+"""The trainer's side of a mechanism: how a round's cohort is drawn and what
+it releases, read from the torch-free mechanism object
+(:mod:`paretofl.mechanisms`).
+
+One class per kind of release, chosen by the mechanism's
+:attr:`~paretofl.mechanisms.Mechanism.noise_on`, never by its name:
+
+* :class:`SumRelease` — noise on the cohort's sum (client-aggregate,
+  Flower's two): clip each update to C, add the mechanism's noise on the
+  sum (split into the clients' shares and the server's top-up, or all at
+  the server), divide by the expected cohort; adaptive clipping where the
+  mechanism has it;
+* :class:`UpdateRelease` — noise on each update (client-local);
+* :class:`GradientRelease` — noise inside DP-SGD (sample-level).
+
+A policy (:class:`paretofl.fl.algorithms.DPFedAvg`) trains the cohort's
+clients and hands their updates to :meth:`Release.release`; the audit
+drives the same public methods with canaries.  Every replica's settings
+(σ, C, its clients' rates) are the release's own arrays.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..mechanisms import Mechanism
+from .engine import Cohort, Engine
+
+__all__ = ["Release", "SumRelease", "UpdateRelease", "GradientRelease", "make_release", "cohort_bound",
+           "ClientGroups"]
+
+
+@dataclass
+class ClientGroups:
+    """Clients with budgets of their own, as the trainer needs them: the
+    mechanism they are designed for, each group's ``q`` and ``sigma`` (and
+    ``budget``, ``clients``), and each client's group.  A design with groups
+    (:class:`paretofl.recommendation.Design`) has the same fields."""
+
+    mechanism: str
+    n_clients: int
+    groups: list
+    group_of: list
+
+    def client_rates(self) -> np.ndarray:
+        return np.array([self.groups[g]["q"] for g in self.group_of])
+
+
+def cohort_bound(rates, n_clients: int | None = None) -> int:
+    """The most clients a round of one replica is expected to hold: the
+    expected cohort m = Σ q_i plus six standard deviations of a Poisson
+    cohort's size (a fixed cohort of m holds m, below this).  ``rates``:
+    each client's (N,), or one rate for ``n_clients`` clients."""
+    r = np.minimum(np.asarray(rates, dtype=float), 1.0)
+    if r.ndim == 0:
+        n = int(n_clients)
+        qn, var = float(r) * n, n * float(r) * (1.0 - float(r))
+    else:
+        n = len(r)
+        qn, var = float(r.sum()), float((r * (1 - r)).sum())
+    return int(min(n, math.ceil(qn + 6 * math.sqrt(var) + 1)))
+
+
+class Release:
+    """A mechanism applied to a run: its selection and its release.
+
+    ``sigma``, ``clip`` and ``client_rate`` are per replica (R,); ``groups``
+    (:class:`ClientGroups`, or a design with groups: clients with budgets of
+    their own) gives each
+    client its group's rate and, in the local view, its σ; ``sizes``: the
+    clients' declared sizes (public numbers: DP-SGD's divisor, the
+    aggregation weights)."""
+
+    def __init__(self, mechanism: Mechanism, engine: Engine, sigma, clip, client_rate, groups=None, sizes=None):
+        self.mech, self.engine = mechanism, engine
+        R, N = engine.R, engine.N
+        vec = lambda v: np.broadcast_to(np.asarray(v, dtype=float), (R,)).copy()  # noqa: E731
+        self.sigma, self.clip, self.client_rate = vec(sigma), vec(clip), vec(client_rate)
+        self.sizes = np.asarray(engine.client_n.cpu().numpy() if sizes is None else sizes, dtype=float)
+        if self.sizes.shape != (N,) or np.any(~(self.sizes > 0)):
+            raise ValueError(f"sizes must list a positive declared size for each of the {N} clients")
+        self.weights = torch.as_tensor(self.sizes / self.sizes.sum(), dtype=engine.dtype, device=engine.device)
+        for q in self.client_rate:                    # the mechanism's own checks (qN >= 1, whole cohorts, ...)
+            mechanism.check_rate(float(q), N)
+        # each client's sampling rate (R, N), the expected cohort m (R,), and
+        # each client's share of the sum's noise variance m/N (qN/N = q)
+        self.rates = np.repeat(self.client_rate[:, None], N, axis=1)
+        self.cohort, self.share = self.client_rate * N, self.client_rate
+        self.groups = None
+        if groups is not None:
+            self._use_groups(groups)
+
+    def _use_groups(self, gd):
+        """Clients with budgets of their own (a design with ``groups``): each
+        client sampled at its group's rate; one ledger per group."""
+        eng, N = self.engine, self.engine.N
+        if gd.mechanism != self.mech.name:
+            raise ValueError(f"the design is for mechanism {gd.mechanism}, the run uses {self.mech.name}")
+        if gd.n_clients != N:
+            raise ValueError(f"the budgets are for {gd.n_clients} clients, the run has {N}")
+        self.groups = gd
+        self.group_of = np.asarray(gd.group_of, dtype=int)
+        self.group_budgets = np.array([g["budget"] for g in gd.groups])
+        self.group_rates = np.array([g["q"] for g in gd.groups])
+        self.group_sigmas = np.array([g["sigma"] for g in gd.groups])
+        self.rates = np.repeat(self.group_rates[self.group_of][None, :], eng.R, axis=0)
+        self.cohort = self.rates.sum(1)
+        self.share = self.cohort / N
+        self.client_rate = self.cohort / N            # the mean rate, for what reads one
+        if self.mech.noise_on == "sum":               # one noise on the sum: the groups share sigma
+            self.sigma = np.full(eng.R, float(self.group_sigmas[0]))
+        else:                                         # each client its own: their root mean square, for the history
+            self.sigma = np.full(eng.R, float(np.sqrt(np.mean(self.group_sigmas[self.group_of] ** 2))))
+        if np.any(self.cohort < 1 - 1e-9):
+            raise ValueError(f"the expected cohort {float(self.cohort.min()):g} is below one client a round")
+
+    @property
+    def n_groups(self) -> int:
+        return 1 if self.groups is None else len(self.group_budgets)
+
+    # ------------------------------------------------------------ selection
+    def select(self, active, present=None) -> Cohort:
+        """This round's cohort of every active replica, drawn as the
+        mechanism says: Poisson (each client with its rate, from N uniforms
+        a replica) or a fixed m = qN of the clients present, uniformly
+        without replacement.  ``present`` (N,) bool: the clients in the
+        population (all by default; the audit removes one)."""
+        eng = self.engine
+        act = torch.as_tensor(active, device=eng.device)[:, None]
+        if self.mech.selection == "fixed":
+            sel = self._fixed(present)
+        elif np.all(self.rates >= 1):
+            sel = torch.ones(eng.R, eng.N, dtype=torch.bool, device=eng.device)
+        elif self.groups is None:
+            sel = eng.sample_clients(torch.as_tensor(self.client_rate, device=eng.device))
+        else:
+            sel = eng.sample_clients(torch.as_tensor(self.rates, device=eng.device))
+        if present is not None and self.mech.selection != "fixed":
+            sel = sel & torch.as_tensor(present, device=eng.device)[None, :]
+        return eng.cohort(sel & act)
+
+    def _fixed(self, present):
+        """m = round(qN) of the present clients, uniformly without replacement
+        (each replica's keys from its own generator; the m smallest)."""
+        eng = self.engine
+        m = np.rint(self.cohort).astype(int)
+        keys = eng.uniform((eng.N,))
+        if present is not None:
+            keys = keys.masked_fill(~torch.as_tensor(present, device=eng.device)[None, :], float("inf"))
+        rank = keys.argsort(dim=1).argsort(dim=1)
+        return rank < torch.as_tensor(m, device=eng.device)[:, None]
+
+    def max_cohort(self) -> np.ndarray:
+        """The most rows a round of each replica is expected to hold (R,):
+        :func:`cohort_bound` of its clients' rates."""
+        return np.array([cohort_bound(r) for r in self.rates], dtype=int)
+
+    # ------------------------------------------------------------ privacy
+    def charges(self, steps=None) -> list:
+        """What a round charges each ledger (one per replica, or per
+        (replica, group)): the mechanism's :class:`Charge`."""
+        R, N = self.engine.R, self.engine.N
+        if self.groups is None:
+            return [self.mech.charge(self.client_rate, self.sigma, N)]
+        # one ledger per (replica, group): each group charged at its own rate
+        # (and, in the local view, its own σ)
+        g = np.arange(self.n_groups)
+        sig = (np.repeat(self.sigma, self.n_groups) if self.mech.noise_on == "sum"
+               else np.tile(self.group_sigmas, R))
+        return [self.mech.charge(np.tile(self.group_rates[g], R), sig, N, cohort=np.repeat(self.cohort, self.n_groups))]
+
+    def release(self, glob, updates, cohort: Cohort, active):
+        raise NotImplementedError
+
+
+class SumRelease(Release):
+    """Noise on the sum (see the module docstring).  The total variance on
+    the sum is (zC)², z the mechanism's noise multiplier, a fixed number
+    whatever the cohort: with ``split="shares"`` each selected client adds
+    its share (m/N)σ²C² and the server the rest (N − |S|)(m/N)σ²C²; with
+    ``"server"`` the server adds it all.  Adaptive clipping (Andrew et al.
+    2021, Algorithm 1 with §3's centred count, as TensorFlow Privacy's
+    QuantileEstimatorQuery runs it): after each round b̄ = (Σ_S (b_i − ½) +
+    N(0, σ_b²))/m + ½, clamped to [0, 1], b_i = 1[‖Δ_i‖ <= C], and
+    C ← C·exp(−η_C(b̄ − γ)); the next round clips to the new C, and the sum's
+    noise always uses the C its updates were clipped to.  The charge is
+    unchanged: the sum's own noise multiplier is raised to z_Δ so that sum
+    and count together are one Gaussian of z
+    (:func:`paretofl.mechanisms.adaptive_update_multiplier`)."""
+
+    def __init__(self, mechanism, engine, sigma, clip, client_rate, groups=None, sizes=None):
+        super().__init__(mechanism, engine, sigma, clip, client_rate, groups, sizes)
+        self.split = mechanism.split
+        self.update_factor = np.ones(engine.R)
+        self.adaptive = bool(getattr(mechanism, "adaptive", False))
+        self.last_count = None
+        if self.adaptive:
+            self._use_adaptive_clipping()
+
+    def _use_adaptive_clipping(self):
+        mech, R = self.mech, self.engine.R
+        self.clip = np.array(self.clip, dtype=float)
+        self.clip_lr, self.clip_quantile = mech.clip_lr, mech.clip_quantile
+        sb = np.array([mech.count_std(m) for m in self.cohort])
+        self.count_noise = np.where(self.sigma > 0, sb, 0.0)
+        z = self.mech.charge(self.client_rate, self.sigma, self.engine.N, cohort=self.cohort).noise_multiplier
+        for r in range(R):
+            if self.sigma[r] > 0:
+                self.update_factor[r] = self.update_multiplier(float(z[r]), float(self.cohort[r])) / float(z[r])
+
+    def update_multiplier(self, z: float, cohort: float) -> float:
+        """The sum's own noise multiplier for a charged z (z_Δ with adaptive clipping)."""
+        return self.mech.update_multiplier(z, cohort)
+
+    def noise_stds(self, c: Cohort):
+        """(each cohort client's noise std (K,), the server's std (R,)) per
+        coordinate, in units of the update (docs/theory.md §5)."""
+        eng = self.engine
+        sc = torch.as_tensor(self.sigma * self.update_factor * self.clip, dtype=eng.dtype, device=eng.device)
+        if self.split == "server":
+            m = torch.as_tensor(self.cohort, dtype=eng.dtype, device=eng.device)
+            return torch.zeros(c.size, dtype=eng.dtype, device=eng.device), sc * m.sqrt()
+        q = torch.as_tensor(self.share, dtype=eng.dtype, device=eng.device)
+        rest = (eng.N - torch.as_tensor(c.counts, dtype=eng.dtype, device=eng.device)).clamp(min=0)
+        return (sc * q.sqrt())[c.replica], sc * (q * rest).sqrt()
+
+    def clip_updates(self, updates, c: Cohort):
+        """Each update clipped to its replica's C; the norms before clipping
+        are kept (adaptive clipping's count, the tuning's norms)."""
+        clipped, self.last_norms = self.engine.clip_rows(updates, self.engine.rows(self.clip, c))
+        return clipped
+
+    def privatise(self, clipped, c: Cohort):
+        """The clients' noisy clipped updates (K, d) and the server's noise
+        (R, d): what the mechanism adds before anything leaves a client or
+        the server."""
+        eng = self.engine
+        client_std, top_std = self.noise_stds(c)
+        if self.split == "server":
+            noisy = clipped
+        else:
+            noisy = clipped + eng.noise_like([clipped], c)[0] * client_std[:, None]
+        top = top_std[:, None] * eng.normal((clipped.shape[1],))
+        return noisy, top
+
+    def noisy_mean(self, glob, clipped, c: Cohort):
+        """Sum the cohort's noisy updates, add the server's noise, divide by
+        the expected cohort (a public number), add to the global model."""
+        eng = self.engine
+        noisy, top = self.privatise(clipped, c)
+        total = eng.aggregate(noisy, torch.ones(c.size, device=eng.device), c) + top
+        m = torch.as_tensor(self.cohort, dtype=eng.dtype, device=eng.device)
+        return eng.unflat(eng.flat(glob) + total / m[:, None], glob)
+
+    def release(self, glob, updates, c: Cohort, active):
+        """The round's release: clip, noise, sum, divide; then, with
+        adaptive clipping, the noised count and the next C."""
+        out = self.noisy_mean(glob, self.clip_updates(updates, c), c)
+        if self.adaptive:
+            self.adapt_clip(c, active)
+        return out
+
+    def count_bits(self, c: Cohort):
+        """Each cohort client's centred bit b_i − ½, b_i = 1[‖Δ_i‖ <= C]."""
+        eng = self.engine
+        return (self.last_norms <= eng.rows(self.clip, c)).to(eng.dtype) - 0.5
+
+    def adapt_clip(self, c: Cohort, active):
+        """The geometric step of adaptive clipping, from this round's noised,
+        centred count of updates that fitted under C (released: ``last_count``)."""
+        eng = self.engine
+        count = eng.replica_sum(self.count_bits(c), c) + eng.normal((1,))[:, 0] * torch.as_tensor(
+            self.count_noise, dtype=eng.dtype, device=eng.device)
+        self.last_count = count
+        b = np.clip(count.cpu().numpy().astype(float) / self.cohort + 0.5, 0.0, 1.0)   # a share (post-processing)
+        step = np.exp(-self.clip_lr * (b - self.clip_quantile))
+        self.clip = np.where(np.asarray(active, dtype=bool), self.clip * step, self.clip)
+
+
+class UpdateRelease(SumRelease):
+    """Noise on each update, on the client (the local view): each cohort
+    client adds N(0, σ²C²) — its group's σ_g where it has one — and the
+    server adds nothing; the server's sum is divided by the expected cohort."""
+
+    def noise_stds(self, c: Cohort):
+        eng = self.engine
+        sc = torch.as_tensor(self.sigma * self.update_factor * self.clip, dtype=eng.dtype, device=eng.device)
+        if self.groups is not None:
+            own = self.group_sigmas[self.group_of][c.client.cpu().numpy()] * self.clip[c.replica.cpu().numpy()]
+            return torch.as_tensor(own, dtype=eng.dtype, device=eng.device), torch.zeros_like(sc)
+        return sc[c.replica], torch.zeros_like(sc)
+
+
+class GradientRelease(Release):
+    """Noise inside DP-SGD (sample-level): the clients' local steps carry
+    the mechanism's noise on each clipped per-sample-gradient sum, divided
+    by a public number; the server averages the clients' models with
+    weights from their declared sizes."""
+
+    def __init__(self, mechanism, engine, sigma, clip, client_rate, groups=None, sizes=None, batch_rate=0.015,
+                 batch_divisor=None):
+        if groups is not None:
+            raise ValueError("per-client budgets apply to client-level DP-FedAvg (client-aggregate or client-local)")
+        super().__init__(mechanism, engine, sigma, clip, client_rate, None, sizes)
+        R = engine.R
+        self.batch_rate = np.broadcast_to(np.asarray(batch_rate, dtype=float), (R,)).copy()
+        self.batch_divisor = None if batch_divisor is None else \
+            np.broadcast_to(np.asarray(batch_divisor, dtype=float), (R,)).copy()
+
+    def charges(self, steps=None) -> list:
+        """(q_b, σ) per local step, every round, selected or not (conservative)."""
+        return [self.mech.charge(self.batch_rate, self.sigma, steps=steps)]
+
+    def divisor(self, c: Cohort):
+        """DP-SGD's divisor of each row's noised sum (K,): a public number."""
+        eng = self.engine
+        if self.batch_divisor is not None:
+            return eng.rows(self.batch_divisor, c)
+        n = torch.as_tensor(self.sizes, dtype=eng.dtype, device=eng.device)[c.client]
+        return eng.rows(self.batch_rate, c) * n
+
+    def local_noise(self, c: Cohort) -> dict:
+        """What DP-SGD's local steps need: per-sample clipping, noise and the public divisor."""
+        eng = self.engine
+        return dict(batch_rate=eng.rows(self.batch_rate, c), sigma=eng.rows(self.sigma, c),
+                    clip=eng.rows(self.clip, c), batch_divisor=self.divisor(c))
+
+    def release(self, glob, new, c: Cohort, active):
+        """The clients' models averaged with their declared sizes' weights;
+        replicas with no selected client keep their model."""
+        eng = self.engine
+        w = self.weights[c.client]
+        w = w / eng.replica_sum(w, c).clamp(min=1e-12)[c.replica]
+        agg = eng.aggregate(eng.flat(new), w, c)
+        out = eng.unflat(agg, glob)
+        none = torch.as_tensor(c.counts == 0, device=eng.device)
+        return [torch.where(none.reshape(-1, *[1] * (o.ndim - 1)), g, o) for o, g in zip(out, glob)]
+
+
+#: the trainer's release for each place a mechanism puts its noise
+RELEASES = {"sum": SumRelease, "update": UpdateRelease, "gradient": GradientRelease}
+
+
+def make_release(mechanism: Mechanism, engine: Engine, **settings) -> Release:
+    """The release of ``mechanism`` on ``engine`` (``settings``: sigma, clip,
+    client_rate, groups, sizes, and DP-SGD's batch_rate, batch_divisor)."""
+    if mechanism.noise_on not in RELEASES:
+        raise ValueError(f"mechanism {mechanism.name} puts its noise on {mechanism.noise_on!r}, which "
+                         "client-level DP-FedAvg does not run")
+    return RELEASES[mechanism.noise_on](mechanism, engine, **settings)

@@ -1,0 +1,44 @@
+"""paretofl's mechanisms: one class each, and the registry every layer
+reads (docs/architecture.md, "adding a mechanism").
+
+``get(name, **options)`` returns a configured mechanism; ``names()`` lists
+them (``names(designable=True)``: those ``design`` can design for);
+``audit_settings()`` lists every audit setting with its broken copies.
+No torch here.
+"""
+
+from __future__ import annotations
+
+from . import aggregate, flower, local, nbafl, sample  # noqa: F401  (each registers its mechanism)
+from .aggregate import ClientAggregate, adaptive_update_multiplier
+from .base import REGISTRY, AuditSetting, Break, Mechanism, Noise, get, names
+from .flower import Flower, FlowerAccounted
+from .local import ClientLocal
+from .nbafl import NbAFLMechanism
+from .sample import SampleDPSGD
+from .statement import statement
+
+#: the mechanism a design or a training is for when none is named
+DEFAULT = "client-aggregate"
+
+__all__ = ["DEFAULT", "Mechanism", "Noise", "AuditSetting", "Break", "REGISTRY", "get", "names", "audit_settings",
+           "audit_setting", "statement", "ClientAggregate", "ClientLocal", "SampleDPSGD", "NbAFLMechanism",
+           "Flower", "FlowerAccounted", "adaptive_update_multiplier"]
+
+
+def audit_settings(mechanism: str | None = None) -> list[AuditSetting]:
+    """Every registered audit setting (of one mechanism, if named)."""
+    out = []
+    for name, cls in REGISTRY.items():
+        if mechanism is None or name == mechanism:
+            out.extend(cls.audits)
+    return out
+
+
+def audit_setting(name: str) -> AuditSetting:
+    """The audit setting called ``name`` (e.g. "client-aggregate/adaptive")."""
+    for s in audit_settings():
+        if s.name == name:
+            return s
+    known = ", ".join(s.name for s in audit_settings())
+    raise ValueError(f"unknown audit setting {name!r}; choose from {known}")

@@ -1,0 +1,183 @@
+"""``client-aggregate``: client-level DP of the model the server releases
+(Gu et al.'s mechanism, after McMahan et al. 2018; docs/theory.md §1, §5.3),
+with adaptive clipping (Andrew et al. 2021) as an option.
+
+Each client joins a round with probability q (its group's q_g where clients
+have budgets of their own), runs local epochs of plain SGD and clips its
+update to C.  The released sum carries N(0, z²C²) whatever the cohort's
+size, z = σ√m with m the expected cohort (qN, or Σ_i q_i): each selected
+client adds its share (m/N)σ²C² and the server the rest, and the sum is
+divided by m, a public number.  Adding or removing one client moves the
+sum by at most C, and only when it is sampled: a Poisson-subsampled
+Gaussian of rate q (the client's own) and noise multiplier z.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..theory.privacy import Charge, check_rate
+from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, positive, rates, register, sigmas
+
+__all__ = ["ClientAggregate", "adaptive_update_multiplier"]
+
+
+def adaptive_update_multiplier(noise_multiplier: float, count_noise: float) -> float:
+    """Adaptive clipping's split of one charge (Andrew et al. 2021, arXiv
+    1905.03871, Theorem 1 and §3): each round releases the noised sum of the
+    clipped updates (noise multiplier z_Δ, sensitivity C) and the noised sum
+    of the centred bits b_i - ½, b_i = 1[‖Δ_i‖ <= C] (noise std σ_b,
+    sensitivity ½ when a client is added or removed).  Together they are one
+    Gaussian mechanism of noise multiplier (z_Δ⁻² + (2σ_b)⁻²)^(-1/2); for a
+    charged ``noise_multiplier`` z the update gets
+    z_Δ = (z⁻² - (2σ_b)⁻²)^(-1/2), which exists only where 2σ_b > z."""
+    z = positive(noise_multiplier, "noise_multiplier")
+    sb = positive(count_noise, "count_noise")
+    if 2.0 * sb <= z:
+        raise ValueError(f"the count noise {sb:.4g} leaves no budget for the update: the joint noise multiplier "
+                         f"{z:.4g} needs a count noise above {z / 2:.4g} (half of it); raise count_noise")
+    return (z ** -2 - (2.0 * sb) ** -2) ** -0.5
+
+
+def expected_cohort(q, n_clients, cohort=None):
+    """m, the expected cohort: ``cohort`` (Σ_i q_i where clients have rates
+    of their own) or qN; refused below one client a round."""
+    if cohort is None:
+        if n_clients is None or int(n_clients) < 1:
+            raise ValueError("the client-aggregate mechanism needs the number of clients n_clients >= 1")
+        cohort = np.asarray(q, dtype=float) * int(n_clients)
+    m = np.asarray(cohort, dtype=float)
+    if np.any(m < 1.0 - 1e-9):
+        low = float(np.min(m))
+        where = (f"q = {float(np.min(q)):g} of {int(n_clients)} clients" if n_clients is not None
+                 else "the clients' rates")
+        raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort): {where} "
+                         f"selects {low:g}, fewer than one client a round on average")
+    return m if m.ndim else float(m)
+
+
+_AUDIT = dict(sigma=1.1, q=0.5, clients=4, samples=20, features=50)
+_GROUPS = dict(sigma=1.2 / math.sqrt(2.02), clients=4, samples=20, features=50, rates=(0.01, 1.0))
+
+
+@register
+class ClientAggregate(Mechanism):
+    name = "client-aggregate"
+    summary = "client-level DP of the released model; the server trusted; Poisson client sampling"
+    trusted = ("the server (or a secure aggregator), which sees the clipped updates before the noise is complete; "
+               "the clients' own devices")
+    relation = "add/remove: one client added to or removed from the population, with all of its data"
+    released = ("every round's global model: the sum of the cohort's clipped updates plus Gaussian noise of a "
+                "fixed total variance, divided by the expected cohort (all T models may be published)")
+    selection = "poisson"
+    noise_on = "sum"
+    split = "shares"
+    designable = True
+    options = ("local_epochs", "batch_size", "clip_quantile", "clip_lr", "count_noise")
+    constructor_options = ("clip_quantile", "clip_lr", "count_noise")
+    audits = (
+        AuditSetting("client-aggregate", "client-aggregate", "add-remove",
+                     "N = 4, q = 0.5, sigma = 1.1, 520 weights", dict(_AUDIT),
+                     (NOISE_DIV10, NO_CLIP,
+                      Break("legacy-topup", "the top-up before 0.2.0: each client adds sigma^2 C^2 and the server "
+                                            "tops small cohorts up, so the noise grows with the cohort"))),
+        AuditSetting("client-aggregate/adaptive", "client-aggregate", "add-remove",
+                     "adaptive clipping: N = 4, every client every round, sigma = 0.778 (z = 1.56), count noise "
+                     "0.85, quantile 0.1, step 8; the other clients' updates fit under C and the canary's (0.9 C) "
+                     "does too, so it moves the count as well as the sum; delta = 1e-3",
+                     dict(_AUDIT, q=1.0, sigma=0.778, clip_quantile=0.1, count_noise=0.85, clip_lr=8.0, lr=1e-9,
+                          canary=0.9, delta=1e-3),
+                     (NOISE_DIV10,
+                      Break("uncentred-count", "the raw count released (it moves by 1, not 1/2) with the "
+                                               "1/2-sensitivity split, as Flower 1.41's wrappers do"),
+                      Break("noise-at-next-clip", "the sum noised with the clipping norm just updated, not the "
+                                                  "one its updates were clipped to, as Flower 1.41's wrappers do"))),
+        AuditSetting("client-aggregate/groups-strict", "client-aggregate", "add-remove",
+                     "budgets of their own: two clients sampled at 0.01, two at 1, one noise on the sum (z = 1.2); "
+                     "the canary client in the strict group", dict(_GROUPS, group_of=(0, 0, 1, 1)),
+                     (NOISE_DIV10, NO_CLIP,
+                      Break("loosest-rate", "every group sampled at the loosest group's rate, each still claimed "
+                                            "at its own"))),
+        AuditSetting("client-aggregate/groups-loose", "client-aggregate", "add-remove",
+                     "the same; the canary client in the group sampled at 1", dict(_GROUPS, group_of=(1, 0, 0, 1)),
+                     (NOISE_DIV10, NO_CLIP)),
+    )
+
+    def __init__(self, clip_quantile=None, clip_lr=0.2, count_noise=None):
+        if clip_quantile is not None:
+            if isinstance(clip_quantile, bool) or not isinstance(clip_quantile, (int, float)) \
+                    or not (0 < clip_quantile < 1):
+                raise ValueError(f"clip_quantile must be a number strictly between 0 and 1, got {clip_quantile}")
+            positive(clip_lr, "clip_lr")
+            if count_noise is not None:
+                positive(count_noise, "count_noise")
+        self.clip_quantile = None if clip_quantile is None else float(clip_quantile)
+        self.clip_lr = float(clip_lr)
+        self.count_noise = None if count_noise is None else float(count_noise)
+
+    def __repr__(self) -> str:
+        if self.clip_quantile is None:
+            return "ClientAggregate()"
+        return (f"ClientAggregate(clip_quantile={self.clip_quantile:g}, clip_lr={self.clip_lr:g}, "
+                f"count_noise={self.count_noise})")
+
+    @property
+    def adaptive(self) -> bool:
+        """Does the clipping norm follow a quantile of the update norms."""
+        return self.clip_quantile is not None
+
+    def options_dict(self) -> dict:
+        """The mechanism's options, as given to its constructor."""
+        if not self.adaptive:
+            return {}
+        return {"clip_quantile": self.clip_quantile, "clip_lr": self.clip_lr, "count_noise": self.count_noise}
+
+    # ---------------------------------------------------------------- privacy
+    def check_rate(self, q, n_clients=None):
+        q = check_rate(q, "q")
+        if n_clients is not None:
+            expected_cohort(q, n_clients)
+        return q
+
+    def charge(self, q, sigma, n_clients=None, cohort=None) -> Charge:
+        """A Poisson-subsampled Gaussian of rate q (the client's own) and
+        noise multiplier z = σ√m, m the expected cohort; needs m >= 1.
+        Adaptive clipping's count is charged with the sum: the update's own
+        noise is raised so that the two together are this Gaussian."""
+        q, sigma = rates(q), sigmas(sigma)
+        m = expected_cohort(q, n_clients, cohort)
+        return Charge("poisson", q, sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m))
+
+    def count_std(self, cohort) -> float:
+        """σ_b, the std of the noise on adaptive clipping's count: the
+        option, or TFF's and Flower's default m/20."""
+        return self.count_noise if self.count_noise is not None else float(cohort) / 20.0
+
+    def update_multiplier(self, z: float, cohort: float) -> float:
+        """The noise multiplier the sum itself gets: z, or with adaptive
+        clipping z_Δ >= z (:func:`adaptive_update_multiplier`)."""
+        if not self.adaptive or z == 0:
+            return z
+        return adaptive_update_multiplier(z, self.count_std(cohort))
+
+    def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
+        m = expected_cohort(q, n_clients, cohort)
+        z = float(sigma) * math.sqrt(m)
+        return Noise("sum", self.update_multiplier(z, m), split=self.split, divisor=m)
+
+    # -------------------------------------------------------------- statement
+    def statement_notes(self, d) -> list[str]:
+        if not self.adaptive:
+            return []
+        m = d.clients_per_round
+        sb = self.count_std(m)
+        start = f"C = {d.clip:g}" if d.clip is not None else "the initial C"
+        return [f"Adaptive clipping (Andrew et al. 2021): each round also releases the count of updates that fitted "
+                f"under C, centred and noised (std {sb:.4g}), and the clipping norm moves from {start} by "
+                f"C <- C exp(-{self.clip_lr:g} (share - {self.clip_quantile:g})) towards the "
+                f"{self.clip_quantile:g}-quantile of the update norms: every round's C is released too (it follows "
+                "from the released counts). The sum and the count are charged together as one Gaussian of the "
+                "noise multiplier above (Theorem 1 there): the sum itself is noised at "
+                f"{self.update_multiplier(d.noise_multiplier, m):.4g} x its C."]

@@ -1,0 +1,237 @@
+"""What every mechanism says about itself, and the registry every layer reads.
+
+A mechanism is one class (a subclass of :class:`Mechanism`) in one module
+of this package.  It owns:
+
+* its name, a line for help texts, and the trainer options it takes
+  (:attr:`Mechanism.options`: the CLI's flags and choices come from here);
+* who is trusted, the neighbouring relation, what is released (the
+  privacy statement's fields, :mod:`paretofl.mechanisms.statement`);
+* how the trainer draws a round's cohort (:attr:`Mechanism.selection`) and
+  where the noise goes (:attr:`Mechanism.noise_on`): the trainer adds
+  exactly what :meth:`Mechanism.noise` says;
+* its charge per round, one :class:`~paretofl.theory.privacy.Charge`
+  (:meth:`Mechanism.charge`): the only place the charge is worked out;
+* its audit settings (:attr:`Mechanism.audits`): the canary release the
+  audit runs and the broken copies it must catch.
+
+No torch here (``paretofl design`` must start fast); the trainer's side of
+each kind of release lives in :mod:`paretofl.fl.release`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from ..theory.privacy import DEFAULT_ORDERS, Charge, check_rate
+
+__all__ = ["Mechanism", "Noise", "AuditSetting", "Break", "register", "get", "names", "REGISTRY", "positive",
+           "rates", "sigmas"]
+
+#: name -> mechanism class, in the order the modules register them
+REGISTRY: dict[str, type[Mechanism]] = {}
+
+
+def register(cls):
+    """Class decorator: add a mechanism to the registry (its name once)."""
+    if cls.name in REGISTRY:
+        raise ValueError(f"mechanism {cls.name!r} is registered twice")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def names(**where) -> tuple[str, ...]:
+    """The registered mechanisms' names, those whose class attributes equal
+    ``where`` (e.g. ``names(designable=True)``)."""
+    return tuple(n for n, c in REGISTRY.items() if all(getattr(c, k) == v for k, v in where.items()))
+
+
+def get(name: str, **options) -> Mechanism:
+    """The mechanism called ``name``, configured with ``options`` (e.g.
+    adaptive clipping's ``clip_quantile``)."""
+    if name not in REGISTRY:
+        raise ValueError(f"mechanism must be one of {', '.join(REGISTRY)}, got {name!r}")
+    cls = REGISTRY[name]
+    unknown = sorted(set(options) - set(cls.constructor_options))
+    if unknown:
+        takes = f"its options: {', '.join(cls.constructor_options)}" if cls.constructor_options else "it takes none"
+        raise ValueError(f"mechanism {name} takes no option {', '.join(unknown)}; {takes}")
+    return cls(**options)
+
+
+def positive(x, name: str) -> float:
+    """x as a positive finite float, else a ValueError naming ``name``."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)) \
+            or not (x > 0) or math.isinf(x):
+        raise ValueError(f"{name} must be a positive finite number, got {x!r}")
+    return float(x)
+
+
+def rates(q):
+    """Sampling rates (a number or one per ledger row), each in (0, 1]."""
+    if np.ndim(q):
+        q = np.asarray(q, dtype=float)
+        if np.any(~(q > 0)) or np.any(q > 1):
+            raise ValueError(f"q must lie in (0, 1], got {q}")
+        return q
+    return check_rate(q, "q")
+
+
+def sigmas(sigma):
+    """Noise multipliers (a number or one per ledger row), each >= 0 and
+    finite (0: a run without noise, charged as unlimited)."""
+    s = np.asarray(sigma, dtype=float)
+    if np.any(~(s >= 0)) or np.any(~np.isfinite(s)):
+        raise ValueError(f"sigma must be a non-negative finite number, got {sigma}")
+    return s if s.ndim else float(s)
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The Gaussian noise one round releases, per coordinate, in units of the
+    clipping norm C of what it protects.
+
+    ``on``: "sum" (one noise on the sum of the cohort's clipped updates),
+    "update" (each client's clipped update noised on the client), "gradient"
+    (each DP-SGD step's sum of clipped per-sample gradients), "parameters"
+    (each client's clipped parameters, NbAFL).  ``std``: its standard
+    deviation over C (scalar or one per replica).  ``split``: who adds it —
+    "shares" (noise on the sum: each selected client adds its share m/N of
+    the total variance and the server the rest, so the total is fixed
+    whatever the cohort's size), "server" (the server adds it all) or
+    "client" (each client on its own update).  ``divisor``: what the
+    aggregate is divided by (the expected cohort: a public number)."""
+
+    on: str
+    std: object
+    split: str = "server"
+    divisor: object = None
+
+
+@dataclass(frozen=True)
+class Break:
+    """A deliberately broken copy of a mechanism that the audit must catch:
+    ``name``, what is broken in words, and whether the break is in the
+    release (``claim=False``: the trainer releases something else while the
+    unbroken mechanism's ε is claimed) or in the claim (``claim=True``: the
+    real release, against an ε computed the broken way)."""
+
+    name: str
+    what: str
+    claim: bool = False
+
+
+#: breaks every client-level mechanism has: its noise, its clipping
+NOISE_DIV10 = Break("noise/10", "the noise divided by ten")
+NO_CLIP = Break("no-clip", "clipping skipped")
+
+
+@dataclass(frozen=True)
+class AuditSetting:
+    """One audit of a mechanism (docs/theory.md §5.5): the canary release
+    the audit runs and the broken copies it must catch.
+
+    ``canary`` names the pair of neighbouring inputs:
+
+    * "add-remove": client 0 exists and sends a canary update (10 C in a
+      coordinate no other client touches) or does not exist at all;
+    * "zero-out": client 0 takes part either way, sending the canary or a
+      zero update, and is seen doing so;
+    * "witness-add-remove": every client sends a (‖a‖ = C) and the added
+      client -a (10 C before clipping); a fixed cohort of m is drawn from
+      the clients present;
+    * "witness-replace": every client sends a, one of them -a instead;
+    * "sample-add": one client's data with or without a canary sample;
+    * "sample-replace": the canary sample in place of an ordinary one.
+
+    ``params`` are the setting's numbers (clients, q, sigma, clip, samples,
+    features, delta, ``canary``: the canary update's norm before clipping
+    in units of C, default 10, ...), read by :mod:`paretofl.fl.audit`."""
+
+    name: str
+    mechanism: str
+    canary: str
+    what: str
+    params: dict = field(default_factory=dict)
+    breaks: tuple = ()
+
+    def break_names(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.breaks)
+
+
+class Mechanism:
+    """Base class: a way of releasing a model, and everything said about it.
+
+    Class attributes a subclass sets (see the module docstring);
+    :meth:`charge` it must implement.  Instances carry the mechanism's
+    structural options (adaptive clipping's); the numbers that vary between
+    replicas and designs (q, σ, N) are arguments of the methods."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    #: whom the guarantee protects: "client" or "sample"
+    unit: ClassVar[str] = "client"
+    trusted: ClassVar[str] = ""
+    relation: ClassVar[str] = ""
+    released: ClassVar[str] = ""
+    #: how a round's cohort is drawn: "poisson" (each client with its rate), "fixed" (m of N without replacement)
+    selection: ClassVar[str] = "poisson"
+    #: where the noise goes, and who adds it (see :class:`Noise`)
+    noise_on: ClassVar[str] = "sum"
+    split: ClassVar[str] = "server"
+    #: where it runs: paretofl's trainer, or a framework's (the bridge applies it there)
+    framework: ClassVar[str] = "paretofl"
+    #: can ``design`` choose (q, T, σ) for it with the closed-form search
+    designable: ClassVar[bool] = False
+    #: can client-level DP-FedAvg (``train(algorithm="dpfedavg")``) run it
+    trainable: ClassVar[bool] = True
+    #: the trainer options this mechanism uses (beyond sigma, clip, lr, client_rate, optimizer)
+    options: ClassVar[tuple] = ()
+    #: those of them that configure the mechanism itself (its constructor's)
+    constructor_options: ClassVar[tuple] = ()
+    #: RDP orders its ε is searched on (Flower's accountant reports on its own)
+    orders: ClassVar[tuple] = DEFAULT_ORDERS
+    #: the audit settings (each with its broken copies)
+    audits: ClassVar[tuple] = ()
+
+    def __init__(self, **options):
+        if options:
+            raise ValueError(f"mechanism {self.name} takes no option {', '.join(sorted(options))}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    # ---------------------------------------------------------------- privacy
+    def charge(self, q, sigma, n_clients: int | None = None, cohort=None) -> Charge:
+        """What one round charges the accountant: a :class:`Charge` (its
+        noise multiplier linear in σ; vectorised over arrays of σ)."""
+        raise NotImplementedError
+
+    def check_rate(self, q, n_clients: int | None = None) -> float:
+        """The sampling rate checked as this mechanism needs it."""
+        return check_rate(q, "q")
+
+    def noise(self, q, sigma, n_clients: int, cohort=None) -> Noise:
+        """The noise a round releases (in units of C); see :class:`Noise`."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- statement
+    def sampling_text(self, d) -> str:
+        return (f"each client joins each round independently with probability q = {d.q:.4g} (Poisson); who took "
+                "part is not released")
+
+    def accountant_text(self, d) -> str:
+        return "RDP of the Poisson-subsampled Gaussian (paretofl's accountant), composed over the rounds"
+
+    def mechanism_text(self, d) -> str:
+        clip = f"C = {d.clip:g}" if d.clip is not None else "C (the clipping norm: not chosen by this design)"
+        return (f"updates clipped to L2 norm {clip}; noise multiplier {d.noise_multiplier:.4g} on the released sum "
+                f"(std {d.noise_multiplier:.4g} x C)")
+
+    def statement_notes(self, d) -> list[str]:
+        """Extra lines of the statement that only this mechanism needs."""
+        return []

@@ -1,0 +1,83 @@
+"""The privacy statement to publish with a deployment (Ponomareva et al.
+2023, "How to DP-fy ML", §5.3), written from a design and its mechanism.
+
+Every mechanism supplies its own fields (:class:`~paretofl.mechanisms.base.Mechanism`:
+the relation, what is released, who is trusted, sampling, mechanism and
+accountant lines, notes of its own); this module adds what every statement
+needs: the guarantee and its unit, clients with budgets of their own, the
+privacy cost of choosing the hyperparameters, and the floating-point
+caveat of docs/theory.md §5.4.
+"""
+
+from __future__ import annotations
+
+from .base import get
+
+__all__ = ["statement"]
+
+_FLOAT = {
+    "paretofl": ("Floating point: each noise value is the sum of two of PyTorch's float32 normals over sqrt(2) "
+                 "(as Opacus's secure mode draws it), whose tail is no lighter than a Gaussian's up to 8.16 "
+                 "standard deviations; noise computed in floating point lies on a grid (Mironov 2012), which this "
+                 "does not close, and the generator is PyTorch's, not a cryptographic one: the guarantee above is "
+                 "that of the ideal Gaussian mechanism."),
+    "flower": ("Floating point: Flower draws the noise with NumPy's generator in floating point; noise on a "
+               "grid (Mironov 2012) and a generator that is not cryptographic are not covered: the guarantee "
+               "above is that of the ideal Gaussian mechanism."),
+}
+
+
+def _cost(d) -> str:
+    if d.mechanism == "nbafl":
+        return ("none to the clients: T and K come from NbAFL's bounds with stated constants, and the noise from "
+                "the budget; no client data was used")
+    if getattr(d, "tuning", None):
+        return (f"none to the clients: q, T and sigma come from kappa ({d.kappa_source}), and C and the learning "
+                f"rate from training on the public share of {d.tuning['store']}; no client data was used")
+    if d.kappa_source == "given":
+        return ("not accounted here: kappa was given. If it, C or the learning rate were chosen by training on the "
+                "clients' data, that tuning spent privacy this statement does not include; say so and how")
+    return (f"none to the clients if the pre-trial behind kappa ({d.kappa_source}) used only public data, as "
+            "paretofl's pre-trials do (their public share); C and the learning rate "
+            + ("come from the same pre-trial" if d.clip is not None else "are yours: state how you chose them"))
+
+
+def _groups(d) -> list[str]:
+    per = "; ".join(f"{g['clients']} client{'s' if g['clients'] != 1 else ''} at epsilon {g['budget']:g}: rate "
+                    f"{g['q']:.4g}" + (f", own sigma {g['sigma']:.4g}" if d.mechanism == "client-local" else "")
+                    + f", spent {g['epsilon']:.4g}" for g in d.groups)
+    return [f"Budgets of their own: {per}. Each group is accounted on its own; each client's guarantee is its "
+            "group's. The budgets, the groups (who is in which) and their rates are assumed public: they are "
+            "inputs of the mechanism, not protected by it."]
+
+
+def statement(d) -> str:
+    """The statement of a :class:`paretofl.recommendation.Design`."""
+    mech = get(d.mechanism, **(getattr(d, "mechanism_options", None) or {}))
+    unit = ("client-level: the unit of privacy is one client and all of its data" if mech.unit == "client"
+            else "sample-level: the unit of privacy is one sample of one client's data")
+    if d.groups:
+        guarantee = (f"each client ({d.epsilon:.4g} or less, {d.delta:g})-differential privacy at its own group's "
+                     f"budget (the strictest {d.budget:g}), {unit}.")
+    else:
+        guarantee = f"({d.epsilon:.4g}, {d.delta:g})-differential privacy (budget {d.budget:g}), {unit}."
+    rounds = f"{d.rounds} round{'s' if d.rounds != 1 else ''}"
+    lines = [
+        "Privacy statement (after Ponomareva et al. 2023, How to DP-fy ML, section 5.3)",
+        f"- Guarantee: {guarantee}",
+        f"- Neighbouring relation: {mech.relation}.",
+        f"- Released: {mech.released}; {rounds}. Evaluation on client data is not released.",
+        f"- Trusted: {mech.trusted}.",
+        f"- Sampling: {mech.sampling_text(d)}; N = {d.n_clients} clients.",
+        f"- Mechanism: {mech.mechanism_text(d)}.",
+        f"- Accountant: {mech.accountant_text(d)}; converted to (epsilon, delta) with Balle et al. 2020, Thm 21 "
+        "(improved RDP conversion).",
+        f"- Privacy cost of choosing the hyperparameters: {_cost(d)}.",
+    ]
+    if d.groups:
+        lines += [f"- {x}" for x in _groups(d)]
+    lines += [f"- {x}" for x in mech.statement_notes(d)]
+    lines.append(f"- {_FLOAT[mech.framework]}")
+    if d.delta * d.n_clients >= 0.1:
+        lines.append(f"- Note: delta {d.delta:g} is not small against 1/N = {1 / d.n_clients:.3g}.")
+    return "\n".join(lines)

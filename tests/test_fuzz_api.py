@@ -1,0 +1,137 @@
+"""Property-based fuzzing of the library's own checks: a valid call of an
+API function with one argument replaced by a member of a class of bad input
+(zero, negative, NaN, infinite, text, a boolean, δ at or above 1/N, a share
+outside (0, 1], a file that is not what it should be).  Whatever hypothesis
+draws, the call must raise one ValueError — never ZeroDivisionError or a
+TypeError from deep inside, never a silent answer — the same checks the
+command line relies on (tests/test_fuzz_cli.py)."""
+
+import json
+import math
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import paretofl
+from paretofl.integrations import flower
+
+BAD_NUMBERS = {"zero": 0, "negative": -3.0, "NaN": math.nan, "infinite": math.inf, "text": "2", "boolean": True,
+               "None": None}
+
+
+def _numbers(*kinds):
+    return [(k, BAD_NUMBERS[k]) for k in kinds]
+
+
+def _budgets():
+    return paretofl.budgets.Budgets.shares([0.5, 0.5], [1.0, 4.0], 100)
+
+
+#: function -> (valid keyword arguments, {argument: [(class, bad value)]})
+CALLS = {
+    "nbafl_design": (paretofl.nbafl_design, dict(n_clients=100, epsilon=5.0, delta=1e-5, clip=10.0, client_size=512,
+                                                 max_rounds=200), {
+        "n_clients": _numbers("zero", "negative", "NaN", "text", "boolean") + [("not an integer", 10.5)],
+        "epsilon": _numbers("zero", "negative", "NaN", "infinite", "text", "boolean"),
+        "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.02), ("delta not below 1/N",
+                                                                                                 0.5)],
+        "clip": _numbers("zero", "negative", "NaN", "infinite", "text"),
+        "client_size": _numbers("zero", "negative", "text", "boolean") + [("not an integer", 2.5)],
+        "max_rounds": _numbers("zero", "negative", "text") + [("not an integer", 2.5)]}),
+    "design with budgets": (lambda **kw: paretofl.design(100, None, budgets=_budgets(), **kw),
+                            dict(max_rounds=50, q_max=0.5), {
+        "q_max": _numbers("zero", "negative", "NaN", "text", "boolean") + [("share above one", 1.5)],
+        "max_rounds": _numbers("zero", "negative", "text") + [("not an integer", 2.5)]}),
+    "design": (paretofl.design, dict(n_clients=50, epsilon=2.0, max_rounds=50), {
+        "epsilon": _numbers("zero", "negative", "NaN", "infinite", "text", "boolean"),
+        "q_max": _numbers("zero", "negative", "NaN", "text") + [("share above one", 1.5)],
+        "q_min": _numbers("zero", "negative", "NaN", "text") + [("share above one", 1.5)],
+        "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.05)],
+        "sigma_min": _numbers("zero", "negative", "NaN", "text"),
+        "mechanism_options": [("an option the mechanism does not take", {"clip_quantile": 1.5}),
+                              ("an option the mechanism does not take", {"quantile": 0.5})]}),
+    "flower_epsilon": (flower.flower_epsilon, dict(num_clients=10, num_sampled_clients=5, noise_multiplier=1.0,
+                                                   rounds=3, delta=1e-3), {
+        "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.5),
+                                                                ("delta not below 1/N", 0.1)],
+        "num_sampled_clients": _numbers("zero", "negative", "text") + [("cohort above the population", 11)],
+        "num_clients": _numbers("zero", "negative", "text"),
+        "noise_multiplier": _numbers("zero", "negative", "NaN", "infinite", "text"),
+        "rounds": _numbers("zero", "negative", "text") + [("not an integer", 2.5)]}),
+    "FlowerPlan": (lambda **kw: flower.accountant(flower.FlowerPlan(**kw)),
+                   dict(num_clients=10, num_sampled_clients=10, num_rounds=3, noise_multiplier=2.0,
+                        clipping_norm=1.0, epsilon=1.0, delta=1e-3, accounted=True, budget=2.0), {
+        "delta": _numbers("zero", "NaN", "text") + [("delta not below 1/N", 0.5), ("delta not below 1/N", 0.1)],
+        "num_sampled_clients": _numbers("zero", "text") + [("cohort above the population", 11)],
+        "clipping_norm": _numbers("zero", "negative", "NaN", "infinite"),
+        "budget": _numbers("zero", "negative", "NaN", "infinite")}),
+}
+
+
+@st.composite
+def bad_calls(draw):
+    name = draw(st.sampled_from(sorted(CALLS)))
+    fn, valid, bad = CALLS[name]
+    arg = draw(st.sampled_from(sorted(bad)))
+    what, value = draw(st.sampled_from(bad[arg]))
+    return name, what, {**valid, arg: value}
+
+
+@settings(max_examples=int(os.environ.get("PARETOFL_FUZZ_CASES", 300)), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(case=bad_calls())
+def test_the_library_refuses_every_member_of_every_class_with_a_value_error(case):
+    from conftest import FUZZ_API
+
+    name, what, kw = case
+    fn = CALLS[name][0]
+    with pytest.raises(ValueError) as exc:
+        fn(**kw)
+    assert "\n" not in str(exc.value).strip(), (name, kw, str(exc.value))      # one line
+    FUZZ_API[what] = FUZZ_API.get(what, 0) + 1
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_the_fuzzed_calls_are_valid(name):
+    """The fuzz starts from calls that work, so a refusal is the bad value's."""
+    if name == "FlowerPlan":
+        pytest.importorskip("flwr")
+    fn, valid, _ = CALLS[name]
+    fn(**valid)
+
+
+def test_budgets_that_print_alike_keep_their_own_column(tmp_path):
+    """Two groups whose budgets print alike under %g (1.0000001 and
+    1.0000004) keep one history column and one reported ε each: the
+    stricter group's ε is never hidden behind the looser one's."""
+    pytest.importorskip("torch")
+    b = paretofl.budgets.Budgets.shares([0.5, 0.5], [1.0000001, 1.0000004], 8)
+    d = paretofl.design(8, None, delta=1e-3, max_rounds=2, budgets=b, kappa=1.0)
+    r = paretofl.train(dataset="digits", model="lr", design=d, history=str(tmp_path / "h.csv"))
+    assert len(r.epsilon_groups) == 2
+    header = (tmp_path / "h.csv").read_text().splitlines()[0].split(",")
+    assert len([c for c in header if c.startswith("epsilon_")]) == 2
+
+
+def test_a_design_file_is_data_and_a_broken_one_is_refused(tmp_path):
+    """Design.save / Design.load: the same design back; a file that is not a
+    design, or one with an unknown field or a number out of range, is one
+    ValueError (nothing in the file is run)."""
+    d = paretofl.design(100, 2.0, max_rounds=50, delta=1e-6)
+    p = tmp_path / "d.json"
+    d.save(p)
+    back = paretofl.Design.load(p)
+    assert back.to_dict() == d.to_dict()
+    data = json.loads(p.read_text())
+    for broken in ({**data, "format": "other"}, {**data, "code": "__import__('os')"}, {**data, "delta": 0.5},
+                   {**data, "mechanism": "laplace"}, {**data, "rounds": 0}, [1, 2]):
+        p.write_text(json.dumps(broken))
+        with pytest.raises(ValueError):
+            paretofl.Design.load(p)
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        paretofl.Design.load(p)
+    with pytest.raises(ValueError, match=".json"):
+        d.save(tmp_path / "d.txt")

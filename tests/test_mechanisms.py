@@ -1,0 +1,159 @@
+"""The mechanisms as objects: the registry every layer reads, each
+mechanism's charge against formulas written out here (not read from the
+code), the one ledger against the accountant, and the statement of every
+kind of design (docs/theory.md §5.3)."""
+
+import math
+
+import numpy as np
+import pytest
+
+import paretofl
+from paretofl import mechanisms as M
+from paretofl.theory import privacy as P
+from paretofl.theory.ledger import Ledger
+
+
+def test_the_registry_lists_every_mechanism_once_with_what_it_says_of_itself():
+    assert M.names() == ("client-aggregate", "flower", "flower-accounted", "client-local", "nbafl", "sample")
+    assert set(M.names(designable=True)) == {"client-aggregate", "client-local", "flower", "flower-accounted"}
+    assert "nbafl" not in M.names(trainable=True)
+    for name in M.names():
+        m = M.get(name)
+        assert m.name == name and m.relation and m.trusted and m.released and m.summary
+        assert m.selection in ("poisson", "fixed") and m.split in ("shares", "server", "client")
+        assert M.audit_settings(name), f"{name} has no audit setting"
+    with pytest.raises(ValueError, match="mechanism must be one of"):
+        M.get("aggregate")
+    with pytest.raises(ValueError, match="takes no option"):
+        M.get("client-local", clip_quantile=0.5)
+
+
+def test_every_audit_setting_lists_the_noise_and_clipping_breaks():
+    """Each setting a real mechanism runs has broken copies the audit must
+    catch (NbAFL's paper calibration is itself the broken one: nothing to break)."""
+    for s in M.audit_settings():
+        if s.name == "nbafl/paper":
+            assert s.breaks == ()
+            continue
+        assert "noise/10" in s.break_names(), s.name
+        # adaptive clipping's canary fits under C (it must, to move the count):
+        # its clipping is audited by the plain aggregate setting, the same code
+        assert "no-clip" in s.break_names() or s.name == "client-aggregate/adaptive", s.name
+    names = [s.name for s in M.audit_settings()]
+    assert len(names) == len(set(names))
+    assert {"client-aggregate/adaptive", "client-local/groups", "flower", "flower-accounted"} <= set(names)
+
+
+@pytest.mark.parametrize("q,sigma,n", [(0.1, 1.0, 100), (0.5, 0.7, 20), (1.0, 2.0, 7)])
+def test_charges_against_the_formulas(q, sigma, n):
+    """Each mechanism's charge, written out: the aggregate view a Poisson
+    Gaussian of σ√(qN); the local view σ at each participation, seen;
+    DP-SGD (q_b, σ) per step; Flower replace-one the fixed-size bound at
+    σ√m / 2; Flower's accountant σ√m (m = N) or σ√m / 2 (m < N); NbAFL a
+    Gaussian of σ_U/(2C) per upload."""
+    m = q * n
+    assert M.get("client-aggregate").charge(q, sigma, n) == P.Charge("poisson", q, sigma * math.sqrt(m))
+    assert M.get("client-local").charge(q, sigma, n) == P.Charge("attributed", q, sigma)
+    assert M.get("sample").charge(q, sigma, steps=3) == P.Charge("poisson", q, sigma, 3)
+    if abs(m - round(m)) < 1e-9:
+        assert M.get("flower").charge(q, sigma, n) == P.Charge("fixed-size", q, sigma * math.sqrt(m) / 2)
+        acc = M.get("flower-accounted").charge(q, sigma, n)
+        assert acc.sampling == "none"
+        assert acc.noise_multiplier == pytest.approx(sigma * math.sqrt(m) / (1 if q == 1 else 2))
+    assert M.get("nbafl").charge(1.0, sigma) == P.Charge("none", 1.0, sigma)
+
+
+def test_charges_are_vectorised_over_replicas_and_groups():
+    """One form for a ledger's rows: arrays of rates and noise give each row
+    the charge a scalar call gives it."""
+    q, s = np.array([0.1, 0.5, 1.0]), np.array([1.0, 0.0, 3.0])
+    ch = M.get("client-aggregate").charge(q, s, 40)
+    assert ch.size == 3
+    for i in range(3):
+        assert ch.at(i) == M.get("client-aggregate").charge(float(q[i]), float(s[i]), 40)
+    with pytest.raises(ValueError, match="q\\*n_clients"):
+        M.get("client-aggregate").charge(0.01, 1.0, 10)
+    with pytest.raises(ValueError, match="whole number"):
+        M.get("flower").check_rate(0.25, 10)
+
+
+def test_adaptive_clipping_is_an_option_of_the_aggregate_mechanism_charged_with_it():
+    plain, adaptive = M.get("client-aggregate"), M.get("client-aggregate", clip_quantile=0.5, count_noise=5.0)
+    assert adaptive.adaptive and not plain.adaptive
+    assert adaptive.charge(0.5, 1.0, 100) == plain.charge(0.5, 1.0, 100)       # the same charge ...
+    z = plain.charge(0.5, 1.0, 100).noise_multiplier
+    z_sum = adaptive.noise(0.5, 1.0, 100).std                                  # ... the sum's own noise raised
+    assert (z_sum ** -2 + (2 * 5.0) ** -2) ** -0.5 == pytest.approx(z, rel=1e-12)
+    with pytest.raises(ValueError, match="clip_quantile"):
+        M.get("client-aggregate", clip_quantile=1.5)
+
+
+def test_the_ledger_books_charges_as_the_accountant_composes_them():
+    """Rows charged different rounds: each row's ε is the accountant's for
+    its own charges; a noise multiplier of 0 is an unlimited row."""
+    charges = [M.get("client-aggregate").charge(np.array([0.1, 0.3]), np.array([1.2, 0.0]), 50),
+               M.get("sample").charge(0.02, np.array([1.1, 1.1]), steps=np.array([2, 0]))]
+    led = Ledger(2, 1e-5)
+    for _ in range(3):
+        led.commit(charges, led.increment(charges), np.array([True, True]))
+    eps = led.epsilon()
+    acc = P.RDPAccountant().step(1.2 * math.sqrt(5), 0.1, 3).step(1.1, 0.02, 6)
+    assert eps[0] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+    assert math.isinf(eps[1])
+    assert led.grid_epsilon()[0] >= eps[0]
+
+
+# --------------------------------------------------------------------------
+# statements
+# --------------------------------------------------------------------------
+def _lines(text):
+    return {line.split(":", 1)[0].lstrip("- "): line for line in text.splitlines() if line.startswith("- ")}
+
+
+def test_every_statement_has_the_fields_and_the_floating_point_caveat():
+    designs = [paretofl.design(100, 2, max_rounds=50, mechanism=m) for m in M.names(designable=True)]
+    designs.append(paretofl.design(100, None, max_rounds=50, budgets=paretofl.budgets.Budgets.shares(
+        [0.5, 0.5], [1, 4], 100)))
+    designs.append(paretofl.nbafl_design(50, 60, 0.01, 10, 512))
+    for d in designs:
+        f = _lines(d.statement())
+        for key in ("Guarantee", "Neighbouring relation", "Released", "Trusted", "Sampling", "Mechanism",
+                    "Accountant", "Privacy cost of choosing the hyperparameters", "Floating point"):
+            assert key in f, (d.mechanism, key)
+        assert "Mironov 2012" in f["Floating point"]
+
+
+def test_the_local_views_statement_says_zero_out_and_that_membership_is_not_protected():
+    f = _lines(paretofl.design(100, 2, max_rounds=50, mechanism="client-local").statement())
+    assert "zero-out" in f["Neighbouring relation"] and "membership" in f["Neighbouring relation"]
+    assert "not protected" in f["Neighbouring relation"]
+    assert "add/remove" not in f["Neighbouring relation"]
+
+
+def test_adaptive_clipping_says_the_count_and_the_changing_clipping_norm_are_released():
+    d = paretofl.design(100, 2, max_rounds=50, mechanism_options={"clip_quantile": 0.5})
+    text = d.statement()
+    assert "count" in text and "every round's C is released" in text
+    assert "clip_quantile" in d.to_dict()["mechanism_options"]
+
+
+def test_a_group_design_states_that_budgets_and_rates_are_assumed_public():
+    b = paretofl.budgets.Budgets.shares([0.6, 0.4], [1, 8], 50)
+    text = paretofl.design(50, None, max_rounds=40, budgets=b).statement()
+    assert "assumed public" in text and "Budgets of their own" in text
+
+
+def test_flowers_statement_says_the_server_sees_updates_unclipped():
+    for fw in ("flower", "flower-accounted"):
+        f = _lines(paretofl.design(100, 2, max_rounds=50, framework=fw).statement())
+        assert "unclipped" in f["Trusted"]
+    f = _lines(paretofl.design(10, 5, max_rounds=10, q=0.5, framework="flower-accounted").statement())
+    assert "z/2" in f["Accountant"] and "displace" in f["Accountant"]
+
+
+def test_nbafls_statement_names_the_guarantee_its_calibration_does_not_meet():
+    d = paretofl.nbafl_design(50, 60, 0.01, 10, 512)
+    assert d.mechanism == "nbafl" and d.rounds >= 1 and d.details["clients_per_round"] >= 1
+    text = d.statement()
+    assert "replace-one" in text and "do not publish their figure" in text
