@@ -150,7 +150,7 @@ def test_a_fit_with_problems_that_do_not_block_is_used_and_its_problems_are_note
 
 def test_an_older_fit_file_whose_front_has_no_slope_is_refused_too(tmp_path):
     """Fits written before ``blocking`` existed are read by their problems' words."""
-    shipped = json.loads((paretofl.recommendation.shipped_fit().read_text()))
+    shipped = json.loads(paretofl.recommendation.shipped_fit().read_text())
     old = {k: v for k, v in shipped.items() if k != "blocking"}
     old["problems"] = ["the front has no slope in the sigma-T plane (slope 0, theory -2): kappa does not describe it"]
     (tmp_path / "old_fit.json").write_text(json.dumps(old))
