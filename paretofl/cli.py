@@ -257,8 +257,8 @@ def cmd_design(a):
         raise ValueError(f"{', '.join(unused)} only apply to --export flower|opacus (and --clip, --client-size to "
                          "--mechanism nbafl)")
     framework = a.framework or ("flower" if a.export == "flower" else "paretofl")
-    if a.export == "flower" and not framework.startswith("flower") and a.mechanism not in ("flower",
-                                                                                              "flower-accounted"):
+    flowers = [f for f in api.names()["frameworks"] if f != "paretofl"]
+    if a.export == "flower" and framework not in flowers and a.mechanism not in flowers:
         raise ValueError("--export flower designs for Flower: leave --framework out or set it to flower "
                          "(or flower-accounted, for Flower's own accountant)")
     for path, ends in ((a.out, (".json",)), (a.plot, (".png", ".pdf", ".svg"))):
