@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import recommendation
 from .mechanisms import DEFAULT
+from .mechanisms import get as mechanism_of
 from .recommendation import Design, InfeasibleBudget, nbafl_design  # noqa: F401  (re-exported)
 from .theory.pareto import ParetoSet, theorem3
 from .theory.privacy import SAMPLINGS, RDPAccountant, check_delta, check_step
@@ -309,7 +310,6 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     from .fl.algorithms import train as run
     from .fl.build import assemble, prepare
     from .fl.data import PARTITIONS, load_dataset
-    from .mechanisms import get as mechanism_of
     from .theory.ledger import Ledger
 
     if history is not None:
@@ -471,12 +471,15 @@ def names() -> dict:
     models and partitions, algorithms, mechanisms (all; those ``design``
     designs for; those DP-FedAvg trains), ``design``'s frameworks."""
     from .fl.options import CONFIGS, DPFEDAVG_MECHANISMS
+    from .mechanisms import REGISTRY
     from .mechanisms import names as mechanism_names
     from .pretrial.spec import DATASETS, MODELS, PARTITIONS
 
     return {"datasets": DATASETS, "models": MODELS, "partitions": PARTITIONS, "algorithms": tuple(CONFIGS),
             "mechanisms": mechanism_names(), "designable": recommendation.DESIGN_MECHANISMS,
-            "trainable": DPFEDAVG_MECHANISMS, "frameworks": recommendation.FRAMEWORKS, "default_mechanism": DEFAULT}
+            "trainable": DPFEDAVG_MECHANISMS, "frameworks": recommendation.FRAMEWORKS, "default_mechanism": DEFAULT,
+            "mechanism_options": tuple(dict.fromkeys(o for n in mechanism_names()
+                                                     for o in REGISTRY[n].constructor_options))}
 
 
 def is_reference(value) -> bool:
@@ -642,9 +645,28 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
            batch_size: int | None = None, local_steps: int | None = None):
     """The design in a framework's own parameters: a
     :class:`paretofl.integrations.flower.FlowerPlan` (``clip`` defaults to
-    the recipe's C) or an :class:`paretofl.integrations.opacus.OpacusPlan`
+    the recipe's C), an :class:`paretofl.integrations.opacus.OpacusPlan`
     (``clip`` the per-sample norm; ``client_size``, ``batch_size`` and
-    ``local_steps`` needed), and Python that builds it there."""
+    ``local_steps`` needed) or, for a banded design (bandmf), a
+    :class:`paretofl.integrations.jax_privacy.BandMFPlan` (``clip`` as for
+    Flower), and Python that builds it there."""
+    banded = mechanism_of(d.mechanism).noise_on == "correlated-sum"
+    if banded != (framework == "jax-privacy"):
+        raise ValueError(f"a {d.mechanism} design exports to jax-privacy, whose privatizer runs its correlated noise"
+                         if banded else f"a {d.mechanism} design adds independent noise: export it to flower or opacus")
+    if framework == "jax-privacy":
+        from .integrations import jax_privacy
+
+        ignored = [n for n, v in (("client_size", client_size), ("batch_size", batch_size),
+                                  ("local_steps", local_steps)) if v is not None]
+        if ignored:
+            raise ValueError(f"export to jax-privacy does not use {', '.join(ignored)}: drop "
+                             f"{'it' if len(ignored) == 1 else 'them'}")
+        if clip is None and d.clip is None:
+            raise ValueError("export to jax-privacy needs clip (the clipping norm C): this design has no C of its "
+                             "own (give tune, or a fit that records its pre-trial)")
+        p = jax_privacy.plan(d, clip if clip is not None else d.clip)
+        return p, jax_privacy.snippet(p)
     if framework == "flower":
         from .integrations import flower
 
@@ -668,4 +690,4 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
                              "steps a round, and the per-sample clipping norm)")
         p = opacus.from_design(d, client_size, batch_size, local_steps, clip)
         return p, opacus.snippet(p)
-    raise ValueError(f"framework must be flower or opacus, got {framework!r}")
+    raise ValueError(f"framework must be flower, opacus or jax-privacy, got {framework!r}")

@@ -197,6 +197,18 @@ def cmd_pareto(a):
 # --------------------------------------------------------------------------
 def _export_lines(p, framework):
     """A plan in a framework's own parameter names."""
+    if framework == "jax-privacy":
+        every = ("every client of the group" if p.mechanism == "bandmf"
+                 else f"each client of the group with probability {p.group_rate:.6g}")
+        shown = ", ".join(f"{c:.6g}" for c in p.coefficients[:8]) + (", ..." if p.bands > 8 else "")
+        return [f"{p.mechanism} (banded matrix factorization; correlated noise, JAX Privacy's privatizer):",
+                f"  bands b             {p.bands}  (coefficients {shown}: all {p.bands} in --json)",
+                f"  groups              {p.groups}: client i in group i mod b; round t takes {every} "
+                f"(about {p.expected_cohort:.4g} clients)",
+                f"  noise               z = {p.noise_multiplier:.6g}, std z C = {p.stddev:.6g} on the sum (C = "
+                f"{p.clipping_norm:g}); the sum divided by {p.expected_cohort:.6g}",
+                f"  rounds              {p.num_rounds} ({p.participations} per client at most); epsilon "
+                f"{p.epsilon:.4f}, delta {p.delta:g}"]
     if framework == "opacus":
         return [f"Opacus in each client (sample-level DP of its data over the design's {p.rounds} rounds):",
                 f"  DataLoader(client_data, batch_size={p.batch_size})  ->  sample rate {p.sample_rate:.6g}",
@@ -242,9 +254,32 @@ _CASES = {"I": "the round cap does not bind: the front runs from sigma_max down 
           "III": "the round cap binds early: the front never reaches the relation, T stays at max rounds"}
 
 
+def _accountant(d) -> str:
+    """Which accountant gave the design's epsilon, in a few words."""
+    if "bands" in d.details:
+        k = d.details["participations"]
+        what = ("Gaussian" if d.sampling == "none"
+                else f"Poisson-subsampled Gaussian, rate {d.details['group_rate']:.4g}")
+        return f"RDP accountant: {k} compositions of the {what}, one per round a client joins"
+    return f"RDP accountant, {d.sampling} sampling"
+
+
+def _banded_lines(d) -> list[str]:
+    """A banded design's own lines: b and where it came from, the groups, k, r."""
+    x = d.details
+    every = ("every client of it" if d.mechanism == "bandmf"
+             else f"each client of it with probability {x['group_rate']:.4g}")
+    return [f"  bands b             {x['bands']}  ({x['bands_from']})",
+            f"  groups              {x['groups']}  (client i in group i mod b; round t takes {every})",
+            f"  participations k    {x['participations']}  (ceil(T/b): the rounds one client joins at most, b "
+            "apart)",
+            f"  error ratio r       {x['error_ratio']:.4g}  (the correlated noise's error on the model, over "
+            "independent noise's at the same z; 1 at b = 1)"]
+
+
 def _mechanism_options(a) -> dict:
-    """The mechanism's own options given as flags (adaptive clipping's)."""
-    return {k: getattr(a, k) for k in ("clip_quantile", "clip_lr", "count_noise") if getattr(a, k, None) is not None}
+    """The mechanism's own options given as flags (adaptive clipping's, the bands)."""
+    return {k: getattr(a, k) for k in api.names()["mechanism_options"] if getattr(a, k, None) is not None}
 
 
 def cmd_design(a):
@@ -254,7 +289,7 @@ def cmd_design(a):
                     "--local-steps": a.local_steps}
     unused = [f for f, v in export_flags.items() if v is not None and a.export is None]
     if unused:
-        raise ValueError(f"{', '.join(unused)} only apply to --export flower|opacus (and --clip, --client-size to "
+        raise ValueError(f"{', '.join(unused)} only apply to --export (and --clip, --client-size to "
                          "--mechanism nbafl)")
     framework = a.framework or ("flower" if a.export == "flower" else "paretofl")
     flowers = [f for f in api.names()["frameworks"] if f != "paretofl"]
@@ -286,28 +321,31 @@ def cmd_design(a):
     out["feasible"] = True
     out["notes"] = [_flagged(n, a.flags) for n in d.notes]
     cf = d.closed_form
+    banded = "bands" in d.details
     lines = [
         f"Recommendation for N = {d.n_clients} clients, budget epsilon = {d.budget:g}, delta = {d.delta:g}, "
         f"at most {d.max_rounds} rounds ({d.mechanism} mechanism):",
         f"  sample ratio q      {d.q:.4g}  (about {_plural(round(d.clients_per_round, 2), 'client')} a round)",
         f"  rounds T            {d.rounds}",
+        *(_banded_lines(d) if banded else []),
         f"  noise sigma         {d.sigma:.4g}  per client (noise multiplier on the released sum: "
         f"{d.noise_multiplier:.4g}; charged: {d.charged_noise_multiplier:.4g})",
-        f"  epsilon spent       {d.epsilon:.4f}  (RDP accountant, {d.sampling} sampling; budget {d.budget:g})",
-        f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa sigma^2/(qN): the bound on the loss above "
-        f"non-private training, divided by its 1/T term's constant; lower is better)",
+        f"  epsilon spent       {d.epsilon:.4f}  ({_accountant(d)}; budget {d.budget:g})",
+        f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa sigma^2{' r' if banded else ''}/(qN): the bound on "
+        "the loss above non-private training, divided by its 1/T term's constant; lower is better)",
         f"  kappa               {d.kappa:.4g}  ({d.kappa_source})",
         *([f"  predicted loss      {d.predicted_utility_loss:.4g}  (the {d.utility_model} model's utility loss "
            f"at this point)"] if d.predicted_utility_loss is not None else []),
-        f"  Theorem 3 case      {d.case}  ({_CASES[d.case]})",
+        *([f"  Theorem 3 case      {d.case}  ({_CASES[d.case]})"] if d.case else []),
     ]
     if cf:
         lines.append(f"  closed-form point   q {cf['q']:.4g}, T {cf['rounds']}, sigma {cf['sigma']:.4g} "
                      f"(utility {cf['utility_bound']:.4g}, from the bounds of Theorem 3; the exact search's is "
                      f"{abs(100 * d.distance['utility_rel']):.2f} % "
                      f"{'lower' if d.distance['utility_rel'] <= 0 else 'higher'})")
-    lines.append(f"  sigma by relation   {d.sigma_relation:.4g}  (what kappa sigma^2 T = qN alone gives at this "
-                 "q and T)")
+    if d.case:
+        lines.append(f"  sigma by relation   {d.sigma_relation:.4g}  (what kappa sigma^2 T = qN alone gives at this "
+                     "q and T)")
     lines += _recipe_lines(d)
     lines += [f"note: {n}" for n in out["notes"]]
     if a.export is not None:
@@ -330,10 +368,11 @@ def _finish_design(a, d, out, lines):
         save = "" if a.out else f"save it (add --out {where}), then "
         lines.append(f"next: {save}train it with paretofl train --design {where} (the design travels whole: "
                      "mechanism, q, T, sigma, C, lr, delta and the model and data kappa came from), or export it "
-                     f"with paretofl export {where} --to flower|opacus"
+                     f"with paretofl export {where} --to "
+                     + ("jax-privacy" if "bands" in d.details else "flower|opacus")
                      + ("; publish the privacy statement (--statement)" if not a.statement else
                         "; publish the statement above with your results")
-                     + ("" if d.tuning or d.groups or d.mechanism == "nbafl"
+                     + ("" if d.tuning or d.groups or d.noise_on != "sum"
                         else "; choose C and lr on your public data with --tune STORE"))
     if getattr(a, "plot", None):
         out["plot"] = a.plot
@@ -697,8 +736,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--utility-model", choices=("bound", "bend"),
                    help="with --from-store: the bound (1.2) with free constants, or one that bends (adds a term "
                         "growing with sigma^2 T) (default: the one the store's held-out seeds prefer)")
-    s.add_argument("--mechanism", choices=(*known["designable"], "nbafl"), default=known["default_mechanism"],
-                   help="what is released and charged (docs/theory.md, section 5.3)")
+    s.add_argument("--mechanism", choices=(*known["designable"], "nbafl", "auto"), default=known["default_mechanism"],
+                   help="what is released and charged (docs/theory.md, sections 5.3 and 7); auto: the lowest "
+                        "bound of client-aggregate, bandmf and bandmf-amplified")
+    s.add_argument("--bands", type=INT, help="bandmf, bandmf-amplified: fix the bands b (default: searched)")
     s.add_argument("--framework", choices=known["frameworks"],
                    help="where a client-aggregate design runs: paretofl's trainer (Poisson client sampling), Flower "
                         "(m of N without replacement, accounted by paretofl: the flower mechanism), or Flower with "
@@ -710,8 +751,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--clip-lr", type=FLOAT, help="adaptive clipping: the geometric step (default 0.2)")
     s.add_argument("--count-noise", type=FLOAT, help="adaptive clipping: std of the count's noise (default: "
                                                       "expected cohort / 20)")
-    s.add_argument("--export", choices=("flower", "opacus"), help="print the design in the framework's own "
-                                                                  "parameters, with a snippet")
+    s.add_argument("--export", choices=("flower", "opacus", "jax-privacy"),
+                   help="print the design in the framework's own parameters, with a snippet (jax-privacy: a bandmf "
+                        "design's correlated noise)")
     s.add_argument("--clip", type=FLOAT, help="clipping norm C for --export (flower: default the recipe's C; "
                                                "opacus: the per-sample norm, required) and for --mechanism nbafl")
     s.add_argument("--tune", metavar="STORE", help="choose C and the learning rate on this pre-trial's public share: "
@@ -738,7 +780,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("export", help="a saved design (design --out) in Flower's or Opacus's own parameters")
     s.add_argument("design", help="the design file (.json) written by design --out")
-    s.add_argument("--to", choices=("flower", "opacus"), required=True, help="the framework")
+    s.add_argument("--to", choices=("flower", "opacus", "jax-privacy"), required=True,
+                   help="the framework (jax-privacy: a bandmf design's correlated noise)")
     s.add_argument("--clip", type=FLOAT, help="flower: the clipping norm C (default: the design's); opacus: the "
                                                "per-sample norm, required")
     s.add_argument("--client-size", type=INT, help="opacus: samples per client")

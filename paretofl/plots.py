@@ -114,10 +114,75 @@ def pareto_figure(ps, q, n, kappa, smin, smax, t_max, delta, path):
     _save(fig, path)
 
 
+def _frontier(mech, q, n, budget, delta, smin, smax, t_cap, kappa):
+    """A mechanism's budget frontier at q: on a σ grid, the most rounds
+    within the budget (its charged participations, as rounds) and the
+    utility bound 1/T + κσ²r(T)/(qN) there."""
+    unit = mech.charge(q, 1.0, n)
+    s = np.geomspace(smin, smax, 300)
+    k = max_steps(budget, float(unit.rate), s * float(unit.noise_multiplier), delta, sampling=unit.sampling)
+    tm = np.minimum(t_cap, mech.rounds_for(k)).astype(float)
+    ok = tm >= 1
+    r = np.ones_like(tm)
+    if ok.any():
+        r[ok] = mech.error_ratio(tm[ok].astype(int))
+    u = np.where(ok, 1.0 / np.maximum(tm, 1) + kappa * s * s * r / (q * n), np.nan)
+    return s, tm, u
+
+
+def _banded_figure(d, path):
+    """A banded design (bandmf): its frontier beside Poisson DP-FedAvg's
+    (client-aggregate at that design's q) on the σ–T plane and in the
+    bound, and the bound of every band count searched."""
+    n, kappa, smin, smax = d.n_clients, d.kappa, d.sigma_min, d.sigma_max
+    fams = [(f"{d.mechanism}, b = {d.details['bands']}", mechanism_of(d.mechanism, **d.mechanism_options), d.q,
+             (d.sigma, d.rounds, d.utility_bound), "#cc0000")]
+    other = d.details.get("dpfedavg") or {}
+    if "q" in other:
+        fams.append((f"client-aggregate (Poisson DP-FedAvg), q = {_g(other['q'])}", mechanism_of("client-aggregate"),
+                     other["q"], (other["sigma"], other["rounds"], other["utility_bound"]), "#1f77b4"))
+    fig = Figure(figsize=(15, 5.4))
+    a1, a2, a3 = fig.subplots(1, 3)
+    for label, mech, q, (sig, T, u), color in fams:
+        s, tm, uu = _frontier(mech, q, n, d.budget, d.delta, smin, smax, d.max_rounds, kappa)
+        a1.step(s, np.maximum(tm, 0.7), where="post", color=color, lw=1.5, label=label)
+        a1.plot(sig, T, "*", color="gold", mec=color, ms=13, zorder=6)
+        a2.plot(s, uu, color=color, lw=1.5, label=label)
+        a2.plot(sig, u, "*", color="gold", mec=color, ms=13, zorder=6)
+    for ax in (a1, a2):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        _log_ticks(ax.xaxis, smin, smax)
+        ax.set_xlabel("noise σ (per client)")
+        ax.grid(alpha=0.3, which="both")
+    a1.set_ylabel("rounds T within the budget")
+    a1.set_title(f"budget frontiers (ε = {_g(d.budget)}); stars: the designs")
+    a2.set_ylabel("utility-loss bound (units of A)")
+    a2.set_title("the bound along each frontier")
+    _legend_below(a1, ncol=1)
+    _legend_below(a2, ncol=1)
+    bs = {int(b): u for b, u in d.details["bands_searched"].items()}
+    a3.plot(list(bs), list(bs.values()), "o-", color="#cc0000")
+    a3.plot(d.details["bands"], d.utility_bound, "*", color="gold", mec="black", ms=13, label="design")
+    if "q" in other:
+        a3.axhline(other["utility_bound"], color="#1f77b4", ls="--", label="client-aggregate's design")
+    a3.set_xscale("log")
+    a3.set_yscale("log")
+    a3.set_xlabel("bands b")
+    a3.set_ylabel("best utility-loss bound at b")
+    a3.set_title("the search over b")
+    a3.grid(alpha=0.3, which="both")
+    _legend_below(a3, ncol=2)
+    _save(fig, path)
+
+
 def design_figure(d, path):
     """The design at its q: Theorem 3's pieces, the budget's frontier from
     the exact accountant, the recommendation and the closed-form point; and
-    the utility bound along the frontier."""
+    the utility bound along the frontier.  A banded design (bandmf) gets
+    its own figure: its frontier beside DP-FedAvg's, and the search over b."""
+    if "bands" in d.details:
+        return _banded_figure(d, path)
     q, n, kappa, smin, smax = d.q, d.n_clients, d.kappa, d.sigma_min, d.sigma_max
     unit = mechanism_of(d.mechanism).charge(q, 1.0, n)      # the charge is linear in sigma
     sampling, zf = unit.sampling, float(unit.noise_multiplier)

@@ -35,11 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .mechanisms import DEFAULT
+from .mechanisms import DEFAULT, REGISTRY
 from .mechanisms import get as mechanism_of
 from .mechanisms import names as mechanism_names
+from .mechanisms.base import Mechanism
 from .mechanisms.statement import statement as privacy_statement
 from .theory import pareto
+from .theory.bandmf import MAX_BANDS, round_noise_factors
 from .theory.privacy import (
     DEFAULT_ORDERS,
     check_delta,
@@ -337,6 +339,18 @@ def _check_loaded(d: Design, path) -> None:
 # --------------------------------------------------------------------------
 # the problem, the utility models, the search
 # --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Acct:
+    """One q's charge per unit σ, as the searches read it: the sampling, the
+    noise multiplier, the rate charged (q, or a group's rate), and the
+    rounds k charged participations allow (``rounds_for``)."""
+
+    sampling: str
+    zf: float
+    rate: float
+    rounds_for: object
+
+
 @dataclass
 class Problem:
     """What :func:`search` solves: the lowest predicted utility loss over
@@ -353,36 +367,50 @@ class Problem:
     mechanism: object
     orders: tuple = DEFAULT_ORDERS
 
-    def unit_charge(self, q):
-        """(sampling, noise multiplier charged per unit σ) at rate q: the
-        mechanism's charge at σ = 1 (every charge is linear in σ)."""
+    def __post_init__(self):
+        # the mechanism's error ratio r(T) on the bound's noise term (None:
+        # independent noise, r = 1), and its running minimum (the search's
+        # lower bounds hold for any r)
+        self.ratios = None
+        if type(self.mechanism).error_ratio is not Mechanism.error_ratio:
+            self.ratios = np.asarray(self.mechanism.error_ratio(np.arange(1, self.t_cap + 1)), dtype=float)
+
+    def unit_charge(self, q) -> _Acct:
+        """The mechanism's charge at q and σ = 1 (every charge is linear in
+        σ): its sampling, noise multiplier per unit σ and rate, and how
+        many rounds a number of charged participations allows."""
         c = self.mechanism.charge(q, 1.0, self.n_clients)
-        return c.sampling, float(c.noise_multiplier)
+        return _Acct(c.sampling, float(c.noise_multiplier), float(c.rate), self.mechanism.rounds_for)
 
     def epsilon_of(self, q, sigma, rounds, refine=True) -> float:
         """The mechanism's exact ε at (q, σ, T): orders searched; where its ε is
         reported by an outside accountant on fixed orders (Flower's), the
         larger of that and the searched one."""
-        sampling, zf = self.unit_charge(q)
-        z = sigma * zf
-        eps = compute_epsilon(q, z, rounds, self.delta, sampling, orders=self.orders)
+        c = self.mechanism.charge(q, sigma, self.n_clients)
+        k = self.mechanism.participations(rounds)
+        eps = compute_epsilon(c.rate, c.noise_multiplier, k, self.delta, c.sampling, orders=self.orders)
         if self.orders != DEFAULT_ORDERS:   # reported on its orders, not refined between them: the larger
-            eps = max(eps, rdp_to_epsilon(self.orders, rounds * rdp_curve(sampling, q, z, self.orders),
-                                          self.delta)[0])
+            eps = max(eps, rdp_to_epsilon(self.orders, k * rdp_curve(c.sampling, c.rate, c.noise_multiplier,
+                                                                     self.orders), self.delta)[0])
         return eps
 
 
+
+
 class ClosedForm:
-    """The bound (1.2) in units of A: 1/T + κσ²/(qN), searched exactly by
-    branch and bound over σ at each q (:func:`_best_for_q`)."""
+    """The bound (1.2) in units of A: 1/T + κσ²r(T)/(qN), searched exactly
+    by branch and bound over σ at each q (:func:`_best_for_q`).  r(T) is the
+    mechanism's error ratio: 1 for independent noise each round (Gu et al.'s
+    bound as it is), below 1 for noise correlated across rounds
+    (docs/theory.md §7)."""
 
     name = "closed form"
 
     def __init__(self, kappa: float, source: str):
         self.kappa, self.source = kappa, source
 
-    def bound(self, rounds, sigma, q, n):
-        return 1.0 / rounds + self.kappa * sigma * sigma / (q * n)
+    def bound(self, rounds, sigma, q, n, ratio=1.0):
+        return 1.0 / rounds + self.kappa * sigma * sigma * ratio / (q * n)
 
     def search(self, p: Problem, accts: dict) -> dict:
         """q -> (u, T, σ) or None: a coarse grid for every q first; the exact
@@ -396,12 +424,14 @@ class ClosedForm:
         def grid_best(qq):
             s, t = grids[qq]
             ok = t >= 1
-            return float(np.min(1 / t[ok] + kappa * s[ok] ** 2 / (qq * n))) if ok.any() else math.inf
+            r = 1.0 if p.ratios is None else p.ratios[np.maximum(t[ok], 1).astype(int) - 1]
+            return float(np.min(1 / t[ok] + kappa * s[ok] ** 2 * r / (qq * n))) if ok.any() else math.inf
 
         found = {}
         for qq in sorted(p.qs, key=grid_best):
             incumbent = min((r[0] for r in found.values() if r is not None), default=math.inf)
-            found[qq] = _best_for_q(qq, *args, acct=accts[qq], incumbent=incumbent, grid=grids[qq])
+            found[qq] = _best_for_q(qq, *args, acct=accts[qq], incumbent=incumbent, grid=grids[qq],
+                                    ratios=p.ratios)
         return found
 
 
@@ -420,6 +450,9 @@ class Empirical:
 
     def search(self, p: Problem, accts: dict) -> dict:
         """A coarse pass over every q, then the three best refined."""
+        if p.ratios is not None:
+            raise ValueError(f"a model fitted to a pre-trial store models independent noise each round: design "
+                             f"{p.mechanism.name} with the closed form (give kappa or fit, not from_store)")
         a = (p.n_clients, p.epsilon, p.delta, p.t_cap, p.sigma_min, p.sigma_max, p.orders)
         found = {qq: _best_for_model(self.model, qq, *a, accts[qq], refine=False) for qq in p.qs}
         for _, qq in sorted((r[0], qq) for qq, r in found.items() if r is not None)[:3]:
@@ -439,7 +472,8 @@ def search(p: Problem, utility) -> tuple:
             if best is None or r[0] < best[0][0]:
                 best = (r, qq)
     if best is None:
-        eps1 = [compute_epsilon(qq, p.sigma_max * accts[qq][1], 1, p.delta, accts[qq][0], orders=p.orders)
+        eps1 = [compute_epsilon(accts[qq].rate, p.sigma_max * accts[qq].zf, 1, p.delta, accts[qq].sampling,
+                                orders=p.orders)
                 for qq in p.qs]
         k = int(np.argmin(eps1))
         raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max})
@@ -553,7 +587,14 @@ def design(
     ``notes`` says when a bound binds, the budget is not spent, or the
     budget is too small to learn.
     """
-    mech = _mechanism(mechanism, framework, mechanism_options)
+    auto = mechanism == "auto"
+    if auto:
+        if mechanism_options:
+            raise ValueError("mechanism auto compares the mechanisms at their defaults: name one to give its "
+                             f"options ({', '.join(mechanism_options)})")
+        if budgets is not None or framework not in (None, "paretofl"):
+            raise ValueError("mechanism auto designs for paretofl's trainer with one budget for all clients")
+    mech = _mechanism(DEFAULT if auto else mechanism, framework, mechanism_options)
     if orders is None:   # an outside accountant (Flower's) reports on its orders: design on them
         orders = mech.orders
     n = _int_at_least(n_clients, 1, "n_clients")
@@ -601,6 +642,8 @@ def design(
 
         if not isinstance(utility, ClosedForm):
             raise ValueError("per-client budgets are designed with the closed form: give kappa or fit, not from_store")
+        if mech.noise_on == "correlated-sum":
+            raise ValueError(f"per-client budgets are designed for client-aggregate or client-local, not {mech.name}")
         if mech.framework != "paretofl":
             raise ValueError("Flower samples every client at one rate: per-client budgets run in paretofl's trainer "
                              "(docs/api.md says what Flower can run instead)")
@@ -615,40 +658,232 @@ def design(
         recipe_from_spec(d, q, spec)
         return d
 
-    qs = _q_candidates(n, q, q_min, 1.0 if q_max is None else q_max)
+    job = _Job(n, float(epsilon), delta, t_cap, q, q_min, 1.0 if q_max is None else q_max, sigma_min, sigma_max,
+               tuple(orders), utility, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
+    if auto:
+        d = _design_auto(job)
+    elif mech.noise_on == "correlated-sum":
+        d = _design_banded(job, mech.name, (mechanism_options or {}).get("bands"))
+    else:
+        d = _design_point(job, mech)
+    if fit is not None:
+        d.notes += [f"the fit {fit} lists a problem: {p}" for p in _read_fit(fit).get("problems") or []]
+    recipe_from_spec(d, q, spec)
+    return d
+
+
+@dataclass
+class _Job:
+    """What :func:`design` was asked, checked: the numbers every mechanism's
+    search shares."""
+
+    n: int
+    epsilon: float
+    delta: float
+    t_cap: int
+    q: float | None
+    q_min: float | None
+    q_max: float
+    sigma_min: float
+    sigma_max: float
+    orders: tuple
+    utility: object
+    capped_by_time: bool = False
+
+
+def _design_point(job: _Job, mech, qs=None) -> Design:
+    """The best (q, T, σ) for one configured mechanism (``qs``: the cohort
+    sizes to search; by default those the job allows)."""
+    n, epsilon, utility = job.n, job.epsilon, job.utility
+    kappa, kappa_source = utility.kappa, utility.source
+    if qs is None:
+        qs = _q_candidates(n, job.q, job.q_min, job.q_max)
     for qq in qs:
         mech.check_rate(qq, n)           # e.g. qN >= 1, or a whole number of clients for Flower
-    p = Problem(n, float(epsilon), delta, t_cap, qs, sigma_min, sigma_max, mech, tuple(orders))
+    p = Problem(n, epsilon, job.delta, job.t_cap, qs, job.sigma_min, job.sigma_max, mech, job.orders)
     (u, T, sig, qb), per_q = search(p, utility)
-    sampling, zf = p.unit_charge(qb)
-    z = sig * zf
+    acct = p.unit_charge(qb)
     eps_exact = p.epsilon_of(qb, sig, T)
     if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
         raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
-
-    cf = _closed_form_for_q(qb, n, epsilon, delta, t_cap, sigma_min, sigma_max, kappa, orders, acct=(sampling, zf))
-    case = pareto.theorem3(qb, n, kappa, sigma_min, sigma_max, t_cap).case
-    distance = {}
+    cf, case, distance, relation = None, "", {}, math.nan
+    if p.ratios is None:                   # Theorem 3's map: Gu et al.'s bound as it is
+        cf = _closed_form_for_q(qb, n, epsilon, job.delta, job.t_cap, job.sigma_min, job.sigma_max, kappa,
+                                job.orders, acct=acct)
+        case = pareto.theorem3(qb, n, kappa, job.sigma_min, job.sigma_max, job.t_cap).case
+        relation = float(pareto.relation_sigma(T, qb, n, kappa))
     if cf is not None:
         distance = {"sigma_rel": sig / cf["sigma"] - 1.0, "rounds_rel": T / cf["rounds"] - 1.0,
                     "utility_rel": u / cf["utility_bound"] - 1.0}
-    released = mechanism_of(mech.name).noise(qb, sig, n).std      # the noise on what is released, per unit C
-    d = Design(q=qb, rounds=T, sigma=sig, epsilon=eps_exact, delta=delta, case=case, utility_bound=u, kappa=kappa,
-               kappa_source=kappa_source, mechanism=mech.name, noise_multiplier=released,
-               charged_noise_multiplier=z, sampling=sampling,
-               sigma_relation=float(pareto.relation_sigma(T, qb, n, kappa)), closed_form=cf or {},
-               distance=distance, budget=float(epsilon), n_clients=n, max_rounds=t_cap, sigma_min=sigma_min,
-               sigma_max=sigma_max, mechanism_options=mech.options_dict() if hasattr(mech, "options_dict") else {})
+    # the noise multiplier on the released sum, per unit C (adaptive clipping's
+    # share of it for the count is said by the statement, not here)
+    released = mechanism_of(mech.name).noise(qb, sig, n).std
+    d = Design(q=qb, rounds=T, sigma=sig, epsilon=eps_exact, delta=job.delta, case=case, utility_bound=u,
+               kappa=kappa, kappa_source=kappa_source, mechanism=mech.name, noise_multiplier=released,
+               charged_noise_multiplier=sig * acct.zf, sampling=acct.sampling, sigma_relation=relation,
+               closed_form=cf or {}, distance=distance, budget=float(epsilon), n_clients=n, max_rounds=job.t_cap,
+               sigma_min=job.sigma_min, sigma_max=job.sigma_max,
+               mechanism_options=mech.options_dict() if hasattr(mech, "options_dict") else {})
     if isinstance(utility, Empirical):
         d.utility_model = utility.name
         d.predicted_utility_loss = float(utility.model.predict(sig, T, qb, n))
         d.utility_bound = float(1.0 / T + kappa * sig * sig / (qb * n))
-    d.notes = _notes(d, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
-    if fit is not None:
-        d.notes += [f"the fit {fit} lists a problem: {p}" for p in _read_fit(fit).get("problems") or []]
-    if q is None and len(qs) > 1:
+    d.notes = _notes(d, capped_by_time=job.capped_by_time)
+    if job.q is None and len(qs) > 1:
         d.notes.append(_why_q(d, per_q, qs))
-    recipe_from_spec(d, q, spec)
+    return d
+
+
+#: the most rounds a banded design searches (its error table costs O(T b))
+MAX_BANDED_ROUNDS = 100_000
+#: the mechanisms ``design(mechanism="auto")`` compares
+AUTO = (DEFAULT, "bandmf", "bandmf-amplified")
+
+
+def _band_candidates(lo: int, hi: int, count: int = 16) -> list[int]:
+    """Up to ``count`` band counts in [lo, hi], geometric, ends included."""
+    if hi - lo + 1 <= count:
+        return list(range(lo, hi + 1))
+    return sorted({int(x) for x in np.round(np.geomspace(lo, hi, count))} | {lo, hi})
+
+
+def _design_banded(job: _Job, name: str, bands=None, compare: bool = True) -> Design:
+    """The best design of a banded mechanism (``bandmf``: b groups in turn,
+    every client of the group, so q = 1/b; ``bandmf-amplified``: Poisson
+    within the group, q·b <= 1): the exact search at each band count b
+    (``bands``, or the counts the q range allows), the lowest bound kept.
+    ``compare``: also design client-aggregate (Poisson DP-FedAvg) for the
+    same job and say how the two bounds compare."""
+    cls = REGISTRY[name]
+    fixed = cls.selection == "cyclic"
+    n = job.n
+    if job.t_cap > MAX_BANDED_ROUNDS:
+        raise ValueError(f"{name} designs search at most {MAX_BANDED_ROUNDS:,} rounds, got a cap of {job.t_cap:,}")
+    q_lo = job.q if job.q is not None else (job.q_min if job.q_min is not None else 1.0 / n)
+    q_hi = job.q if job.q is not None else job.q_max
+    if bands is not None:
+        bs = [cls(bands=bands).bands]
+        if fixed and not q_lo * (1 - 1e-9) <= 1 / bs[0] <= q_hi * (1 + 1e-9):
+            raise ValueError(f"bandmf with b = {bs[0]} takes 1/b = {1 / bs[0]:.4g} of the clients a round, outside "
+                             f"the q allowed [{q_lo:g}, {q_hi:g}]")
+        if not fixed and q_lo > 1 / bs[0] * (1 + 1e-9):
+            raise ValueError(f"bandmf-amplified with b = {bs[0]} samples within groups of 1/b of the clients: a "
+                             f"share of at most {1 / bs[0]:.4g} a round, below the q asked ({q_lo:g}); lower the "
+                             "bands or q")
+    elif fixed:                       # b groups, all of a group a round: q = 1/b within [q_lo, q_hi]
+        lo, hi = math.ceil(1 / q_hi - 1e-9), min(math.floor(1 / q_lo + 1e-9), n, MAX_BANDS)
+        if job.q is not None:
+            lo = hi = round(1 / job.q)
+            if abs(lo * job.q - 1) > 1e-9:
+                raise ValueError(f"bandmf takes every client of one of b groups a round, so q = 1/b: q = {job.q:g} "
+                                 "is not one over a whole number")
+        if lo > hi:
+            raise ValueError(f"no band count b gives bandmf's share a round 1/b within [{q_lo:g}, {q_hi:g}]")
+        bs = _band_candidates(lo, hi)
+    else:                             # Poisson within the group: q b <= 1 for some allowed q
+        hi = min(math.floor(1 / q_lo + 1e-9), job.t_cap, MAX_BANDS)
+        bs = _band_candidates(1, max(hi, 1))
+    found, last_error, cohorts = {}, None, {}
+    for b in bs:
+        if fixed:
+            cohorts[b] = [1.0 / b]
+            continue
+        top = min(q_hi, 1.0 / b)
+        if top >= q_lo and top * n >= 1 - 1e-9:
+            qs = [job.q] if job.q is not None else _q_candidates(n, None, job.q_min, top)
+            if len(qs) > 8:           # eight cohort sizes a band count, geometric, ends kept
+                qs = [qs[i] for i in sorted({int(round(x)) for x in np.linspace(0, len(qs) - 1, 8)})]
+            cohorts[b] = qs
+
+    def at(b, qs):
+        nonlocal last_error
+        try:
+            found[b] = _design_point(job, mechanism_of(name, bands=b), qs)
+        except InfeasibleBudget as exc:
+            last_error = exc
+
+    if fixed:
+        for b in cohorts:
+            at(b, cohorts[b])
+    else:
+        # each band count at its largest cohort first (where the bound is
+        # usually least), then every cohort size at the two best counts
+        for b in cohorts:
+            at(b, cohorts[b][-1:])
+        for b in sorted(found, key=lambda x: found[x].utility_bound)[:2]:
+            if len(cohorts[b]) > 1:
+                at(b, cohorts[b])
+    if not found:
+        if last_error is not None:
+            raise last_error
+        raise ValueError(f"no band count b fits the q range [{q_lo:g}, {q_hi:g}] for {name}")
+    b = min(found, key=lambda x: (found[x].utility_bound, x))
+    d = found[b]
+    mech = mechanism_of(name, bands=b)
+    r = float(mech.error_ratio(d.rounds))
+    d.details = {"bands": b, "groups": b, "participations": mech.participations(d.rounds), "error_ratio": r,
+                 "group_rate": float(mech.group_rate(d.q)), "cohort": d.cohort,
+                 "coefficients": mech.coefficients(),
+                 "round_noise_factor": float(round_noise_factors(b, d.rounds).max()),
+                 "bands_searched": {str(x): found[x].utility_bound for x in sorted(found)},
+                 "bands_from": "given" if bands is not None else
+                 f"the exact search at each of {len(bs)} band counts in [{min(bs)}, {max(bs)}]: the lowest bound"}
+    others = sorted((found[x].utility_bound, x) for x in found if x != b)
+    if bands is None and len(bs) > 1:
+        text = (f"b = {b} has the lowest utility bound of the {len(bs)} band counts searched in [{min(bs)}, "
+                f"{max(bs)}]")
+        if others:
+            text += f"; the next best, b = {others[0][1]}, is {100 * (others[0][0] / d.utility_bound - 1):.1f} % worse"
+        d.notes.append(text)
+    if compare:
+        _compare_with_dpfedavg(job, d)
+    return d
+
+
+def _compare_with_dpfedavg(job: _Job, d: Design) -> None:
+    """Put the Poisson DP-FedAvg (client-aggregate) design for the same job
+    beside a banded design: in its details, and a note."""
+    try:
+        other = _design_point(job, mechanism_of(DEFAULT))
+    except (InfeasibleBudget, ValueError) as exc:
+        d.details["dpfedavg"] = {"error": str(exc)}
+        return
+    d.details["dpfedavg"] = {k: getattr(other, k) for k in ("q", "rounds", "sigma", "epsilon", "utility_bound")}
+    rel = 100 * (other.utility_bound / d.utility_bound - 1)
+    verdict = f"{abs(rel):.1f} % {'above' if rel > 0 else 'below'} this design's"
+    d.notes.append(f"the DP-FedAvg design with Poisson sampling (client-aggregate) for the same budget: q = "
+                   f"{other.q:.4g}, T = {other.rounds}, sigma = {other.sigma:.4g}, utility bound "
+                   f"{other.utility_bound:.4g} ({verdict}); it needs each client sampled independently"
+                   + _on_floor(other))
+
+
+def _on_floor(d: Design) -> str:
+    """A remark where a design compared sits on the σ floor (its best lies lower)."""
+    if d.sigma <= d.sigma_min * (1 + 1e-6):
+        return (f" (its sigma sits on sigma_min = {d.sigma_min:g}, and the budget is not spent: lower sigma_min to "
+                "compare at its best)")
+    return ""
+
+
+def _design_auto(job: _Job) -> Design:
+    """The lowest bound of the mechanisms in :data:`AUTO` (each at its best
+    band count), with every one's bound in the notes."""
+    found, errors = {}, []
+    for name in AUTO:
+        try:
+            found[name] = (_design_point(job, mechanism_of(name)) if name == DEFAULT
+                           else _design_banded(job, name, compare=False))
+        except (InfeasibleBudget, ValueError) as exc:
+            errors.append(exc)
+    if not found:
+        raise errors[0]
+    best = min(found, key=lambda x: (found[x].utility_bound, AUTO.index(x)))
+    d = found[best]
+    d.details = dict(d.details, compared={k: v.utility_bound for k, v in found.items()})
+    each = "; ".join(f"{k} {v.utility_bound:.4g}" + (f" (b = {v.details['bands']})" if "bands" in v.details else "")
+                     + _on_floor(v) for k, v in found.items())
+    d.notes.append(f"mechanism chosen by the utility bound: {each}. bandmf needs no sampling (groups in turn); "
+                   "client-aggregate and bandmf-amplified sample each client independently")
     return d
 
 
@@ -707,8 +942,9 @@ def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, clie
 # the exact search for one q: branch and bound on σ
 # --------------------------------------------------------------------------
 def _tmax(eps, q, s, delta, orders, acct):
-    sampling, zf = acct
-    return max_steps(eps, q, np.asarray(s) * zf, delta, orders, sampling=sampling)
+    """The most rounds within ε at each σ: the most charged participations
+    (:func:`max_steps`), as rounds."""
+    return acct.rounds_for(max_steps(eps, acct.rate, np.asarray(s) * acct.zf, delta, orders, sampling=acct.sampling))
 
 
 def _initial_grid(q, eps, delta, t_cap, s_lo, s_hi, orders, acct):
@@ -717,10 +953,13 @@ def _initial_grid(q, eps, delta, t_cap, s_lo, s_hi, orders, acct):
     return s, np.minimum(t_cap, _tmax(eps, q, s, delta, orders, acct))
 
 
-def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumbent=math.inf, grid=None):
-    """Minimise u = 1/T + κσ²/(qN) over σ ∈ [s_lo, s_hi], integer T ∈ [1, t_cap],
+def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumbent=math.inf, grid=None,
+                ratios=None):
+    """Minimise u = 1/T + κσ²r(T)/(qN) over σ ∈ [s_lo, s_hi], integer T ∈ [1, t_cap],
     subject to ε_exact(q, T, σ) <= eps.  Optimal to a relative 1e-4 in u
-    (and 1e-8 in σ).
+    (and 1e-8 in σ).  ``ratios``: r(1..t_cap) (None: r = 1); the best T at
+    a σ is then the largest only where r does not rise with T, which
+    :mod:`paretofl.theory.bandmf`'s strategy's does not (tested).
 
     For each σ the best T is T(σ) = min(t_cap, T_max(σ)), with T_max from the
     accountant in closed form (:func:`max_steps`); T(σ) is a non-decreasing
@@ -732,12 +971,19 @@ def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumb
     bisection for its least σ.  Returns (u, T, σ) or None.
     """
     c = kappa / (q * n)
+    # lower bounds need r's least value up to T: its running minimum
+    low = None if ratios is None else np.minimum.accumulate(ratios)
 
     def tmax(s):
         return np.minimum(t_cap, _tmax(eps, q, s, delta, orders, acct))
 
     def u(t, s):
-        return 1.0 / t + c * s * s
+        if ratios is None:
+            return 1.0 / t + c * s * s
+        return 1.0 / t + c * s * s * ratios[np.asarray(t, dtype=int) - 1]
+
+    def u_low(t, s):
+        return u(t, s) if low is None else 1.0 / t + c * s * s * low[int(t) - 1]
 
     s, t = grid if grid is not None else _initial_grid(q, eps, delta, t_cap, s_lo, s_hi, orders, acct)
     if t[-1] < 1:
@@ -755,7 +1001,7 @@ def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumb
 
     def push(a, b, ta, tb):
         if tb > ta and tb >= 1:
-            heapq.heappush(heap, (u(tb, a), a, b, int(ta), int(tb)))
+            heapq.heappush(heap, (u_low(tb, a), a, b, int(ta), int(tb)))
 
     for j in range(1, len(s)):
         push(s[j - 1], s[j], t[j - 1], t[j])
@@ -764,7 +1010,7 @@ def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumb
         lb, a, b, ta, tb = heapq.heappop(heap)
         if lb >= min(best[0], incumbent) * (1 - tol):
             break
-        if tb - max(ta, 0) == 1:
+        if tb - max(ta, 0) == 1 or acct.rounds_for(1) > 1 and _one_new_value(acct, ta, tb, t_cap):
             # one new T value: bisect (16-way) for the least σ that reaches it
             lo, hi = a, b
             while hi / lo > 1 + 1e-8:
@@ -784,6 +1030,14 @@ def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumb
     return best if best[1] is not None else None
 
 
+def _one_new_value(acct, ta, tb, t_cap) -> bool:
+    """Do the T values a σ interval spans hold one new value only, where T
+    moves in steps (rounds_for(k) = b·k, capped at t_cap)."""
+    k = np.arange(1, int(tb // acct.rounds_for(1)) + 2)
+    values = np.unique(np.minimum(t_cap, acct.rounds_for(k)))
+    return int(np.sum((values > max(ta, 0)) & (values < tb))) == 0
+
+
 def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct):
     """The map: walk Theorem 3's Pareto set (continuous T) from the most
     private end, where the utility bound is worst, and stop where the exact
@@ -791,11 +1045,10 @@ def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct)
     bisection on the position along the concatenated pieces."""
     ps = pareto.theorem3(q, n, kappa, s_lo, s_hi, t_cap, n_points=400)
     pts = np.vstack([p.points for p in ps.pieces])
-    sampling, zf = acct
-
     def epsilon(i):
         s, tt = pts[i]
-        return compute_epsilon(q, s * zf, max(1, int(math.floor(tt))), delta, sampling, orders=orders)
+        return compute_epsilon(acct.rate, s * acct.zf, max(1, int(math.floor(tt))), delta, acct.sampling,
+                               orders=orders)
 
     if epsilon(0) > eps:
         return None

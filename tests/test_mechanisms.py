@@ -15,13 +15,16 @@ from paretofl.theory.ledger import Ledger
 
 
 def test_the_registry_lists_every_mechanism_once_with_what_it_says_of_itself():
-    assert M.names() == ("client-aggregate", "flower", "flower-accounted", "client-local", "nbafl", "sample")
-    assert set(M.names(designable=True)) == {"client-aggregate", "client-local", "flower", "flower-accounted"}
+    assert M.names() == ("client-aggregate", "bandmf", "bandmf-amplified", "flower", "flower-accounted",
+                         "client-local", "nbafl", "sample")
+    assert set(M.names(designable=True)) == {"client-aggregate", "client-local", "flower", "flower-accounted",
+                                             "bandmf", "bandmf-amplified"}
     assert "nbafl" not in M.names(trainable=True)
     for name in M.names():
         m = M.get(name)
         assert m.name == name and m.relation and m.trusted and m.released and m.summary
-        assert m.selection in ("poisson", "fixed") and m.split in ("shares", "server", "client")
+        assert m.selection in ("poisson", "fixed", "cyclic", "cyclic-poisson")
+        assert m.split in ("shares", "server", "client")
         assert M.audit_settings(name), f"{name} has no audit setting"
     with pytest.raises(ValueError, match="mechanism must be one of"):
         M.get("aggregate")

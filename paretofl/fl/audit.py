@@ -30,7 +30,8 @@ the claim runs the real release against an ε computed the broken way.
 
 Each audit is one round (one release): composition over rounds is the
 accountant's arithmetic, checked against independent accountants in the
-tests.  The canary pairs (``AuditSetting.canary``):
+tests.  Where the noise spans the rounds (BandMF) one release is the whole
+run, at small T.  The canary pairs (``AuditSetting.canary``):
 
 * ``add-remove``: client 0 exists and, when sampled, sends 10·C·u (u a
   coordinate no real client touches; clipped to C), or does not exist at
@@ -46,7 +47,10 @@ tests.  The canary pairs (``AuditSetting.canary``):
 * ``sample-add``: one client's data with or without a sample having one
   huge feature no other sample has (its gradient is clipped); one local step;
 * ``sample-replace`` (NbAFL): the canary sample in place of an ordinary one;
-  five local steps, parameter clipping, uplink noise.
+  five local steps, parameter clipping, uplink noise;
+* ``add-remove-run`` (noise correlated across rounds, BandMF): client 0
+  exists and sends the canary in every round it is selected, or does not
+  exist; the whole run of T rounds is one release (the noise spans them).
 """
 
 from __future__ import annotations
@@ -57,14 +61,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..mechanisms import AuditSetting, audit_setting, audit_settings
+from ..mechanisms import REGISTRY, AuditSetting, audit_setting, audit_settings
 from ..theory.ledger import Ledger
 from ..theory.privacy import Charge
 from .build import Setup, assemble
 from .data import Dataset
 from .engine import Engine
 from .models import build_model
-from .release import ClientGroups, SumRelease
+from .release import ClientGroups, CorrelatedRelease, SumRelease
 
 _CLASSES = 10
 _BIG = 1e5         # the canary sample's value in its own feature
@@ -209,8 +213,31 @@ class _NoiseAtNextClip(SumRelease):
         return self.noisy_mean(glob, clipped, c)
 
 
+class _IndependentNoise(CorrelatedRelease):
+    """BandMF's claim over independent noise: each round N(0, r z²C²),
+    r = ‖AC⁻¹‖²_F/(T(T+1)/2) the error ratio of the strategy over the run —
+    as much error on the model as the correlated noise leaves, with none of
+    its cancelling (``rounds``: the run's T, set by the audit)."""
+
+    rounds = 1
+
+    def correlated_noise(self, d):
+        return self.engine.normal((d,)) * math.sqrt(self.mech.error_ratio(self.rounds))
+
+
+class _EveryRound(CorrelatedRelease):
+    """Client 0 joins every round, not only its group's: the b-separation
+    the charge assumes is broken."""
+
+    def selected(self):
+        sel = super().selected()
+        sel[:, 0] = True
+        return sel
+
+
 #: breaks in the release: how each makes its broken copy of a policy's release
-_BROKEN = {"legacy-topup": _LegacyTopup, "uncentred-count": _UncentredCount, "noise-at-next-clip": _NoiseAtNextClip}
+_BROKEN = {"legacy-topup": _LegacyTopup, "uncentred-count": _UncentredCount, "noise-at-next-clip": _NoiseAtNextClip,
+           "independent-noise": _IndependentNoise, "every-round": _EveryRound}
 
 
 def _synthetic(n_samples, seed, features, canary_label=None, replace=False):
@@ -294,7 +321,7 @@ def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none",
     sigma = (groups.groups[0]["sigma"] if groups is not None else p["sigma"]) * factor
     q = p["cohort"] / p["clients"] if "cohort" in p else (
         float(groups.client_rates().mean()) if groups is not None else p["q"])
-    opts = {k: p[k] for k in ("clip_quantile", "clip_lr", "count_noise") if k in p}
+    opts = {k: p[k] for k in REGISTRY[s.mechanism].constructor_options if k in p}
     pol = assemble(setup, "dpfedavg", mechanism=s.mechanism, sigma=sigma, clip=p.get("clip", 1.0),
                    lr=p.get("lr", 0.1), client_rate=q, batch_size=64, groups=groups, **opts, **run).policy
     eng = pol.engine
@@ -304,6 +331,8 @@ def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none",
         pol.release = _BROKEN[broken](pol.mech, eng, sigma=cfg.sigma, clip=cfg.clip, client_rate=cfg.client_rate,
                                       groups=groups, sizes=sizes)
         rel = pol.release
+        if "rounds" in p:
+            rel.rounds = p["rounds"]
     if groups is not None and factor != 1.0:   # with groups the release reads sigma from them
         rel.group_sigmas, rel.sigma = rel.group_sigmas * factor, rel.sigma * factor
     if broken == "loosest-rate":      # every group sampled at the loosest rate; each still claimed at its own
@@ -416,8 +445,47 @@ def _scores_nbafl(s: AuditSetting, world, replicas, first_seed, broken):
     return {"projection": Engine.flat(new)[:, k].cpu().numpy()}
 
 
+def _scores_run(s: AuditSetting, world, replicas, first_seed, broken):
+    """The whole run of a mechanism whose noise spans the rounds (BandMF):
+    T rounds, client 0 present (sending the canary, 10 C in its own
+    coordinate, whenever it is selected) or absent; the other clients send
+    nothing in that coordinate.  What the adversary sees is the T released
+    sums' canary coordinate x (R, T); with C the strategy, Cx carries white
+    noise, so the scores are projections of Cx onto C e_π (e_π: the canary
+    group's rounds; the likelihood ratio of the real mechanism), onto C 1
+    (a client in every round), and x summed over π (the test of independent
+    noise), and the squared norm."""
+    from ..theory.bandmf import strategy
+
+    p = s.params
+    ds = _synthetic(p["samples"] * p["clients"], 12345, p["features"])
+    pol = _policy(s, ds, p["clients"], replicas, first_seed, broken)
+    eng, rel = pol.engine, pol.release
+    glob = _initial(eng, p["features"])
+    k = int(_canary_column(glob, p["features"])[0])
+    size = float(p.get("canary", 10.0)) * float(p.get("clip", 1.0))
+    active = np.ones(eng.R, dtype=bool)
+    present = np.ones(eng.N, dtype=bool)
+    present[0] = world == "in"
+    T, b = int(p["rounds"]), int(p["bands"])
+    x = np.zeros((eng.R, T))
+    norm = np.zeros(eng.R)
+    for t in range(T):
+        c = rel.select(active, present=present)
+        upd = torch.zeros(c.size, eng.net.n_params, dtype=eng.dtype, device=eng.device)
+        upd[c.client == 0, k] = size
+        release = _flat_release(eng, rel.release(glob, upd, c, active), glob)
+        x[:, t] = release[:, k].cpu().numpy()
+        norm += release.pow(2).sum(1).cpu().numpy()
+    C = strategy(T, b)
+    e_pi = (np.arange(T) % b == 0).astype(float)
+    cx = x @ C.T
+    return {"projection": cx @ (C @ e_pi), "every-round": cx @ (C @ np.ones(T)), "rounds": x @ e_pi, "norm": norm}
+
+
 _RUNNERS = {"add-remove": _scores_client, "zero-out": _scores_client, "witness-add-remove": _scores_client,
-            "witness-replace": _scores_client, "sample-add": _scores_sample, "sample-replace": _scores_nbafl}
+            "witness-replace": _scores_client, "sample-add": _scores_sample, "sample-replace": _scores_nbafl,
+            "add-remove-run": _scores_run}
 
 
 def claimed_epsilon(s: AuditSetting | str, broken: str = "none") -> float:
@@ -439,8 +507,11 @@ def claimed_epsilon(s: AuditSetting | str, broken: str = "none") -> float:
     if pol.fixed_epsilon() is not None:
         return float(pol.fixed_epsilon())
     ledger = Ledger(pol.n_groups, delta)
-    ch = pol.charges(0)
-    ledger.commit(ch, ledger.increment(ch), np.ones(pol.n_groups, dtype=bool))
+    for t in range(int(p.get("rounds", 1))):    # the run's rounds (one, but for a run-long audit)
+        ch = pol.charges(t)
+        ledger.commit(ch, ledger.increment(ch), np.ones(pol.n_groups, dtype=bool))
+        if hasattr(pol.release, "t"):
+            pol.release.t += 1
     return float(ledger.epsilon()[p["group_of"][0] if "group_of" in p else 0])
 
 

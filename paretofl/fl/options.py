@@ -13,6 +13,7 @@ import numpy as np
 
 from ..mechanisms import REGISTRY
 from ..mechanisms import names as mechanism_names
+from ..theory.bandmf import MAX_BANDS
 
 __all__ = ["option", "check_range", "check_choice", "options_of", "DPFedAvgConfig", "ALIDPFLConfig",
            "AdapDPFLConfig", "NbAFLConfig", "CONFIGS", "DPFEDAVG_MECHANISMS", "CALIBRATIONS", "UNUSED_BY",
@@ -75,6 +76,8 @@ class DPFedAvgConfig:
     clip_lr: float = option(0.2, "adaptive clipping: the geometric step η_C of C <- C·exp(-η_C(b - γ))")
     count_noise: float | None = option(None, "adaptive clipping: std σ_b of the noise on the count of unclipped "
                                              "updates (default: expected cohort / 20)")
+    bands: int = option(1, "bandmf, bandmf-amplified: b, the strategy's bands and the number of client groups "
+                           "that take turns (client_rate is then the share a round: 1/b for bandmf)")
 
     def __post_init__(self):
         check_choice("mechanism", self.mechanism, DPFEDAVG_MECHANISMS)
@@ -95,6 +98,7 @@ class DPFedAvgConfig:
                 raise ValueError("adaptive clipping (clip_quantile) applies to the client-aggregate mechanism: "
                                  "its clipped count is released beside the aggregate")
         check_range("clip_lr", self.clip_lr, 0, 1e3)
+        check_range("bands", self.bands, 1, MAX_BANDS, lo_open=False, integer=True)
         if self.count_noise is not None:
             check_range("count_noise", self.count_noise, 0, 1e12)
         if self.batch_divisor is not None:
@@ -172,7 +176,7 @@ class NbAFLConfig:
 
 #: DP-FedAvg's options that only some mechanisms use (the rest every one does)
 _SPECIFIC = ("batch_rate", "local_steps", "batch_divisor", "local_epochs", "batch_size", "clip_quantile", "clip_lr",
-             "count_noise")
+             "count_noise", "bands")
 _ADAPTIVE = ("clip_lr", "count_noise")
 #: the options each DP-FedAvg mechanism does not use (DP-SGD's batches, or
 #: client-level SGD's epochs): given, they are refused, never ignored

@@ -10,6 +10,8 @@ One class per kind of release, chosen by the mechanism's
   sum (split into the clients' shares and the server's top-up, or all at
   the server), divide by the expected cohort; adaptive clipping where the
   mechanism has it;
+* :class:`CorrelatedRelease` — noise on the sum correlated across rounds
+  (bandmf, bandmf-amplified): the cohort is a group in turn;
 * :class:`UpdateRelease` — noise on each update (client-local);
 * :class:`GradientRelease` — noise inside DP-SGD (sample-level).
 
@@ -22,7 +24,7 @@ drives the same public methods with canaries.  Every replica's settings
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -30,8 +32,8 @@ import torch
 from ..mechanisms import Mechanism
 from .engine import Cohort, Engine
 
-__all__ = ["Release", "SumRelease", "UpdateRelease", "GradientRelease", "make_release", "cohort_bound",
-           "ClientGroups"]
+__all__ = ["Release", "SumRelease", "CorrelatedRelease", "UpdateRelease", "GradientRelease", "make_release",
+           "cohort_bound", "ClientGroups"]
 
 
 @dataclass
@@ -175,6 +177,10 @@ class Release:
 
     def release(self, glob, updates, cohort: Cohort, active):
         raise NotImplementedError
+
+    def state_bytes(self) -> int:
+        """Bytes the release keeps between rounds (0: none)."""
+        return 0
 
 
 class SumRelease(Release):
@@ -341,8 +347,99 @@ class GradientRelease(Release):
         return [torch.where(none.reshape(-1, *[1] * (o.ndim - 1)), g, o) for o, g in zip(out, glob)]
 
 
+class CorrelatedRelease(SumRelease):
+    """Noise on the sum, correlated across rounds (``bandmf`` and
+    ``bandmf-amplified``; docs/theory.md §7).  Client i belongs to group
+    i mod b; round t's cohort is group t mod b — every client of it
+    (``selection="cyclic"``) or each with the group's rate q_g = q·b
+    (``"cyclic-poisson"``).  The server adds to the clipped sum z·C·y_t,
+    y_t = (Z_t − Σ_{j=1}^{b−1} c_j y_{t−j}) / c_0 with Z_t standard normal:
+    row t of C⁻¹Z for the b-banded Toeplitz strategy C
+    (:mod:`paretofl.theory.bandmf`), kept as the last b − 1 draws of each
+    replica (a ring of (R, b − 1, d)).  The sum is divided by the expected
+    cohort m = qN.  Each round charges the clients of group t mod b; the
+    ledger books the most exposed group, 0, in rounds t ≡ 0 (mod b)."""
+
+    def __init__(self, mechanism, engine, sigma, clip, client_rate, groups=None, sizes=None):
+        if groups is not None:
+            raise ValueError(f"per-client budgets apply to client-aggregate or client-local, not {mechanism.name}")
+        super().__init__(mechanism, engine, sigma, clip, client_rate, None, sizes)
+        self.bands = int(mechanism.bands)
+        self.coef = torch.as_tensor(np.asarray(mechanism.coefficients()), dtype=engine.dtype, device=engine.device)
+        self.group_of = torch.arange(engine.N, device=engine.device) % self.bands
+        self.t = 0                                   # the next round's index (every active replica's)
+        self.ring = None                             # y_{t-1}, ..., y_{t-b+1} at slots (t - j) mod (b - 1)
+
+    # ------------------------------------------------------------ selection
+    def group_rate(self) -> np.ndarray:
+        """q_g of each replica (R,): 1 for ``bandmf``, q·b for the amplified."""
+        if self.mech.selection == "cyclic":
+            return np.ones(self.engine.R)
+        return np.minimum(self.client_rate * self.bands, 1.0)
+
+    def selected(self) -> torch.Tensor:
+        """(R, N) bool: group t mod b, all of it or each client at q_g."""
+        eng = self.engine
+        member = (self.group_of == self.t % self.bands)[None, :].expand(eng.R, eng.N)
+        if self.mech.selection == "cyclic":
+            return member.clone()
+        return member & eng.sample_clients(torch.as_tensor(self.group_rate(), device=eng.device))
+
+    def select(self, active, present=None) -> Cohort:
+        """This round's cohort (of the ``present`` clients, all by default)."""
+        eng = self.engine
+        sel = self.selected()
+        if present is not None:
+            sel = sel & torch.as_tensor(present, device=eng.device)[None, :]
+        return eng.cohort(sel & torch.as_tensor(active, device=eng.device)[:, None])
+
+    def max_cohort(self) -> np.ndarray:
+        size = -(-self.engine.N // self.bands)           # the largest group
+        return np.array([size if q >= 1 else cohort_bound(q, size) for q in self.group_rate()], dtype=int)
+
+    # ------------------------------------------------------------ privacy
+    def charges(self, steps=None) -> list:
+        """The mechanism's charge in the rounds group 0 joins, nothing in the others."""
+        ch = self.mech.charge(self.client_rate, self.sigma, self.engine.N)
+        steps = np.full(self.engine.R, 1 if self.mech.charged_in_round(self.t) else 0)
+        return [replace(ch, steps=steps)]
+
+    # ------------------------------------------------------------ the noise
+    def correlated_noise(self, d: int) -> torch.Tensor:
+        """y_t (R, d): this round's row of C⁻¹Z per unit of Z's std; the
+        ring of past draws advances."""
+        eng, b = self.engine, self.bands
+        z = eng.normal((d,))
+        if b == 1:
+            return z / self.coef[0]
+        if self.ring is None:
+            self.ring = torch.zeros(eng.R, b - 1, d, dtype=eng.dtype, device=eng.device)
+        slots = [(self.t - j) % (b - 1) for j in range(1, b)]
+        weight = torch.zeros(b - 1, dtype=eng.dtype, device=eng.device)
+        weight[torch.as_tensor(slots, device=eng.device)] = self.coef[1:]
+        y = (z - torch.einsum("j,rjd->rd", weight, self.ring)) / self.coef[0]
+        self.ring[:, self.t % (b - 1)] = y
+        return y
+
+    def privatise(self, clipped, c: Cohort):
+        """The clipped updates as they are, and the server's noise z·C·y_t (R, d)."""
+        eng = self.engine
+        zc = torch.as_tensor(self.sigma * np.sqrt(self.cohort) * self.clip, dtype=eng.dtype, device=eng.device)
+        return clipped, zc[:, None] * self.correlated_noise(clipped.shape[1])
+
+    def release(self, glob, updates, c: Cohort, active):
+        out = self.noisy_mean(glob, self.clip_updates(updates, c), c)
+        self.t += 1
+        return out
+
+    def state_bytes(self) -> int:
+        eng = self.engine
+        return eng.R * (self.bands - 1) * eng.net.n_params * (torch.finfo(eng.dtype).bits // 8)
+
+
 #: the trainer's release for each place a mechanism puts its noise
-RELEASES = {"sum": SumRelease, "update": UpdateRelease, "gradient": GradientRelease}
+RELEASES = {"sum": SumRelease, "correlated-sum": CorrelatedRelease, "update": UpdateRelease,
+            "gradient": GradientRelease}
 
 
 def make_release(mechanism: Mechanism, engine: Engine, **settings) -> Release:

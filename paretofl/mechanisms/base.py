@@ -96,6 +96,8 @@ class Noise:
     clipping norm C of what it protects.
 
     ``on``: "sum" (one noise on the sum of the cohort's clipped updates),
+    "correlated-sum" (noise on the sum correlated across rounds: round t
+    gets row t of C⁻¹Z, :mod:`paretofl.theory.bandmf`; ``std`` is Z's),
     "update" (each client's clipped update noised on the client), "gradient"
     (each DP-SGD step's sum of clipped per-sample gradients), "parameters"
     (each client's clipped parameters, NbAFL).  ``std``: its standard
@@ -178,7 +180,9 @@ class Mechanism:
     trusted: ClassVar[str] = ""
     relation: ClassVar[str] = ""
     released: ClassVar[str] = ""
-    #: how a round's cohort is drawn: "poisson" (each client with its rate), "fixed" (m of N without replacement)
+    #: how a round's cohort is drawn: "poisson" (each client with its rate), "fixed" (m of N without
+    #: replacement), "cyclic" (the clients of group t mod b, all of them), "cyclic-poisson" (those of group
+    #: t mod b, each with its rate)
     selection: ClassVar[str] = "poisson"
     #: where the noise goes, and who adds it (see :class:`Noise`)
     noise_on: ClassVar[str] = "sum"
@@ -210,6 +214,36 @@ class Mechanism:
         """What one round charges the accountant: a :class:`Charge` (its
         noise multiplier linear in σ; vectorised over arrays of σ)."""
         raise NotImplementedError
+
+    def participations(self, rounds: int) -> int:
+        """How many of ``rounds`` rounds the most exposed client is charged
+        for: all of them wherever a client may join any round; a mechanism
+        whose clients join at most every b-th round says fewer."""
+        return int(rounds)
+
+    def rounds_for(self, participations):
+        """The most rounds in which the most exposed client is charged
+        ``participations`` times (the inverse of :meth:`participations`;
+        vectorised)."""
+        return participations
+
+    def charged_in_round(self, t: int) -> bool:
+        """Is round ``t`` (from 0) one the most exposed client is charged in
+        (the ledger books the others at nothing)."""
+        return True
+
+    def epsilon(self, q, sigma, rounds: int, delta: float, n_clients: int | None = None, orders=None) -> float:
+        """ε of ``rounds`` rounds at (q, σ): the charge composed over the
+        rounds the most exposed client is charged for."""
+        return self.charge(q, sigma, n_clients).epsilon(delta, self.participations(rounds),
+                                                        self.orders if orders is None else orders)
+
+    def error_ratio(self, rounds):
+        """The share of independent noise's error on the model's trajectory
+        that this mechanism's noise leaves at the same noise multiplier, for
+        T = ``rounds`` (an int or an array): 1 for independent noise each
+        round (the bound's noise term as it is)."""
+        return np.ones(np.shape(rounds)) if np.ndim(rounds) else 1.0
 
     def check_rate(self, q, n_clients: int | None = None) -> float:
         """The sampling rate checked as this mechanism needs it."""

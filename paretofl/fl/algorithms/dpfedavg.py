@@ -173,16 +173,17 @@ class DPFedAvg(Policy):
         return min(self.batch_size, self.engine.n_max)
 
     def state_bytes(self):
-        """Adam's two moments of every client that trains: over T rounds at
-        rate q about N(1 - (1 - q)^T) clients a replica (all N at most)."""
+        """Adam's two moments of every client that trains (over T rounds at
+        rate q about N(1 - (1 - q)^T) clients a replica, all N at most), and
+        what the release keeps (correlated noise's past draws)."""
         if self.optimizer != "adam":
-            return 0
+            return self.release.state_bytes()
         eng = self.engine
         seen = np.full(eng.R, eng.N, dtype=float)
         if self.rounds is not None:
             q = np.minimum(self.client_rate, 1.0)
             seen = np.minimum(seen, np.ceil(eng.N * (1 - (1 - q) ** self.rounds) * 1.1 + 10))
-        return int(2 * seen.sum() * eng.net.n_params * (torch.finfo(eng.dtype).bits // 8))
+        return int(2 * seen.sum() * eng.net.n_params * (torch.finfo(eng.dtype).bits // 8)) + self.release.state_bytes()
 
     def info_row(self, r):
         return {"sigma": float(self.sigma[r]), "clip": float(self.clip[r]), "tau": int(self.tau[r])}

@@ -1,0 +1,214 @@
+"""``bandmf`` and ``bandmf-amplified``: DP-FTRL with banded matrix
+factorization (Kairouz et al. 2021; Choquette-Choo et al. 2023,
+"(Amplified) banded matrix factorization"; docs/theory.md §7), the noise
+correlated across rounds.
+
+The clients are split into b groups fixed in advance (client i in group
+i mod b, a public schedule).  Round t's cohort comes from group t mod b, so
+a client joins at most once in any b consecutive rounds:
+
+* ``bandmf`` — every client of the group (a cohort of about N/b); nothing
+  is sampled, so nothing is amplified: what a fleet that cannot sample its
+  devices independently can run;
+* ``bandmf-amplified`` — each client of the group with probability q_g
+  (Poisson within the group; a cohort of q_g N/b on average).
+
+Each update is clipped to C; the server sums them and adds row t of
+C⁻¹Z, Z ~ N(0, z²C²) per coordinate and round, C the b-banded strategy of
+:mod:`paretofl.theory.bandmf` (a recurrence over the last b − 1 draws); the
+sum is divided by the expected cohort, a public number.  The whole run is
+a post-processing of CG + Z.  A client joins at most k = ⌈T/b⌉ rounds, b
+or more apart, whose columns of C are orthogonal with norm at most 1, so
+adding or removing it moves CG by at most √k C: ``bandmf`` is charged k
+Gaussians of noise multiplier z (Denisov et al. 2022, Theorem 2.1: the
+same holds for adaptively chosen updates), ``bandmf-amplified`` k
+Poisson-subsampled Gaussians of rate q_g and noise multiplier z
+(Choquette-Choo et al. 2023, Theorem 4).  b = 1 is DP-FedAvg: every client
+every round (``bandmf``), or Poisson sampling (``bandmf-amplified``).
+
+In paretofl's units q = m/N is the share of the population in a round
+(1/b for ``bandmf``; q_g/b for the amplified one), σ each client's noise
+multiplier and z = σ√m, as for client-aggregate.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..theory import bandmf as mf
+from ..theory.privacy import Charge, check_rate
+from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas
+
+__all__ = ["BandMF", "BandMFAmplified"]
+
+_EVERY_ROUND = Break("every-round", "the canary's client joins every round of the run, not once every b rounds, "
+                                    "charged as if it joined once every b")
+#: the audits run the whole run (the noise spans the rounds): b = 16 bands over T = 32 rounds, two clients a
+#: group, the canary client in group 0 (k = 2 participations); at delta = 1e-3 (docs/theory.md §7)
+_RUN = dict(bands=16, rounds=32, clients=32, q=1 / 16, sigma=2.0 / math.sqrt(2.0), delta=1e-3, features=2, samples=4)
+_AMPLIFIED = dict(bands=4, rounds=8, clients=8, q=0.5 / 4, sigma=1.2, delta=1e-3, features=2, samples=4)
+
+
+class _Banded(Mechanism):
+    """What the two share: the groups, the strategy, the charge's count."""
+
+    noise_on = "correlated-sum"
+    split = "server"
+    designable = True
+    options = ("local_epochs", "batch_size", "bands")
+    constructor_options = ("bands",)
+    trusted = ("the server (or a secure aggregator), which sees the clipped updates and keeps the last b - 1 noise "
+               "draws secret")
+    released = ("every round's global model: the sum of the round's clipped updates plus row t of C^-1 Z (noise "
+                "correlated across rounds, b-banded strategy C), divided by the expected cohort (all T models may "
+                "be published)")
+
+    def __init__(self, bands=1):
+        if isinstance(bands, bool) or not isinstance(bands, (int, np.integer, float)) or bands != int(bands) \
+                or not 1 <= bands <= mf.MAX_BANDS:
+            raise ValueError(f"bands must be a whole number in [1, {mf.MAX_BANDS}], got {bands!r}")
+        self.bands = int(bands)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(bands={self.bands})"
+
+    def options_dict(self) -> dict:
+        return {"bands": self.bands}
+
+    @property
+    def relation(self) -> str:
+        return ("add/remove: one client added to or removed from the population, with all of its data; its group "
+                f"(of the {self.bands}) is assigned by a public schedule that does not depend on the data")
+
+    # ---------------------------------------------------------------- privacy
+    def group_rate(self, q):
+        """q_g = q·b, each client's rate within its group's rounds."""
+        return np.asarray(q, dtype=float) * self.bands if np.ndim(q) else float(q) * self.bands
+
+    def participations(self, rounds) -> int:
+        return mf.participations(rounds, self.bands)
+
+    def rounds_for(self, participations):
+        return participations * self.bands
+
+    def charged_in_round(self, t: int) -> bool:
+        return int(t) % self.bands == 0
+
+    def error_ratio(self, rounds):
+        if np.ndim(rounds):
+            r = np.asarray(rounds, dtype=int)
+            return mf.error_ratios(self.bands, int(r.max()))[r - 1]
+        return mf.error_ratio(self.bands, int(rounds))
+
+    @staticmethod
+    def _z(q, sigma, n_clients, cohort):
+        m = cohort if cohort is not None else np.asarray(q, dtype=float) * int(n_clients)
+        return sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m)
+
+    def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
+        m = float(cohort) if cohort is not None else float(q) * n_clients
+        return Noise("correlated-sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
+
+    def coefficients(self) -> list:
+        """The strategy's band coefficients c_0..c_{b-1} (plain numbers)."""
+        return [float(x) for x in mf.coefficients(self.bands)]
+
+    # -------------------------------------------------------------- statement
+    def mechanism_text(self, d) -> str:
+        clip = f"C = {d.clip:g}" if d.clip is not None else "C (the clipping norm: not chosen by this design)"
+        return (f"updates clipped to L2 norm {clip}; the server adds to round t's sum row t of C^-1 Z, Z Gaussian "
+                f"of std z C = {d.noise_multiplier:.4g} x C per coordinate and round, C the {self.bands}-banded "
+                "Toeplitz strategy with coefficients binom(2k, k)/4^k scaled to unit norm (Fichtenberger et al. "
+                "2023; the coefficients are in the design's details)")
+
+    def statement_notes(self, d) -> list[str]:
+        return [f"Participation: the guarantee assumes each client joins at most once in any {self.bands} "
+                "consecutive rounds (its group's rounds, t mod b). A client that joins more often - a device "
+                "enrolled twice, a group schedule not followed - breaks it: its columns of C overlap and its "
+                "contribution is no longer bounded by sqrt(k) C."]
+
+
+@register
+class BandMF(_Banded):
+    name = "bandmf"
+    summary = "DP-FTRL with b-banded matrix factorization: groups in turn, every client of the group, no sampling"
+    selection = "cyclic"
+    audits = (
+        AuditSetting("bandmf", "bandmf", "add-remove-run",
+                     "b = 16 bands, T = 32 rounds (the whole run audited), 2 clients a group, z = 2; the canary "
+                     "client in group 0 (k = 2); delta = 1e-3", dict(_RUN),
+                     (NOISE_DIV10, NO_CLIP,
+                      Break("independent-noise", "independent noise every round at z sqrt(r) - as small as the "
+                                                 "error BandMF leaves on the model - charged as BandMF"),
+                      _EVERY_ROUND)),
+    )
+
+    def check_rate(self, q, n_clients=None):
+        q = check_rate(q, "q")
+        if abs(q * self.bands - 1.0) > 1e-9:
+            raise ValueError(f"bandmf takes every client of a group a round: client_rate (q, the share a round) "
+                             f"must be 1/b = {1 / self.bands:.6g} with b = {self.bands}, not {q:g} (for a smaller "
+                             "cohort use more bands, or bandmf-amplified)")
+        return q
+
+    def charge(self, q, sigma, n_clients=None, cohort=None) -> Charge:
+        """A Gaussian of noise multiplier z per participation (no
+        amplification); k = ⌈T/b⌉ of them over a run."""
+        q, sigma = rates(q), sigmas(sigma)
+        return Charge("none", 1.0, self._z(q, sigma, n_clients, cohort))
+
+    def sampling_text(self, d) -> str:
+        return (f"the clients are split into b = {self.bands} groups in advance (client i in group i mod b); round t "
+                f"takes every client of group t mod b (about {d.clients_per_round:,} clients); who took part "
+                "follows from the public schedule, and no amplification by sampling is claimed")
+
+    def accountant_text(self, d) -> str:
+        return (f"RDP of the Gaussian mechanism of noise multiplier z = {d.noise_multiplier:.4g}, composed over the "
+                f"k = ceil(T/b) = {self.participations(d.rounds)} rounds a client joins (their columns of C are "
+                "orthogonal: sensitivity sqrt(k) C; Denisov et al. 2022, Choquette-Choo et al. 2023)")
+
+
+@register
+class BandMFAmplified(_Banded):
+    name = "bandmf-amplified"
+    summary = "DP-FTRL with b-banded matrix factorization: groups in turn, Poisson sampling within the group"
+    selection = "cyclic-poisson"
+    audits = (
+        AuditSetting("bandmf-amplified", "bandmf-amplified", "add-remove-run",
+                     "b = 4 bands, T = 8 rounds (the whole run audited), 2 clients a group each sampled at 0.5, "
+                     "z = 1.2; the canary client in group 0 (k = 2); delta = 1e-3", dict(_AMPLIFIED),
+                     (NOISE_DIV10, NO_CLIP, _EVERY_ROUND)),
+    )
+
+    def check_rate(self, q, n_clients=None):
+        q = check_rate(q, "q")
+        if q * self.bands > 1.0 + 1e-9:
+            raise ValueError(f"bandmf-amplified samples within a group of 1/b of the clients: q = {q:g} a round "
+                             f"needs a rate {q * self.bands:g} > 1 within the group with b = {self.bands}; lower q "
+                             "or the bands")
+        if n_clients is not None and q * int(n_clients) < 1 - 1e-9:
+            raise ValueError(f"q = {q:g} of {int(n_clients)} clients selects fewer than one client a round on "
+                             "average")
+        return q
+
+    def charge(self, q, sigma, n_clients=None, cohort=None) -> Charge:
+        """A Poisson-subsampled Gaussian of rate q_g = q·b and noise
+        multiplier z per eligible round; k = ⌈T/b⌉ of them over a run."""
+        q, sigma = rates(q), sigmas(sigma)
+        qg = self.group_rate(q)
+        qg = np.minimum(qg, 1.0) if np.ndim(qg) else min(qg, 1.0)
+        return Charge("poisson", qg, self._z(q, sigma, n_clients, cohort))
+
+    def sampling_text(self, d) -> str:
+        return (f"the clients are split into b = {self.bands} groups in advance (client i in group i mod b); in round "
+                f"t each client of group t mod b joins independently with probability q_g = "
+                f"{self.group_rate(d.q):.4g} (Poisson; about {d.clients_per_round:,.4g} clients); who took part is "
+                "not released")
+
+    def accountant_text(self, d) -> str:
+        return (f"RDP of the Poisson-subsampled Gaussian of rate q_g = {self.group_rate(d.q):.4g} and noise "
+                f"multiplier z = {d.noise_multiplier:.4g}, composed over the k = ceil(T/b) = "
+                f"{self.participations(d.rounds)} rounds a client is eligible in (Choquette-Choo et al. 2023, "
+                "amplified banded matrix factorization)")
