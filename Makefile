@@ -55,6 +55,7 @@ bench: setup
 	$(BIN)/python benchmarks/pretrial_batched_vs_one_at_a_time.py
 	$(BIN)/python benchmarks/generic_model.py
 	$(BIN)/python benchmarks/cohort_scaling.py
+	$(BIN)/python benchmarks/bandmf_round_cost.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis build dist

@@ -20,6 +20,10 @@ SCENARIOS = {
     "N=1000, q=0.05 fixed, eps=1": ["--clients", "1000", "--budget", "1", "--max-rounds", "2000", "--q", "0.05"],
     "N=1000, q searched, eps=1": ["--clients", "1000", "--budget", "1", "--max-rounds", "2000"],
     "N=100, budgets 1/2/8 (3 groups)": ["--clients", "100", "--budgets", "BUDGETS", "--max-rounds", "200"],
+    "N=10^4, bandmf, cohort <= 100": ["--clients", "10000", "--budget", "2", "--max-rounds", "1000",
+                                      "--q-max", "0.01", "--mechanism", "bandmf"],
+    "N=10^4, auto, cohort <= 100": ["--clients", "10000", "--budget", "2", "--max-rounds", "1000",
+                                    "--q-max", "0.01", "--mechanism", "auto"],
 }
 
 

@@ -52,6 +52,13 @@ CALLS = {
         "sigma_min": _numbers("zero", "negative", "NaN", "text"),
         "mechanism_options": [("an option the mechanism does not take", {"clip_quantile": 1.5}),
                               ("an option the mechanism does not take", {"quantile": 0.5})]}),
+    "design bandmf": (paretofl.design, dict(n_clients=400, epsilon=2.0, max_rounds=40, mechanism="bandmf",
+                                            q_max=0.25), {
+        "mechanism_options": [("an option the mechanism does not take", {"bands": v}) for v in (0, -2, 2.5, True,
+                                                                                                "4", 10**6)]
+        + [("an option the mechanism does not take", {"clip_quantile": 0.5})],
+        "q": [("a share no band count gives", v) for v in (0.3, 0.7, 0.15)],
+        "max_rounds": _numbers("zero", "negative", "text") + [("not an integer", 2.5)]}),
     "flower_epsilon": (flower.flower_epsilon, dict(num_clients=10, num_sampled_clients=5, noise_multiplier=1.0,
                                                    rounds=3, delta=1e-3), {
         "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.5),

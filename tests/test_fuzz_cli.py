@@ -89,9 +89,11 @@ COMMANDS = {
         "--clips": nums("0", "-1"), "--lrs": nums("0", "-0.1"),   # non-positive, or without --tune
         "--chunk": tag("conflicting options", "4"),                 # without --tune
         "--clip-quantile": nums("0", "1", "1.5"), "--count-noise": nums("0", "-1"),
+        "--bands": nums("0", "-1", "2.5") + tag("an option the run would ignore", "4"),   # client-aggregate's
         "--plot": outs("design.gif", "nofolder/d.png", "figs"), "--out": outs("d.txt", "nofolder/d.json", "figs")}),
     "export": (["design.json", "--to", "flower", "--clip", "0.5"], {
-        "--to": names("tff", ""), "--clip": nums("0", "-1"),
+        "--to": names("tff", "") + tag("a framework that cannot run the design", "jax-privacy"),
+        "--clip": nums("0", "-1"),
         "--client-size": tag("missing option", "600"), "--batch-size": nums("0")}),
     "train": (["--dataset", "digits", "--model", "lr", "--clients", "4", "--rounds", "2", "--batch-rate", "0.05",
                "--history", "hist.csv"], {
@@ -116,6 +118,7 @@ COMMANDS = {
         "--clip-quantile": nums("0", "1", "1.5", "-0.5") + tag("an option the run would ignore", "0.5"),
         "--count-noise": nums("0", "-1") + tag("an option the run would ignore", "2"),
         "--clip-lr": nums("0", "-1"),
+        "--bands": nums("0", "-1", "2.5", "100000") + tag("an option the run would ignore", "4"),
         # a mechanism that would ignore the valid call's --batch-rate: refused, not ignored
         "--mechanism": names("client", "") + tag("an option the run would ignore", "client-aggregate",
                                                   "client-local", "flower")}),
@@ -180,6 +183,22 @@ WHOLE = [
                              "--q-max", "0"]),
     ("number out of range", ["design", "--clients", "100", "--budgets", "budgets.csv", "--max-rounds", "20",
                              "--q-max", "1.5"]),
+    # banded matrix factorization: a share no band count gives, options auto does not take, budgets it does
+    # not design, frameworks that add independent noise
+    ("a share no band count gives", ["design", "--clients", "100", "--budget", "2", "--max-rounds", "20",
+                                     "--mechanism", "bandmf", "--q", "0.3"]),
+    ("a share no band count gives", ["design", "--clients", "100", "--budget", "2", "--max-rounds", "20",
+                                     "--mechanism", "bandmf", "--bands", "3", "--q-max", "0.2"]),
+    ("a share no band count gives", ["train", "--dataset", "digits", "--model", "lr", "--clients", "8",
+                                     "--rounds", "2", "--mechanism", "bandmf", "--bands", "4"]),
+    ("conflicting options", ["design", "--clients", "100", "--budget", "2", "--max-rounds", "20", "--mechanism",
+                             "auto", "--bands", "4"]),
+    ("conflicting options", ["design", "--clients", "100", "--budgets", "budgets.csv", "--max-rounds", "20",
+                             "--mechanism", "bandmf"]),
+    ("a framework that cannot run the design", ["design", "--clients", "100", "--budget", "2", "--max-rounds",
+                                                "20", "--mechanism", "bandmf", "--export", "flower"]),
+    ("a framework that cannot run the design", ["design", "--clients", "100", "--budget", "2", "--max-rounds",
+                                                "20", "--export", "jax-privacy"]),
 ]
 
 
