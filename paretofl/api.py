@@ -318,7 +318,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         raise ValueError("give budgets or a design, not both (a group design carries its budgets)")
     if budgets is not None and epsilon is not None:
         raise ValueError("give epsilon (one budget for all) or budgets (a budget per client), not both")
-    groups = None
+    groups, spent = None, ()
     if design is not None:
         if not isinstance(design, Design):
             raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
@@ -331,6 +331,10 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         if clients is not None and clients != design.n_clients:
             raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
         clients = design.n_clients
+        if "pretrial" in design.details:          # a private pre-trial's charges: the run composes with them
+            from .pretrial.private import from_data
+
+            spent = tuple(from_data(design.details["pretrial"]["charges"]))
         dataset = design.dataset if dataset is None else dataset
         model = design.model if model is None else model
         epsilon, delta, rounds = design.budget, design.delta, design.rounds
@@ -422,15 +426,18 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     first = pol.charges(0)
     if first is not None and groups is None:
         ledger = Ledger(replicas, delta)
+        if spent:
+            ledger.commit(list(spent), ledger.increment(list(spent)), np.ones(replicas, dtype=bool))
         inc = ledger.increment(first)
         if not ledger.affordable(first, inc, epsilon).any():
-            one = ledger.grid_epsilon(inc)
-            raise ValueError(f"the budget allows not one round: one round spends epsilon {float(np.min(one)):.4g} "
-                             f"> {epsilon:g}; raise epsilon or sigma")
+            one = ledger.grid_epsilon(ledger.rdp + inc)
+            after = " after the private pre-trial" if spent else ""
+            raise ValueError(f"the budget allows not one round: one round{after} spends epsilon "
+                             f"{float(np.min(one)):.4g} > {epsilon:g}; raise epsilon or sigma")
     hist = History(history)
     try:
         _, hist, fin = run(pol, rounds=rounds, epsilon=epsilon, delta=delta, eval_every=eval_every,
-                           progress=progress, history=hist)
+                           progress=progress, history=hist, spent=spent)
     finally:
         hist.close()
     mean = lambda v: float(np.mean(v))  # noqa: E731

@@ -256,6 +256,8 @@ _CASES = {"I": "the round cap does not bind: the front runs from sigma_max down 
 
 def _accountant(d) -> str:
     """Which accountant gave the design's epsilon, in a few words."""
+    if "pretrial" in d.details:
+        return "RDP accountant: the private pre-trial's runs and the training composed"
     if "bands" in d.details:
         k = d.details["participations"]
         what = ("Gaussian" if d.sampling == "none"
@@ -372,7 +374,7 @@ def _finish_design(a, d, out, lines):
                      + ("jax-privacy" if "bands" in d.details else "flower|opacus")
                      + ("; publish the privacy statement (--statement)" if not a.statement else
                         "; publish the statement above with your results")
-                     + ("" if d.tuning or d.groups or d.noise_on != "sum"
+                     + ("" if d.tuning or d.groups or d.noise_on != "sum" or "pretrial" in d.details
                         else "; choose C and lr on your public data with --tune STORE"))
     if getattr(a, "plot", None):
         out["plot"] = a.plot
@@ -537,7 +539,9 @@ def cmd_train(a):
               f"{_plural(a.replicas, 'replica')}, {r.seconds:.1f} s" + (f", the design {a.design}" if design else "")
               + ":",
               f"  test accuracy {r.accuracy:.4f}   test loss {r.test_loss:.4f}",
-              f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {r.delta:g} after {_plural(r.rounds, 'round')}"]
+              f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {r.delta:g} after {_plural(r.rounds, 'round')}"
+              + (f" (the private pre-trial's epsilon {design.details['pretrial']['epsilon']:.4g} composed in)"
+                 if design is not None and "pretrial" in design.details else "")]
     if r.epsilon_groups:
         lines.append("  per group (budget: spent)  " + ", ".join(f"{k}: {v:.4g}" for k, v in r.epsilon_groups.items()))
     if a.history:
@@ -603,7 +607,11 @@ def cmd_fit(a):
         f"  slope log T/log sigma {r.slope:.3g}  interval {ci(r.slope_ci)}  (theory: -2)",
         f"  front on relation   {pct} of front points within the interval "
         f"(mean |ln T - ln T_relation| = {r.distance:.3g})",
-        f"  epsilon             {r.epsilon_model};  reference: non-private run, {r.reference}",
+        f"  epsilon             {r.epsilon_model};  reference: "
+        + (f"the least noisy run, {r.reference} (a private pre-trial runs none without noise)" if r.private
+           else f"non-private run, {r.reference}"),
+        *([f"  private pre-trial   spent epsilon {r.private_epsilon:.4g} on the clients' data (its runs composed); "
+           "a design with this fit takes it out of its budget"] if r.private else []),
         f"fit written to {out}"]
     lines += [f"note: {n}" for n in r.notes]
     if r.utility_models:

@@ -44,8 +44,8 @@ from .theory import pareto
 from .theory.bandmf import MAX_BANDS, round_noise_factors
 from .theory.privacy import (
     DEFAULT_ORDERS,
+    RDPAccountant,
     check_delta,
-    compute_epsilon,
     max_steps,
     rdp_curve,
     rdp_to_epsilon,
@@ -349,6 +349,14 @@ class _Acct:
     zf: float
     rate: float
     rounds_for: object
+    prior: tuple = ()      # charges spent before the training (a private pre-trial), composed with it
+
+    def epsilon(self, z, steps, delta, orders) -> float:
+        """ε of ``steps`` charged participations at noise multiplier z, after the prior."""
+        acct = RDPAccountant(orders=tuple(orders))
+        for c in self.prior:
+            acct.step(float(c.noise_multiplier), float(c.rate), int(c.steps), c.sampling)
+        return acct.step(z, self.rate, int(steps), self.sampling).get_epsilon(delta)
 
 
 @dataclass
@@ -366,6 +374,7 @@ class Problem:
     sigma_max: float
     mechanism: object
     orders: tuple = DEFAULT_ORDERS
+    prior: tuple = ()      # charges spent before the training (a private pre-trial)
 
     def __post_init__(self):
         # the mechanism's error ratio r(T) on the bound's noise term (None:
@@ -380,7 +389,8 @@ class Problem:
         σ): its sampling, noise multiplier per unit σ and rate, and how
         many rounds a number of charged participations allows."""
         c = self.mechanism.charge(q, 1.0, self.n_clients)
-        return _Acct(c.sampling, float(c.noise_multiplier), float(c.rate), self.mechanism.rounds_for)
+        return _Acct(c.sampling, float(c.noise_multiplier), float(c.rate), self.mechanism.rounds_for,
+                     tuple(self.prior))
 
     def epsilon_of(self, q, sigma, rounds, refine=True) -> float:
         """The mechanism's exact ε at (q, σ, T): orders searched; where its ε is
@@ -388,10 +398,13 @@ class Problem:
         larger of that and the searched one."""
         c = self.mechanism.charge(q, sigma, self.n_clients)
         k = self.mechanism.participations(rounds)
-        eps = compute_epsilon(c.rate, c.noise_multiplier, k, self.delta, c.sampling, orders=self.orders)
+        acct = self.unit_charge(q)
+        eps = acct.epsilon(float(c.noise_multiplier), k, self.delta, self.orders)
         if self.orders != DEFAULT_ORDERS:   # reported on its orders, not refined between them: the larger
-            eps = max(eps, rdp_to_epsilon(self.orders, k * rdp_curve(c.sampling, c.rate, c.noise_multiplier,
-                                                                     self.orders), self.delta)[0])
+            rdp = k * rdp_curve(c.sampling, c.rate, c.noise_multiplier, self.orders)
+            for p in self.prior:
+                rdp = rdp + p.rdp(self.orders)
+            eps = max(eps, rdp_to_epsilon(self.orders, rdp, self.delta)[0])
         return eps
 
 
@@ -472,9 +485,7 @@ def search(p: Problem, utility) -> tuple:
             if best is None or r[0] < best[0][0]:
                 best = (r, qq)
     if best is None:
-        eps1 = [compute_epsilon(accts[qq].rate, p.sigma_max * accts[qq].zf, 1, p.delta, accts[qq].sampling,
-                                orders=p.orders)
-                for qq in p.qs]
+        eps1 = [accts[qq].epsilon(p.sigma_max * accts[qq].zf, 1, p.delta, p.orders) for qq in p.qs]
         k = int(np.argmin(eps1))
         raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max})
     (u, T, sig), qb = best
@@ -524,6 +535,51 @@ def _kappa(kappa, fit):
     k, source = default_kappa()
     spec = _spec_of(_read_fit(shipped_fit())) if source.startswith("shipped") else None
     return k, source, spec
+
+
+def _kappa_ci(kappa, fit) -> list | None:
+    """κ's 95 % interval from its fit (the one given, or the shipped one when
+    κ is neither given nor fitted); None where there is none."""
+    if kappa is not None:
+        return None
+    path = fit if fit is not None else (shipped_fit() if default_kappa()[1].startswith("shipped") else None)
+    if path is None:
+        return None
+    ci = _read_fit(path).get("kappa_ci")
+    try:
+        lo, hi = (float(x) for x in ci)
+    except (TypeError, ValueError):
+        return None
+    return [lo, hi] if 0 < lo <= hi and math.isfinite(hi) else None
+
+
+#: what a κ off by a factor of three cost in the measurement of docs/results.md §11 (points of test accuracy,
+#: the most over its cells); said beside every closed-form design
+KAPPA_FACTOR3_COST = None
+
+
+def _kappa_range(d: Design, job: _Job, ci) -> None:
+    """At the design's q: T and σ where κ is either end of its interval (a
+    note and ``details["kappa_range"]``), and what a factor-3 error costs."""
+    mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
+    cost = (f"; a kappa off by a factor 3 cost up to {KAPPA_FACTOR3_COST:.1f} points of accuracy in docs/results.md "
+            "section 11" if KAPPA_FACTOR3_COST is not None else "")
+    if ci is None:
+        if d.kappa_source == "given":
+            d.notes.append("kappa was given: the design is only as good as it" + cost)
+        return
+    ends = []
+    for k in ci:
+        j = _Job(**{**job.__dict__, "utility": ClosedForm(k, "its interval")})
+        try:
+            p = _design_point(j, mech, [d.q])
+        except (InfeasibleBudget, ValueError):
+            return
+        ends.append(p)
+    rounds, sigmas = sorted(p.rounds for p in ends), sorted(p.sigma for p in ends)
+    d.details = dict(d.details, kappa_range={"kappa_ci": list(ci), "rounds": rounds, "sigma": sigmas})
+    d.notes.append(f"over kappa's 95 % interval [{ci[0]:.3g}, {ci[1]:.3g}] the design at this q would run T = "
+                   f"{rounds[0]}-{rounds[1]} rounds at sigma {sigmas[0]:.3g}-{sigmas[1]:.3g}" + cost)
 
 
 def _spec_of(fit_data: dict) -> dict | None:
@@ -658,8 +714,9 @@ def design(
         recipe_from_spec(d, q, spec)
         return d
 
+    prior = _private_pretrial(fit, n)
     job = _Job(n, float(epsilon), delta, t_cap, q, q_min, 1.0 if q_max is None else q_max, sigma_min, sigma_max,
-               tuple(orders), utility, capped_by_time=len(caps) == 2 and caps[1] < caps[0])
+               tuple(orders), utility, capped_by_time=len(caps) == 2 and caps[1] < caps[0], prior=prior)
     if auto:
         d = _design_auto(job)
     elif mech.noise_on == "correlated-sum":
@@ -668,8 +725,45 @@ def design(
         d = _design_point(job, mech)
     if fit is not None:
         d.notes += [f"the fit {fit} lists a problem: {p}" for p in _read_fit(fit).get("problems") or []]
+    if prior:
+        _say_pretrial(d, job, fit)
+    if isinstance(utility, ClosedForm):
+        _kappa_range(d, job, _kappa_ci(kappa if kappa_source == "given" else None, fit))
     recipe_from_spec(d, q, spec)
     return d
+
+
+def _private_pretrial(fit, n: int) -> tuple:
+    """A private pre-trial's charges from its fit (empty for a public one):
+    they come out of the design's budget.  Its clients must be the
+    federation's: it protects the clients it ran on."""
+    if fit is None:
+        return ()
+    data = _read_fit(fit)
+    if not data.get("private"):
+        return ()
+    from .pretrial.private import from_data
+
+    if int(data.get("clients", -1)) != n:
+        raise ValueError(f"fit {fit} is a private pre-trial on {data.get('clients')} clients: it protects those, so "
+                         f"it designs only for them, not for {n} (run it on your federation's own clients)")
+    return tuple(from_data(data.get("private_charges")))
+
+
+def _say_pretrial(d: Design, job: _Job, fit) -> None:
+    """A design after a private pre-trial: what each part spent, alone and composed."""
+    from .pretrial.private import epsilon_of
+
+    pre = epsilon_of(list(job.prior), job.delta)
+    mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
+    train = mech.epsilon(d.q, d.sigma, d.rounds, job.delta, d.n_clients, orders=job.orders)
+    from .pretrial.private import as_data
+
+    d.details = dict(d.details, pretrial={"fit": str(fit), "epsilon": pre, "training_epsilon": train,
+                                          "charges": as_data(list(job.prior))})
+    d.notes.insert(0, f"the budget {job.epsilon:g} covers the private pre-trial too: it spent epsilon {pre:.4g} on "
+                      f"the clients' data, the training spends {train:.4g} alone, and the two composed spend "
+                      f"{d.epsilon:.4g} (composition is tighter than adding {pre:.4g} + {train:.4g})")
 
 
 @dataclass
@@ -689,6 +783,7 @@ class _Job:
     orders: tuple
     utility: object
     capped_by_time: bool = False
+    prior: tuple = ()            # a private pre-trial's charges, composed with the training's
 
 
 def _design_point(job: _Job, mech, qs=None) -> Design:
@@ -700,7 +795,7 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
         qs = _q_candidates(n, job.q, job.q_min, job.q_max)
     for qq in qs:
         mech.check_rate(qq, n)           # e.g. qN >= 1, or a whole number of clients for Flower
-    p = Problem(n, epsilon, job.delta, job.t_cap, qs, job.sigma_min, job.sigma_max, mech, job.orders)
+    p = Problem(n, epsilon, job.delta, job.t_cap, qs, job.sigma_min, job.sigma_max, mech, job.orders, job.prior)
     (u, T, sig, qb), per_q = search(p, utility)
     acct = p.unit_charge(qb)
     eps_exact = p.epsilon_of(qb, sig, T)
@@ -948,7 +1043,8 @@ def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, clie
 def _tmax(eps, q, s, delta, orders, acct):
     """The most rounds within ε at each σ: the most charged participations
     (:func:`max_steps`), as rounds."""
-    return acct.rounds_for(max_steps(eps, acct.rate, np.asarray(s) * acct.zf, delta, orders, sampling=acct.sampling))
+    return acct.rounds_for(max_steps(eps, acct.rate, np.asarray(s) * acct.zf, delta, orders, sampling=acct.sampling,
+                                     prior=acct.prior))
 
 
 def _initial_grid(q, eps, delta, t_cap, s_lo, s_hi, orders, acct):
@@ -1051,8 +1147,7 @@ def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct)
     pts = np.vstack([p.points for p in ps.pieces])
     def epsilon(i):
         s, tt = pts[i]
-        return compute_epsilon(acct.rate, s * acct.zf, max(1, int(math.floor(tt))), delta, acct.sampling,
-                               orders=orders)
+        return acct.epsilon(s * acct.zf, max(1, int(math.floor(tt))), delta, orders)
 
     if epsilon(0) > eps:
         return None

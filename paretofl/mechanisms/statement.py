@@ -31,6 +31,13 @@ def _cost(d) -> str:
     if d.mechanism == "nbafl":
         return ("none to the clients: T and K come from NbAFL's bounds with stated constants, and the noise from "
                 "the budget; no client data was used")
+    pre = (getattr(d, "details", None) or {}).get("pretrial")
+    if pre:
+        return (f"charged: kappa comes from a private pre-trial on the clients' own data ({pre['fit']}), whose runs "
+                f"spent epsilon {pre['epsilon']:.4g} alone; they are composed with the training's into the guarantee "
+                "above. Its models were evaluated on the data set's test split, assumed not to be client data (if "
+                "it is, that evaluation is a release this statement does not cover); C and the learning rate are "
+                "the pre-trial's")
     if getattr(d, "tuning", None):
         return (f"none to the clients: q, T and sigma come from kappa ({d.kappa_source}), and C and the learning "
                 f"rate from training on the public share of {d.tuning['store']}; no client data was used")

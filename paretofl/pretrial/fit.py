@@ -68,8 +68,13 @@ class Results:
         ref = {}
         private = tab["sigma"] > 0
         same = reference == "same-rounds"
+        # a private pre-trial has no run without noise (docs/theory.md §4.D): its reference is its least
+        # noisy runs.  The reference shifts each seed's utility by one constant, which moves neither the
+        # front nor kappa; it only sets what "did it learn" compares.
+        self.private = bool(self.base.get("private", False))
+        is_ref = tab["sigma"] == (tab["sigma"][private].min() if self.private and private.any() else 0.0)
         for q in np.unique(tab["q"]):
-            m0 = (~private) & (tab["q"] == q)
+            m0 = is_ref & (tab["q"] == q)
             if not m0.any():
                 raise ValueError(f"{path} has no non-private reference runs (sigma = 0) at q={q:g}")
             t_ref = tab["rounds"][m0].max()
@@ -81,7 +86,7 @@ class Results:
                     ref[key] = min(l, ref.get(key, math.inf))
         # did the non-private reference learn: its best mean accuracy, and its
         # mean test loss at the smallest and the largest T it ran
-        t0 = ~private
+        t0 = is_ref
         at = {t: t0 & (tab["rounds"] == t) for t in np.unique(tab["rounds"][t0])}
         by_t = {t: (np.mean(tab["accuracy"][m]), np.mean(tab["test_loss"][m])) for t, m in at.items()}
         self.reference_accuracy = max(a for a, _ in by_t.values())
@@ -115,6 +120,23 @@ class Results:
             setattr(self, name, getattr(self, name)[keep])
         if not keep.any():
             raise ValueError(f"{path}: no private run has its non-private reference yet")
+        self.charges = self._private_charges(tab) if self.private else []
+
+    def _private_charges(self, tab) -> list:
+        """What a private pre-trial spent, from the runs the store holds: one
+        charge per (q, σ), its steps the rounds every seed trained (the
+        largest T it was read at; docs/theory.md §4.D)."""
+        from ..mechanisms import get as mechanism_of
+        from .spec import MECHANISM
+
+        mech, steps = mechanism_of(MECHANISM), {}
+        for q, s, k, t in zip(tab["q"], tab["sigma"], tab["seed"], tab["rounds"]):
+            key = (float(q), float(s), int(k))
+            steps[key] = max(steps.get(key, 0), int(t))
+        out = {}
+        for (q, s, _), t in steps.items():
+            out[(q, s)] = out.get((q, s), 0) + t
+        return [{**mech.charge(q, s, self.clients).__dict__, "steps": t} for (q, s), t in sorted(out.items())]
 
     def mean_utility(self, seed_cols=None) -> np.ndarray:
         U = self.U if seed_cols is None else self.U[:, seed_cols]
@@ -232,6 +254,11 @@ class Fit:
     utility_models: dict = field(default_factory=dict)   # name -> UtilityModel fields (fit_utility)
     preferred_model: str = ""                            # the one held-out seeds prefer
     format: str = FIT_FORMAT
+    # a private pre-trial (on the clients' data): what it spent, as charges (plain numbers) and as ε at
+    # its δ; a design with this fit composes them with the training's (docs/theory.md §4.D)
+    private: bool = False
+    private_charges: list = field(default_factory=list)
+    private_epsilon: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -348,7 +375,22 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
         bootstrap=bootstrap, front=front, results=res.path, spec=res.base,
         problems=(probs := _problems(res, kappa, kappa_ci, slope, distance, bootstrap)),
         blocking=[p for p in probs if p.startswith(FIT_BLOCKING)], notes=_notes(res),
+        private=res.private, private_charges=_plain_charges(res.charges),
+        private_epsilon=_private_epsilon(res),
         **_utility_summary(path, reference))
+
+
+def _plain_charges(rows) -> list:
+    return [{"sampling": r["sampling"], "rate": float(r["rate"]), "noise_multiplier": float(r["noise_multiplier"]),
+             "steps": int(r["steps"])} for r in rows]
+
+
+def _private_epsilon(res) -> float | None:
+    if not res.private:
+        return None
+    from .private import epsilon_of, from_data
+
+    return epsilon_of(from_data(_plain_charges(res.charges)), float(res.base.get("delta", 1e-5)))
 
 
 def _utility_summary(path, reference) -> dict:

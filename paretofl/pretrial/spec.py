@@ -20,7 +20,7 @@ MECHANISM = "client-aggregate"
 #: fields that do not change what a run computes (grid, seeds, where it runs)
 _NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk")
 #: fields added after stores were shipped: left out of a store's identity at their default
-_NEW_DEFAULTS = {"subset": "public"}
+_NEW_DEFAULTS = {"subset": "public", "private": False, "epsilon": None}
 SUBSETS = ("public", "rest", "all")
 
 
@@ -68,6 +68,10 @@ class Spec:
     delta: float = 1e-5
     device: str = "cpu"
     chunk: int = 48                   # most replicas (σ, seed) trained together in one job
+    # a private pre-trial: on the clients' own data (subset "rest" or "all", the federation's own clients),
+    # every run DP, none without noise, and all of it charged: at most ``epsilon`` (docs/theory.md §4.D)
+    private: bool = False
+    epsilon: float | None = None
 
     # ------------------------------------------------------------------ load
     @classmethod
@@ -164,6 +168,26 @@ class Spec:
                 mech.check_rate(q, self.clients)
             except ValueError as exc:
                 bad(str(exc))
+        if not isinstance(self.private, bool):
+            bad(f"private must be true or false, got {self.private!r}")
+        if self.private:
+            if self.subset == "public":
+                bad("a private pre-trial trains on the clients' own data: set subset = \"rest\" (the data beside a "
+                    "public share) or \"all\" (all of it), with clients and partition those of your federation")
+            if self.epsilon is None:
+                bad("a private pre-trial is charged: give epsilon, the most it may spend (it comes out of the "
+                    "design's budget)")
+            num("epsilon", 0, 1e4)
+            from .private import spent
+
+            cost = spent(self)
+            if cost > self.epsilon * (1 + 1e-12):
+                bad(f"this grid spends epsilon {cost:.4g} on the clients' data ({len(self.q) * len(self.sigmas)} "
+                    f"noise levels x {self.seeds} seeds, {max(self.rounds)} rounds each, composed), above the "
+                    f"epsilon = {self.epsilon:g} allowed: raise the sigmas, or lower the seeds, the rounds or the "
+                    "number of sigmas")
+        elif self.epsilon is not None:
+            bad("epsilon is the budget of a private pre-trial: set private = true, or leave epsilon out")
 
     # ------------------------------------------------------------------ views
     def base(self) -> dict:
@@ -174,10 +198,16 @@ class Spec:
     def seed_list(self) -> list[int]:
         return list(range(self.seeds))
 
+    def noise_levels(self) -> list[float]:
+        """The σ the pre-trial trains: the grid and the non-private reference
+        σ = 0, which a private pre-trial leaves out (it would publish the
+        clients' data without noise)."""
+        return list(self.sigmas) if self.private else [0.0, *self.sigmas]
+
     def configurations(self) -> list[tuple]:
         """Every run (σ, T, q, seed) the spec asks for, the non-private
-        reference σ = 0 included."""
-        return [(s, t, q, seed) for q in self.q for s in [0.0, *self.sigmas] for t in self.rounds
+        reference σ = 0 included unless the pre-trial is private."""
+        return [(s, t, q, seed) for q in self.q for s in self.noise_levels() for t in self.rounds
                 for seed in self.seed_list()]
 
     def to_dict(self) -> dict:

@@ -43,7 +43,7 @@ def plan(spec: Spec, done: set) -> list[Job]:
     jobs = []
     for q in spec.q:
         need = {}
-        for s in [0.0, *spec.sigmas]:
+        for s in spec.noise_levels():
             for seed in spec.seed_list():
                 missing = [t for t in spec.rounds if run_key(s, t, q, seed) not in done]
                 if missing:

@@ -673,7 +673,7 @@ def compute_epsilon(q: float, noise_multiplier: float, steps: int, delta: float,
 # --------------------------------------------------------------------------
 def max_steps(target_epsilon: float, q: float, noise_multiplier, delta: float,
               orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved", sampling: str = "poisson",
-              refine: bool = False):
+              refine: bool = False, prior=()):
     """The largest number of steps whose ε stays within ``target_epsilon``.
 
     ALI-DPFL's Algorithm 3 finds R_c by binary search on the steps; with RDP
@@ -685,17 +685,22 @@ def max_steps(target_epsilon: float, q: float, noise_multiplier, delta: float,
     ``refine``: the answer for the order-searched ε that
     :func:`compute_epsilon` reports (a few more steps, at most), found by
     stepping up from the grid's answer.  Returns 0 where even one step
-    exceeds the budget.
+    exceeds the budget.  ``prior``: charges (:class:`Charge`) already spent,
+    composed with the steps (a private pre-trial before the training).
     """
-    t = _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling)
+    t = _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling, prior)
     if not refine:
         return t
     z_all = np.atleast_1d(np.asarray(noise_multiplier, dtype=float))
     t_all = np.atleast_1d(t).copy()
 
     def ok(z, n):
-        return n == 0 or compute_epsilon(q, z, int(n), delta, sampling, orders=orders,
-                                         conversion=conversion) <= target_epsilon
+        if n == 0:
+            return True
+        acct = RDPAccountant(orders=tuple(orders), conversion=conversion)
+        for c in prior:
+            acct.step(float(c.noise_multiplier), float(c.rate), int(c.steps), c.sampling)
+        return acct.step(z, q, int(n), sampling).get_epsilon(delta) <= target_epsilon
 
     for i, (z, lo) in enumerate(zip(z_all, t_all)):
         lo = int(lo)
@@ -709,12 +714,20 @@ def max_steps(target_epsilon: float, q: float, noise_multiplier, delta: float,
     return t_all if np.ndim(noise_multiplier) else int(t_all[0])
 
 
-def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling):
+def _prior_rdp(prior, orders) -> np.ndarray:
+    """The RDP of charges already spent, at ``orders``."""
+    out = np.zeros(len(orders))
+    for c in prior:
+        out = out + int(c.steps) * rdp_curve(c.sampling, float(c.rate), float(c.noise_multiplier), orders)
+    return out
+
+
+def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling, prior=()):
     _check_positive(target_epsilon, "target_epsilon")
     delta = check_delta(delta)
     a = _check_orders(orders)
     rdp = np.atleast_2d(rdp_curve(sampling, q, noise_multiplier, a))
-    c = conversion_offset(a, delta, conversion)
+    c = conversion_offset(a, delta, conversion) + _prior_rdp(prior, a)
     for _ in range(8):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             room = (target_epsilon - c) / rdp
@@ -724,7 +737,7 @@ def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversi
             break
         new = _legal(a[-1] * np.array([1.5, 2.0, 3.0, 4.0]))
         a = np.concatenate([a, new])
-        c = conversion_offset(a, delta, conversion)
+        c = conversion_offset(a, delta, conversion) + _prior_rdp(prior, a)
         rdp = np.concatenate([rdp, np.atleast_2d(rdp_curve(sampling, q, noise_multiplier, new))], axis=1)
     t = np.floor(np.max(room, axis=-1) * (1 + 1e-12))
     t = np.clip(t, 0, 1e15)

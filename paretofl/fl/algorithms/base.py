@@ -202,7 +202,8 @@ def _freeze(new, old, active):
 
 
 def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_every: int = 1,
-          progress: bool = False, val_size: int = 2000, eval_at=None, on_round=None, history: History | None = None):
+          progress: bool = False, val_size: int = 2000, eval_at=None, on_round=None, history: History | None = None,
+          spent=()):
     """Run up to ``rounds`` rounds for every replica; a replica stops early
     when its next round would spend more than ``epsilon`` (RDP accountant,
     charged every round before the round runs) or when its policy says so.
@@ -212,6 +213,9 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     is the first T rounds of a longer run with the same seed).  ``on_round(t)``
     is called after each round (progress of an outer sweep).  ``history``
     (a :class:`History`, e.g. one writing to a file) receives the rows.
+    ``spent``: charges already spent on the same clients before the run (a
+    private pre-trial): every ledger starts with them, so the run stops at
+    the budget they share and reports the two composed.
 
     Returns (global models (R, ...), History, final dict of numpy arrays).
     """
@@ -224,6 +228,8 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     if names is not None:
         epsilon = np.tile(policy.group_budgets, R)
     ledger = Ledger(R * G, delta)
+    if spent:
+        ledger.commit(list(spent), ledger.increment(list(spent)), np.ones(R * G, dtype=bool))
     glob = eng.init_global()
     active = np.ones(R, dtype=bool)
     done_rounds = np.zeros(R, dtype=int)
