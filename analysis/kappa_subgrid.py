@@ -15,7 +15,6 @@ off the full grid's κ.
 from __future__ import annotations
 
 import argparse
-import itertools
 import math
 import tempfile
 from pathlib import Path
