@@ -59,6 +59,14 @@ CALLS = {
         + [("an option the mechanism does not take", {"clip_quantile": 0.5})],
         "q": [("a share no band count gives", v) for v in (0.3, 0.7, 0.15)],
         "max_rounds": _numbers("zero", "negative", "text") + [("not an integer", 2.5)]}),
+    "private pre-trial spec": (lambda **kw: paretofl.api.spec(None, **kw), dict(
+        dataset="digits", model="lr", clients=4, sigmas=[1.0], rounds=[2], seeds=1, subset="all", private=True,
+        epsilon=50.0), {
+        "epsilon": _numbers("zero", "negative", "NaN", "infinite", "text", "boolean")
+        + [("a private pre-trial that does not add up", 0.01), ("a private pre-trial that does not add up", None)],
+        "subset": [("a private pre-trial that does not add up", "public")],
+        "private": [("a private pre-trial that does not add up", "yes"), ("a private pre-trial that does not add "
+                                                                           "up", 1)]}),
     "flower_epsilon": (flower.flower_epsilon, dict(num_clients=10, num_sampled_clients=5, noise_multiplier=1.0,
                                                    rounds=3, delta=1e-3), {
         "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.5),

@@ -199,6 +199,14 @@ WHOLE = [
                                                 "20", "--mechanism", "bandmf", "--export", "flower"]),
     ("a framework that cannot run the design", ["design", "--clients", "100", "--budget", "2", "--max-rounds",
                                                 "20", "--export", "jax-privacy"]),
+    # a private pre-trial: over its own epsilon, on the public share, without an epsilon, an epsilon without it;
+    # its fit used for other clients than it ran on
+    ("a private pre-trial that does not add up", ["pretrial", "private_over.toml", "--out", "new.sqlite"]),
+    ("a private pre-trial that does not add up", ["pretrial", "private_public.toml", "--out", "new.sqlite"]),
+    ("a private pre-trial that does not add up", ["pretrial", "private_no_eps.toml", "--out", "new.sqlite"]),
+    ("a private pre-trial that does not add up", ["pretrial", "eps_not_private.toml", "--out", "new.sqlite"]),
+    ("a private pre-trial that does not add up", ["design", "--fit", "private_fit.json", "--clients", "100",
+                                                  "--budget", "5", "--max-rounds", "20"]),
 ]
 
 
@@ -215,6 +223,13 @@ def _workdir():
     (d / "spec.toml").write_text('dataset = "digits"\nmodel = "lr"\nclients = 4\nsigmas = [1.0]\n'
                                  'rounds = [2]\nseeds = 1\npublic_fraction = 0.5\n')
     (d / "seeds.toml").write_text("seeds = 2\n")
+    private = 'dataset = "digits"\nmodel = "lr"\nclients = 4\nsigmas = [1.0]\nrounds = [2]\nseeds = 1\n'
+    (d / "private_over.toml").write_text(private + 'subset = "all"\nprivate = true\nepsilon = 0.01\n')
+    (d / "private_public.toml").write_text(private + 'private = true\nepsilon = 50\n')
+    (d / "private_no_eps.toml").write_text(private + 'subset = "all"\nprivate = true\n')
+    (d / "eps_not_private.toml").write_text(private + 'epsilon = 5\n')
+    (d / "private_fit.json").write_text(json.dumps({**fit, "private": True, "clients": 7, "private_charges": [
+        {"sampling": "poisson", "rate": 1.0, "noise_multiplier": 5.0, "steps": 4}]}))
     (d / "junk.sqlite").write_text("this is not a results store\n")
     (d / "empty.toml").write_text("")
     (d / "truncated.sqlite").write_bytes(STORE.read_bytes()[:5000])
