@@ -2,6 +2,7 @@
 borrowed κ (docs/results.md §11).
 
     python analysis/private_pretrial.py [--partitions iid dirichlet] [--epsilons 1 2 8] [--share 0.5]
+                                        [--cross-device]
 
 N = 100 clients on FashionMNIST's 90 % private split, LR, C = 0.3, η = 0.1,
 one local epoch of batch 64, δ = 1e-5, at most 200 rounds, three seeds (the
@@ -52,11 +53,44 @@ def grid_for(eps_pre, partition):
     return Spec.from_dict({**base, "sigmas": [hi, 2 * hi, 4 * hi]})
 
 
+def cross_device(epsilons, out):
+    """The same at N = 10⁴ (a cohort of at most 100): the private pre-trial
+    of ``pretrials/private_lr.toml`` (ε 0.74), then its design at each total ε."""
+    from paretofl.pretrial.private import from_data
+
+    n = 10_000
+    spec = Spec.from_toml(ROOT / "pretrials" / "private_lr.toml")
+    store = out / "pre_cross_device.sqlite"
+    run_sweep(spec, store, progress=False)
+    f = paretofl.fit(store, bootstrap=200)
+    fit_path = out / "pre_cross_device_fit.json"
+    f.save(fit_path)
+    setup = prepare("fashion-mnist", "lr", n, partition="iid", seed=0, public_fraction=0.1, subset="rest")
+    rows = []
+    for eps in epsilons:
+        d = paretofl.design(n, eps, DELTA, max_rounds=1000, q_max=0.01, fit=str(fit_path), sigma_min=0.01,
+                            sigma_max=30.0)
+        pol = assemble(setup, "dpfedavg", 3, seeds=range(3), mechanism="client-aggregate", sigma=d.sigma, clip=CLIP,
+                       lr=LR, client_rate=d.q, local_epochs=1, batch_size=64).policy
+        _, _, fin = train(pol, rounds=d.rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, eval_every=d.rounds,
+                          spent=from_data(f.private_charges))
+        row = dict(partition="iid, N = 10^4", epsilon=eps, pre_sigmas=spec.sigmas, pre_epsilon=f.private_epsilon,
+                   kappa=f.kappa, kappa_ci=f.kappa_ci, problems=f.problems, q=d.q, rounds=d.rounds, sigma=d.sigma,
+                   training_epsilon=d.details["pretrial"]["training_epsilon"], total=float(np.max(fin["epsilon"])),
+                   accuracy=fin["accuracy"].tolist())
+        rows.append(row)
+        print(f"N=10^4 eps {eps:g}: kappa {f.kappa:.3g}; design T {d.rounds} sigma {d.sigma:.3g}; total "
+              f"{row['total']:.3f}; acc {100 * np.mean(row['accuracy']):.1f}", flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--partitions", nargs="+", default=["iid", "dirichlet"])
     ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0, 8.0])
     ap.add_argument("--share", type=float, default=0.5)
+    ap.add_argument("--cross-device", action="store_true",
+                    help="also N = 10^4 with pretrials/private_lr.toml (epsilon 0.74) before each design")
     ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "private_pretrial"))
     a = ap.parse_args()
     out = Path(a.out)
@@ -94,6 +128,8 @@ def main():
             print(f"{partition} eps {eps:g}: pre-trial sigmas {spec.sigmas} spent {f.private_epsilon:.3g}, kappa "
                   f"{f.kappa:.3g}; design q {d.q:g} T {d.rounds} sigma {d.sigma:.3g}; total {row['total']:.3f}; "
                   f"acc {100 * np.mean(row['accuracy']):.1f}", flush=True)
+    if a.cross_device:
+        rows += cross_device(a.epsilons, out)
     (out / "private_pretrial.json").write_text(json.dumps(rows, indent=1))
     lines = ["| partition | ε total | pre-trial: σ's, ε spent | κ [95 %] | design after it: q, T, σ | ε spent in all "
              "| test accuracy |", "|---|---|---|---|---|---|---|"]

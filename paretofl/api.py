@@ -332,7 +332,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
             raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
         clients = design.n_clients
         if "pretrial" in design.details:          # a private pre-trial's charges: the run composes with them
-            from .pretrial.private import from_data
+            from .theory.privacy import charges_from_data as from_data
 
             spent = tuple(from_data(design.details["pretrial"]["charges"]))
         dataset = design.dataset if dataset is None else dataset

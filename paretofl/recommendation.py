@@ -742,7 +742,7 @@ def _private_pretrial(fit, n: int) -> tuple:
     data = _read_fit(fit)
     if not data.get("private"):
         return ()
-    from .pretrial.private import from_data
+    from .theory.privacy import charges_from_data as from_data
 
     if int(data.get("clients", -1)) != n:
         raise ValueError(f"fit {fit} is a private pre-trial on {data.get('clients')} clients: it protects those, so "
@@ -752,12 +752,12 @@ def _private_pretrial(fit, n: int) -> tuple:
 
 def _say_pretrial(d: Design, job: _Job, fit) -> None:
     """A design after a private pre-trial: what each part spent, alone and composed."""
-    from .pretrial.private import epsilon_of
+    from .theory.privacy import compose_epsilon as epsilon_of
 
     pre = epsilon_of(list(job.prior), job.delta)
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
     train = mech.epsilon(d.q, d.sigma, d.rounds, job.delta, d.n_clients, orders=job.orders)
-    from .pretrial.private import as_data
+    from .theory.privacy import charges_as_data as as_data
 
     d.details = dict(d.details, pretrial={"fit": str(fit), "epsilon": pre, "training_epsilon": train,
                                           "charges": as_data(list(job.prior))})

@@ -178,9 +178,9 @@ class Spec:
                 bad("a private pre-trial is charged: give epsilon, the most it may spend (it comes out of the "
                     "design's budget)")
             num("epsilon", 0, 1e4)
-            from .private import spent
+            from ..theory.privacy import compose_epsilon
 
-            cost = spent(self)
+            cost = compose_epsilon(self.private_charges(), self.delta)
             if cost > self.epsilon * (1 + 1e-12):
                 bad(f"this grid spends epsilon {cost:.4g} on the clients' data ({len(self.q) * len(self.sigmas)} "
                     f"noise levels x {self.seeds} seeds, {max(self.rounds)} rounds each, composed), above the "
@@ -197,6 +197,22 @@ class Spec:
 
     def seed_list(self) -> list[int]:
         return list(range(self.seeds))
+
+    def private_charges(self) -> list:
+        """What the grid's runs charge on the clients' data (a private
+        pre-trial; docs/theory.md §4.D): one :class:`Charge` per (q, σ), for
+        max(rounds) rounds of each of its seeds."""
+        from ..mechanisms import get as mechanism_of
+        from ..theory.privacy import Charge
+
+        mech = mechanism_of(MECHANISM)
+        out = []
+        for q in self.q:
+            for s in self.sigmas:
+                c = mech.charge(float(q), float(s), int(self.clients))
+                out.append(Charge(c.sampling, float(c.rate), float(c.noise_multiplier),
+                                  int(max(self.rounds)) * int(self.seeds)))
+        return out
 
     def noise_levels(self) -> list[float]:
         """The σ the pre-trial trains: the grid and the non-private reference

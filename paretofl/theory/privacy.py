@@ -55,6 +55,9 @@ __all__ = [
     "calibrate_noise",
     "max_steps",
     "Charge",
+    "compose_epsilon",
+    "charges_as_data",
+    "charges_from_data",
     "check_delta",
     "check_rate",
     "check_step",
@@ -834,3 +837,34 @@ class Charge:
         """ε of ``rounds`` compositions of this (scalar) charge."""
         return compute_epsilon(float(self.rate), float(self.noise_multiplier), int(rounds) * int(self.steps),
                                delta, self.sampling, orders=orders)
+
+
+def compose_epsilon(charges, delta: float, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
+    """ε of charges (scalar :class:`Charge` objects) composed: one RDP accountant, orders searched."""
+    acct = RDPAccountant(orders=tuple(orders))
+    for c in charges:
+        acct.step(float(c.noise_multiplier), float(c.rate), int(c.steps), c.sampling)
+    return acct.get_epsilon(delta)
+
+
+def charges_as_data(charges) -> list[dict]:
+    """Charges as plain numbers (JSON, a store's or a design's record)."""
+    return [{"sampling": c.sampling, "rate": float(c.rate), "noise_multiplier": float(c.noise_multiplier),
+             "steps": int(c.steps)} for c in charges]
+
+
+def charges_from_data(rows) -> list[Charge]:
+    """Charges read back from :func:`charges_as_data`'s rows, each checked."""
+    if not isinstance(rows, list):
+        raise ValueError("recorded charges must be a list")
+    out = []
+    for r in rows:
+        try:
+            c = Charge(str(r["sampling"]), float(r["rate"]), float(r["noise_multiplier"]), int(r["steps"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"a recorded charge is damaged: {r!r} ({exc})") from None
+        if not (0 < c.rate <= 1) or not (c.noise_multiplier > 0) or c.steps < 1:
+            raise ValueError(f"a recorded charge is out of range: {r!r}")
+        out.append(c)
+    return out
+
