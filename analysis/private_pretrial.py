@@ -9,7 +9,7 @@ one local epoch of batch 64, δ = 1e-5, at most 200 rounds, three seeds (the
 settings of docs/results.md §6).  At each total budget ε:
 
 * a private pre-trial on the 100 clients themselves (``private = true``):
-  q = 1, T ∈ {2, 4, 8, 16, 32}, three seeds, three noise levels s·{1, 2, 4}
+  q = 1, T ∈ {2, 4, 8, 16, 32}, three seeds, four noise levels s·{1, 2, 4, 8}
   with s the least that keeps the pre-trial within ``--share`` of ε; its
   fit, then the design with it (``--fit``), which gives the training what
   the pre-trial leaves (composed), then the training — its ε the total;
@@ -48,9 +48,9 @@ def grid_for(eps_pre, partition):
     lo, hi = 0.01, 100.0
     for _ in range(60):      # the least scale whose grid fits the pre-trial's share
         mid = math.sqrt(lo * hi)
-        s = Spec.from_dict({**base, "epsilon": 1e6, "sigmas": [mid, 2 * mid, 4 * mid]})
+        s = Spec.from_dict({**base, "epsilon": 1e4, "sigmas": [mid, 2 * mid, 4 * mid, 8 * mid]})
         lo, hi = (lo, mid) if spent(s) <= eps_pre else (mid, hi)
-    return Spec.from_dict({**base, "sigmas": [hi, 2 * hi, 4 * hi]})
+    return Spec.from_dict({**base, "sigmas": [hi, 2 * hi, 4 * hi, 8 * hi]})
 
 
 def cross_device(epsilons, out):
