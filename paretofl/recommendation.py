@@ -64,7 +64,8 @@ MAX_CLIENTS = 1_000_000
 
 #: a fit's problems that make its κ meaningless (they begin so): the
 #: pre-trial did not learn, diverged, or its front has no slope to fit
-FIT_BLOCKING = ("even non-private training", "the pre-trial diverged", "no front point", "the front has no slope")
+FIT_BLOCKING = ("even non-private training", "even the least noisy run", "the pre-trial diverged", "no front point",
+                "the front has no slope")
 
 #: the mechanisms the closed-form search designs for (the registry's)
 DESIGN_MECHANISMS = mechanism_names(designable=True)

@@ -300,14 +300,19 @@ def _problems(res: Results, kappa, kappa_ci, slope, distance=math.nan, bootstrap
     out = []
     first, best, t_lo, t_hi = res.reference_loss
     chance = 1.0 / res.classes if res.classes else None
+    # a private pre-trial's reference is its least noisy run (docs/theory.md §4.D): when that did not learn,
+    # the grid's noise is the likelier cause than the model
+    ref, fix = (("even the least noisy run (a private pre-trial has no run without noise)",
+                 "its noise is too large for the clients' data: a private pre-trial needs a larger epsilon or more "
+                 "clients (docs/results.md section 11), or borrow kappa") if res.private else
+                ("even non-private training", "check the model, lr and data"))
     if chance is not None and res.reference_accuracy <= 1.2 * chance:
-        out.append(f"even non-private training stayed at chance: its best mean test accuracy is "
-                   f"{100 * res.reference_accuracy:.1f} % where guessing gets {100 * chance:.1f} % ({res.classes} "
-                   "classes): the pre-trial learned nothing, so kappa means nothing; check the model, lr and data")
+        out.append(f"{ref} stayed at chance: its best mean test accuracy is {100 * res.reference_accuracy:.1f} % "
+                   f"where guessing gets {100 * chance:.1f} % ({res.classes} classes): the pre-trial learned nothing, "
+                   f"so kappa means nothing; {fix}")
     elif t_hi > t_lo and first > 0 and not (best < 0.99 * first):
-        out.append(f"even non-private training did not learn: its test loss is never below {first:.4g}, its loss "
-                   f"after {t_lo} rounds, up to {t_hi}: the pre-trial learned nothing, so kappa means nothing; check "
-                   "the model, lr and data")
+        out.append(f"{ref} did not learn: its test loss is never below {first:.4g}, its loss after {t_lo} rounds, "
+                   f"up to {t_hi}: the pre-trial learned nothing, so kappa means nothing; {fix}")
     if bootstrap == 0:
         out.append("no bootstrap (--bootstrap 0): kappa has no interval; use at least 200 resamples")
     n_seeds = res.U.shape[1]

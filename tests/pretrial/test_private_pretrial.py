@@ -84,6 +84,24 @@ def test_a_private_store_fits_the_same_kappa_without_a_noise_free_run(tmp_path):
     assert private.private_epsilon > 100          # the shipped grid on private data would cost a fortune
 
 
+def test_a_private_pre_trial_too_noisy_to_learn_says_so_and_not_that_the_model_is_wrong(tmp_path):
+    """A private grid's least noisy run is its reference; when even that one
+    never improves on its first loss, the fit blocks and names the noise
+    (more budget or clients), not non-private training."""
+    import sqlite3
+    from pathlib import Path
+
+    store = Path(paretofl.__file__).resolve().parent.parent / "pretrials" / "lr_fmnist.sqlite"
+    path = _private_copy(store, tmp_path / "p.sqlite")
+    db = sqlite3.connect(path)
+    db.execute("UPDATE runs SET test_loss = 5.0 + rounds / 1000.0")   # every run gets worse with T
+    db.commit()
+    db.close()
+    f = fit(path, bootstrap=0)
+    assert f.blocking and f.blocking[0].startswith("even the least noisy run")
+    assert "larger epsilon or more clients" in f.blocking[0] and "non-private" not in f.blocking[0]
+
+
 @pytest.fixture(scope="module")
 def private_fit(tmp_path_factory):
     d = tmp_path_factory.mktemp("private")
