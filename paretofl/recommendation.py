@@ -554,17 +554,18 @@ def _kappa_ci(kappa, fit) -> list | None:
     return [lo, hi] if 0 < lo <= hi and math.isfinite(hi) else None
 
 
-#: what a κ off by a factor of three cost in the measurement of docs/results.md §11 (points of test accuracy,
-#: the most over its cells); said beside every closed-form design
-KAPPA_FACTOR3_COST = None
+#: what a κ off by a factor of three cost in docs/results.md §11 (FashionMNIST, N = 100, LR and an MLP, ε 1 / 2 / 8):
+#: points of test accuracy against the design at the fitted κ, the most over the nine cells, for a κ three times
+#: too large (fewer rounds) and three times too small; said beside every closed-form design
+KAPPA_FACTOR3_COST = {"too large": 3.6, "too small": 1.3}
 
 
 def _kappa_range(d: Design, job: _Job, ci) -> None:
     """At the design's q: T and σ where κ is either end of its interval (a
     note and ``details["kappa_range"]``), and what a factor-3 error costs."""
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
-    cost = (f"; a kappa off by a factor 3 cost up to {KAPPA_FACTOR3_COST:.1f} points of accuracy in docs/results.md "
-            "section 11" if KAPPA_FACTOR3_COST is not None else "")
+    cost = (f"; in docs/results.md section 11 a kappa 3x too large cost up to {KAPPA_FACTOR3_COST['too large']:.1f} "
+            f"points of accuracy, 3x too small up to {KAPPA_FACTOR3_COST['too small']:.1f}: when unsure, err small")
     if ci is None:
         if d.kappa_source == "given":
             d.notes.append("kappa was given: the design is only as good as it" + cost)

@@ -191,3 +191,24 @@ def test_every_closed_form_design_says_what_kappas_interval_moves():
 def test_epsilon_of_composes_like_the_accountant():
     ch = charges(_spec())
     assert epsilon_of(ch, 1e-4) == pytest.approx(spent(_spec()), rel=1e-12)
+
+
+def test_the_cost_of_a_wrong_kappa_every_design_quotes_is_the_measured_table():
+    """KAPPA_FACTOR3_COST is recomputed from docs/results.md §11's table
+    (the design at κ × 1/3 and × 3 against κ × 1, the worst cell), and
+    every closed-form design quotes it."""
+    import re
+    from pathlib import Path
+
+    from paretofl.recommendation import KAPPA_FACTOR3_COST
+
+    text = (Path(paretofl.__file__).resolve().parent.parent / "docs" / "results.md").read_text()
+    section = text.split("## 11.")[1].split("\n## ")[0]
+    rows = [r for r in section.splitlines() if re.match(r"\| (LR|MLP) \|", r)]
+    assert len(rows) == 9
+    acc = [[float(m) for m in re.findall(r"T \d+: ([\d.]+)", r)] for r in rows]   # × 1/10, 1/3, 1, 3, 10
+    assert all(len(a) == 5 for a in acc)
+    assert max(a[2] - a[3] for a in acc) == pytest.approx(KAPPA_FACTOR3_COST["too large"], abs=1e-9)
+    assert max(a[2] - a[1] for a in acc) == pytest.approx(KAPPA_FACTOR3_COST["too small"], abs=1e-9)
+    d = paretofl.design(100, 2.0, max_rounds=200)
+    assert any(f"3x too large cost up to {KAPPA_FACTOR3_COST['too large']:.1f}" in n for n in d.notes)
