@@ -661,32 +661,21 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
     if banded != (framework == "jax-privacy"):
         raise ValueError(f"a {d.mechanism} design exports to jax-privacy, whose privatizer runs its correlated noise"
                          if banded else f"a {d.mechanism} design adds independent noise: export it to flower or opacus")
-    if framework == "jax-privacy":
-        from .integrations import jax_privacy
+    if framework in ("jax-privacy", "flower"):       # the server's side: C only, no per-client DP-SGD settings
+        from .integrations import flower, jax_privacy
 
         ignored = [n for n, v in (("client_size", client_size), ("batch_size", batch_size),
                                   ("local_steps", local_steps)) if v is not None]
         if ignored:
-            raise ValueError(f"export to jax-privacy does not use {', '.join(ignored)}: drop "
-                             f"{'it' if len(ignored) == 1 else 'them'}")
-        if clip is None and d.clip is None:
-            raise ValueError("export to jax-privacy needs clip (the clipping norm C): this design has no C of its "
-                             "own (give tune, or a fit that records its pre-trial)")
-        p = jax_privacy.plan(d, clip if clip is not None else d.clip)
-        return p, jax_privacy.snippet(p)
-    if framework == "flower":
-        from .integrations import flower
-
-        ignored = [n for n, v in (("client_size", client_size), ("batch_size", batch_size),
-                                  ("local_steps", local_steps)) if v is not None]
-        if ignored:
-            raise ValueError(f"export to flower does not use {', '.join(ignored)} (Opacus's, inside each client): "
+            whose = " (Opacus's, inside each client)" if framework == "flower" else ""
+            raise ValueError(f"export to {framework} does not use {', '.join(ignored)}{whose}: "
                              f"drop {'it' if len(ignored) == 1 else 'them'}")
         if clip is None and d.clip is None:
-            raise ValueError("export to flower needs clip (the clipping norm C): this design has no C of its own "
-                             "(give tune, or a fit that records its pre-trial)")
-        p = flower.plan(d, clip if clip is not None else d.clip)
-        return p, flower.snippet(p)
+            raise ValueError(f"export to {framework} needs clip (the clipping norm C): this design has no C of its "
+                             "own (give tune, or a fit that records its pre-trial)")
+        bridge = jax_privacy if framework == "jax-privacy" else flower
+        p = bridge.plan(d, clip if clip is not None else d.clip)
+        return p, bridge.snippet(p)
     if framework == "opacus":
         from .integrations import opacus
 

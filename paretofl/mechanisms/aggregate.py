@@ -19,7 +19,19 @@ import math
 import numpy as np
 
 from ..theory.privacy import Charge, check_rate
-from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, positive, rates, register, sigmas
+from .base import (
+    NO_CLIP,
+    NOISE_DIV10,
+    AuditSetting,
+    Break,
+    Mechanism,
+    Noise,
+    positive,
+    rates,
+    register,
+    sigmas,
+    sum_multiplier,
+)
 
 __all__ = ["ClientAggregate", "adaptive_update_multiplier"]
 
@@ -148,7 +160,7 @@ class ClientAggregate(Mechanism):
         noise is raised so that the two together are this Gaussian."""
         q, sigma = rates(q), sigmas(sigma)
         m = expected_cohort(q, n_clients, cohort)
-        return Charge("poisson", q, sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m))
+        return Charge("poisson", q, sum_multiplier(q, sigma, n_clients, m))
 
     def count_std(self, cohort) -> float:
         """σ_b, the std of the noise on adaptive clipping's count: the

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..theory import bandmf as mf
 from ..theory.privacy import Charge, check_rate
-from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas
+from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas, sum_multiplier
 
 __all__ = ["BandMF", "BandMFAmplified"]
 
@@ -102,11 +102,6 @@ class _Banded(Mechanism):
             return mf.error_ratios(self.bands, int(r.max()))[r - 1]
         return mf.error_ratio(self.bands, int(rounds))
 
-    @staticmethod
-    def _z(q, sigma, n_clients, cohort):
-        m = cohort if cohort is not None else np.asarray(q, dtype=float) * int(n_clients)
-        return sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m)
-
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         m = float(cohort) if cohort is not None else float(q) * n_clients
         return Noise("correlated-sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
@@ -157,7 +152,7 @@ class BandMF(_Banded):
         """A Gaussian of noise multiplier z per participation (no
         amplification); k = ⌈T/b⌉ of them over a run."""
         q, sigma = rates(q), sigmas(sigma)
-        return Charge("none", 1.0, self._z(q, sigma, n_clients, cohort))
+        return Charge("none", 1.0, sum_multiplier(q, sigma, n_clients, cohort))
 
     def sampling_text(self, d) -> str:
         return (f"the clients are split into b = {self.bands} groups in advance (client i in group i mod b); round t "
@@ -199,7 +194,7 @@ class BandMFAmplified(_Banded):
         q, sigma = rates(q), sigmas(sigma)
         qg = self.group_rate(q)
         qg = np.minimum(qg, 1.0) if np.ndim(qg) else min(qg, 1.0)
-        return Charge("poisson", qg, self._z(q, sigma, n_clients, cohort))
+        return Charge("poisson", qg, sum_multiplier(q, sigma, n_clients, cohort))
 
     def sampling_text(self, d) -> str:
         return (f"the clients are split into b = {self.bands} groups in advance (client i in group i mod b); in round "

@@ -90,6 +90,13 @@ def sigmas(sigma):
     return s if s.ndim else float(s)
 
 
+def sum_multiplier(q, sigma, n_clients, cohort=None):
+    """z = σ√m, the noise multiplier on a sum of m clients' updates each
+    noised at σ (in units of C); m = ``cohort`` or qN.  Arrays stay arrays."""
+    m = cohort if cohort is not None else np.asarray(q, dtype=float) * int(n_clients)
+    return sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m)
+
+
 @dataclass(frozen=True)
 class Noise:
     """The Gaussian noise one round releases, per coordinate, in units of the

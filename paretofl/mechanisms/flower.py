@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from ..theory.privacy import FLOWER_ORDERS, Charge, check_rate
-from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas
+from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas, sum_multiplier
 
 __all__ = ["Flower", "FlowerAccounted"]
 
@@ -58,11 +58,6 @@ class _FixedCohort(Mechanism):
                                  "clients is not one")
         return q
 
-    @staticmethod
-    def _z(q, sigma, n_clients, cohort):
-        m = cohort if cohort is not None else np.asarray(q, dtype=float) * int(n_clients)
-        return sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m)
-
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         m = float(cohort) if cohort is not None else float(q) * n_clients
         return Noise("sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
@@ -91,7 +86,7 @@ class Flower(_FixedCohort):
         """A fixed-size subsampled Gaussian of rate m/N and noise
         multiplier z/2 (replace-one moves the sum by 2C)."""
         q, sigma = rates(q), sigmas(sigma)
-        return Charge("fixed-size", q, self._z(q, sigma, n_clients, cohort) / 2.0)
+        return Charge("fixed-size", q, sum_multiplier(q, sigma, n_clients, cohort) / 2.0)
 
     def accountant_text(self, d) -> str:
         return ("RDP of the fixed-size subsampled Gaussian (Wang, Balle and Kasiviswanathan 2019, Thm 27), noise "
@@ -119,7 +114,7 @@ class FlowerAccounted(_FixedCohort):
         m < N is drawn (an added client can displace a sampled one, moving
         the sum by up to 2C; docs/theory.md §5.1)."""
         q, sigma = rates(q), sigmas(sigma)
-        z = self._z(q, sigma, n_clients, cohort)
+        z = sum_multiplier(q, sigma, n_clients, cohort)
         return Charge("none", q, np.where(np.asarray(q) >= 1.0, z, z / 2.0) if np.ndim(z) else
                       (z if q >= 1.0 else z / 2.0))
 
