@@ -111,6 +111,8 @@ class Store:
                 self.db.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
                 self.db.execute("INSERT INTO meta VALUES ('base', ?)", (json.dumps(base, sort_keys=True),))
             meta = dict(self.db.execute("SELECT key, value FROM meta"))
+        if not meta and base is None:   # tables but no meta yet: a writer between its schema and its first commit
+            raise ValueError(f"{self.path} is not a paretofl results file (it is empty)")
         self.meta = meta
         if meta.get("format") != FORMAT:
             raise ValueError(f"{self.path} is not a paretofl results file (format {meta.get('format')!r})")

@@ -681,3 +681,21 @@ def test_an_empty_spec_file_is_refused_and_nothing_is_written(tmp_path, monkeypa
     assert main(["pretrial", "empty.toml", "--out", "e.sqlite"]) == 2
     assert "spec file empty.toml is empty" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.toml"]
+
+
+def test_a_store_caught_between_its_schema_and_its_first_commit_reads_as_empty_and_a_writer_resumes_it(tmp_path):
+    """A writer killed (or polled) after creating the tables and before
+    writing the format: a reader is told the file is empty, not that it is
+    some other file, and a writer opening it finishes the creation."""
+    from paretofl.pretrial.store import _SCHEMA
+
+    path = tmp_path / "half.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(_SCHEMA)
+    db.close()
+    with pytest.raises(ValueError, match=r"is not a paretofl results file \(it is empty\)"):
+        Store(path)
+    s = Store(path, {"model": "lr"})
+    assert s.base == {"model": "lr"} and len(s) == 0
+    s.close()
+    assert Store(path).base == {"model": "lr"}
