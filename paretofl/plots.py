@@ -139,7 +139,8 @@ def _banded_figure(d, path):
              (d.sigma, d.rounds, d.utility_bound), "#cc0000")]
     other = d.details.get("dpfedavg") or {}
     if "q" in other:
-        fams.append((f"client-aggregate (Poisson DP-FedAvg), q = {_g(other['q'])}", mechanism_of("client-aggregate"),
+        name = other.get("mechanism", MECHANISM)      # a saved design from before the name was recorded
+        fams.append((f"{name} (Poisson DP-FedAvg), q = {_g(other['q'])}", mechanism_of(name),
                      other["q"], (other["sigma"], other["rounds"], other["utility_bound"]), "#1f77b4"))
     fig = Figure(figsize=(15, 5.4))
     a1, a2, a3 = fig.subplots(1, 3)
@@ -165,7 +166,7 @@ def _banded_figure(d, path):
     a3.plot(list(bs), list(bs.values()), "o-", color="#cc0000")
     a3.plot(d.details["bands"], d.utility_bound, "*", color="gold", mec="black", ms=13, label="design")
     if "q" in other:
-        a3.axhline(other["utility_bound"], color="#1f77b4", ls="--", label="client-aggregate's design")
+        a3.axhline(other["utility_bound"], color="#1f77b4", ls="--", label=f"{name}'s design")
     a3.set_xscale("log")
     a3.set_yscale("log")
     a3.set_xlabel("bands b")

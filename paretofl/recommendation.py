@@ -949,7 +949,8 @@ def _compare_with_dpfedavg(job: _Job, d: Design) -> None:
     except (InfeasibleBudget, ValueError) as exc:
         d.details["dpfedavg"] = {"error": str(exc)}
         return
-    d.details["dpfedavg"] = {k: getattr(other, k) for k in ("q", "rounds", "sigma", "epsilon", "utility_bound")}
+    d.details["dpfedavg"] = {"mechanism": DEFAULT,
+                             **{k: getattr(other, k) for k in ("q", "rounds", "sigma", "epsilon", "utility_bound")}}
     rel = 100 * (other.utility_bound / d.utility_bound - 1)
     verdict = f"{abs(rel):.1f} % {'above' if rel > 0 else 'below'} this design's"
     d.notes.append(f"the DP-FedAvg design with Poisson sampling (client-aggregate) for the same budget: q = "
