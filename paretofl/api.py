@@ -22,7 +22,7 @@ __all__ = ["__version__", "design", "Design", "InfeasibleBudget", "nbafl_design"
            "Accounting", "pareto_set", "ParetoSet", "fit", "train", "TrainResult", "PRV_LIMITS", "pretrial", "spec",
            "validate", "audit", "audit_jobs", "audit_names", "export", "design_figure", "pareto_figure",
            "pretrial_figures", "names", "algorithm_options", "unused_options", "check_out_path", "stored_runs",
-           "keep_freed_memory", "is_reference"]
+           "keep_freed_memory", "is_reference", "pretrial_spend", "load_design", "check_design"]
 
 #: where Opacus's PRV accountant is run at all: beyond these its grid grows
 #: past gigabytes and minutes (measured: 26 GiB at small σ and many steps)
@@ -114,10 +114,13 @@ def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_round
     from, where that is known; :func:`tune` chooses C and η on a pre-trial's
     public share instead (a step of its own).
     """
-    utility, spec = None, None
+    utility, spec, spend = None, None, None
     if sum(x is not None for x in (kappa, fit, from_store)) > 1:
         raise ValueError("give one of kappa, fit or from_store (where kappa comes from)")
+    if fit is not None:
+        spend = pretrial_spend(fit=fit)
     if from_store is not None:
+        spend = pretrial_spend(store=from_store)
         from .pretrial.fit import UTILITY_MODELS, fit_utility
         from .pretrial.tune import spec_of_store
 
@@ -131,7 +134,69 @@ def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_round
     return recommendation.design(n_clients, epsilon, delta=delta, max_rounds=max_rounds, time_budget=time_budget,
                                  round_time=round_time, q=q, q_min=q_min, q_max=q_max, sigma_min=sigma_min,
                                  sigma_max=sigma_max, kappa=kappa, fit=fit, mechanism=mechanism, framework=framework,
-                                 utility=utility, spec=spec, budgets=budgets, mechanism_options=mechanism_options)
+                                 utility=utility, spec=spec, budgets=budgets, mechanism_options=mechanism_options,
+                                 pretrial=spend)
+
+
+def pretrial_spend(fit=None, store=None):
+    """What the private pre-trial behind a fit file or a results store spent
+    (:class:`paretofl.pretrial.private.Spend`; None for a public one),
+    re-derived from the store's spend log wherever the store is there, and
+    refused where a file disagrees with it (docs/theory.md §4.D)."""
+    from .pretrial import private
+
+    if (fit is None) == (store is None):
+        raise ValueError("give fit or store")
+    if store is not None:
+        return private.of_store(store)
+    return private.of_fit(fit, recommendation.read_fit(fit))
+
+
+def load_design(path) -> Design:
+    """A saved design, never believed: :meth:`Design.load` re-derives its
+    every privacy figure from its released parameters, and
+    :func:`check_design` its private pre-trial's spend from that
+    pre-trial's store."""
+    return check_design(Design.load(path), where=f"design file {path}")
+
+
+def check_design(d: Design, where: str = "the design") -> Design:
+    """Re-derive what a design claims before anything uses it: its figures
+    from its parameters (:func:`paretofl.recommendation.check_claims`), and
+    the private pre-trial it composes with from that pre-trial's store where
+    the store is there (refused where the store charged more than the design
+    composes, or where κ came from a private pre-trial whose spend the design
+    left out); where the store is absent, the pre-trial's part is marked as
+    taken from the file (``details["pretrial"]["verified"]`` False)."""
+    from pathlib import Path
+
+    if not isinstance(d, Design):
+        raise ValueError(f"{where} must be a paretofl Design (Design.load(path) reads a saved one), got "
+                         f"{type(d).__name__}")
+    recommendation.check_claims(d, where)
+    pre = d.details.get("pretrial")
+    source = d.kappa_source[4:] if isinstance(d.kappa_source, str) and d.kappa_source.startswith("fit ") else None
+    store = (pre or {}).get("store") or (d.kappa_source if d.utility_model in ("bound", "bend") else None)
+    found = None
+    if store is not None and Path(store).is_file():
+        found = pretrial_spend(store=store)
+    elif (pre or {}).get("fit") or source:
+        f = (pre or {}).get("fit") or source
+        if Path(f).is_file():
+            found = pretrial_spend(fit=f)
+    if found is not None:
+        from .theory.privacy import charges_from_data, compose_epsilon
+
+        have = compose_epsilon(charges_from_data(pre["charges"]), d.delta) if pre else 0.0
+        if have < found.epsilon * (1 - recommendation.CLAIM_RTOL):
+            raise ValueError(f"{where} composes {'no' if not pre else f'epsilon {have:.4g} of its'} private "
+                             f"pre-trial, but {found.source} charged epsilon {found.epsilon:.4g}: its ε would be "
+                             "under-reported; design again with the pre-trial's fit or store")
+        d.details["pretrial"] = dict(pre, verified=found.verified, source=found.source)
+    elif pre:
+        d.details["pretrial"] = dict(pre, verified=False,
+                                     source=f"{where}, unverified: the pre-trial's store is not here")
+    return d
 
 
 def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: int = 3, progress: bool = False,
@@ -155,6 +220,13 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
         raise ValueError(f"tune needs a Design, got {type(d).__name__}")
     if not Path(store).is_file():
         raise ValueError(f"tune: results file {store} does not exist")
+    spec_ = spec_of_store(store)
+    if spec_.private or spec_.subset != "public":
+        # tuning trains on the store's data: the clients' own here, which nothing would charge
+        raise ValueError(f"tune trains on the data of {store}, a pre-trial on the clients' own data (subset "
+                         f"{spec_.subset!r}{', private' if spec_.private else ''}): that would spend privacy this "
+                         "design does not charge; tune on a pre-trial of the public share (subset = \"public\"), "
+                         "or keep the C and learning rate of the fit")
     if d.groups or d.noise_on != "sum":
         raise ValueError("tune chooses C and the learning rate where one noise lies on the sum (client-aggregate, "
                          "Flower's) with one budget for all")
@@ -323,6 +395,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         if not isinstance(design, Design):
             raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
                              f"{type(design).__name__}")
+        design = check_design(design, "design")      # what it claims, re-derived before it trains
         fixed = [k for k, v in (("epsilon", epsilon), ("delta", delta), ("rounds", rounds)) if v is not None]
         fixed += [k for k in ("mechanism", "client_rate", "sigma") if k in options]
         if fixed:

@@ -178,6 +178,20 @@ def _group_charge(mech, q, z) -> Charge:
     return mech.charge(q, z, cohort=1.0) if mech.noise_on == "sum" else mech.charge(q, z)
 
 
+def group_epsilons(mechanism: str, groups: list, group_of: list, sigma: float, delta: float, rounds: int) -> list:
+    """Each group's ε re-derived from what a group design releases (its
+    rates, the clients in each group, σ; never the ε it records): one noise
+    of multiplier z = σ√m on the sum (m = Σ_i q_i), or each group's own σ on
+    each update (the local view)."""
+    mech = mechanism_of(mechanism)
+    counts = np.bincount(np.asarray(group_of, dtype=int), minlength=len(groups))
+    rates = np.array([float(g["q"]) for g in groups])
+    if mech.noise_on == "sum":
+        z = float(sigma) * math.sqrt(float(counts @ rates))
+        return [_group_charge(mech, float(q), z).epsilon(delta, int(rounds)) for q in rates]
+    return [_group_charge(mech, float(q), float(g["sigma"])).epsilon(delta, int(rounds)) for q, g in zip(rates, groups)]
+
+
 def _largest_rate(mech, eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e-4):
     """The largest q in [lo, hi] (to ``rtol``) whose charge at noise
     multiplier z meets ε after T rounds on the grid of orders (an upper

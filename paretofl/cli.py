@@ -481,10 +481,13 @@ def _design_groups(a):
 
 def cmd_export(a):
     """export DESIGN.json --to flower|opacus: a saved design in a framework's terms."""
-    d = api.Design.load(a.design)
+    d = api.load_design(a.design)
     a.export = a.to
     out, lines = {"design_file": a.design}, [f"{a.design}: {d}"]
     _export(a, d, out, lines)
+    if a.statement:
+        out["statement"] = d.statement()
+        lines += [out["statement"], ""]
     _emit(out, a.json, "\n".join(lines))
 
 
@@ -504,7 +507,7 @@ def cmd_train(a):
     given = {opt: getattr(a, opt) for opt in api.algorithm_options() if getattr(a, opt, None) is not None}
     design = None
     if a.design is not None:
-        design = api.Design.load(a.design)
+        design = api.load_design(a.design)
         fixed = [flag(k) for k in _SET_BY_DESIGN if getattr(a, k, None) is not None or given.get(k) is not None]
         if fixed:
             raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design {a.design}: "
@@ -540,7 +543,8 @@ def cmd_train(a):
               + ":",
               f"  test accuracy {r.accuracy:.4f}   test loss {r.test_loss:.4f}",
               f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {r.delta:g} after {_plural(r.rounds, 'round')}"
-              + (f" (the private pre-trial's epsilon {design.details['pretrial']['epsilon']:.4g} composed in)"
+              + (f" (the private pre-trial's epsilon {design.details['pretrial']['epsilon']:.4g} composed in, from "
+                 f"{design.details['pretrial']['source']})"
                  if design is not None and "pretrial" in design.details else "")]
     if r.epsilon_groups:
         lines.append("  per group (budget: spent)  " + ", ".join(f"{k}: {v:.4g}" for k, v in r.epsilon_groups.items()))
@@ -795,6 +799,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--client-size", type=INT, help="opacus: samples per client")
     s.add_argument("--batch-size", type=INT, help="opacus: DP-SGD batch size")
     s.add_argument("--local-steps", type=INT, help="opacus: DP-SGD steps per round")
+    s.add_argument("--statement", action="store_true",
+                   help="also print the design's privacy statement (its epsilon re-derived, as every reader's is)")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_export)
 

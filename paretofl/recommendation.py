@@ -53,7 +53,8 @@ from .theory.privacy import (
 
 __all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
            "DESIGN_MECHANISMS", "FRAMEWORKS", "shipped_fit", "Problem", "ClosedForm", "Empirical", "search",
-           "recipe_from_spec", "nbafl_design", "DESIGN_FORMAT"]
+           "recipe_from_spec", "nbafl_design", "DESIGN_FORMAT", "FIT_FORMAT", "account_design", "check_claims",
+           "read_fit", "CLAIM_RTOL"]
 
 #: PLACEHOLDER, not a measurement: the κ used when neither kappa nor fit is
 #: given and no shipped pre-trial fit can be read.  κ = 0.05 pairs σ = 1 with
@@ -73,6 +74,8 @@ DESIGN_MECHANISMS = mechanism_names(designable=True)
 FRAMEWORKS = ("paretofl", *mechanism_names(framework="flower"))
 #: the format tag of a saved design
 DESIGN_FORMAT = "paretofl-design-1"
+#: the format tag of a fit file (``paretofl fit``; :mod:`paretofl.pretrial.fit` writes it)
+FIT_FORMAT = "paretofl-fit-1"
 
 
 def shipped_fit(name: str = "lr_fmnist") -> Path:
@@ -93,7 +96,8 @@ class InfeasibleBudget(ValueError):
         )
 
 
-def _read_fit(path) -> dict:
+def read_fit(path) -> dict:
+    """A fit file's JSON, checked to be a fit (its format tag) with a valid κ."""
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"fit file {p} is a folder, not a fit file")
@@ -101,8 +105,16 @@ def _read_fit(path) -> dict:
         raise ValueError(f"fit file {p} does not exist")
     try:
         data = json.loads(p.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"fit file {p} is not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FIT_FORMAT:
+        kind = data.get("format") if isinstance(data, dict) else None
+        what = ("a design file: give it to train --design or export, and to design the fit it was made from"
+                if kind == DESIGN_FORMAT else f"not a paretofl fit (format {FIT_FORMAT!r} expected, got {kind!r})")
+        raise ValueError(f"fit file {p} is {what}")
+    try:
         kappa = float(data["kappa"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"fit file {p} is not a paretofl fit (needs a numeric 'kappa'): {exc}") from None
     if not (kappa > 0) or math.isinf(kappa):
         raise ValueError(f"fit file {p} holds an invalid kappa {kappa}")
@@ -111,7 +123,7 @@ def _read_fit(path) -> dict:
 
 def load_kappa(path) -> float:
     """κ from a fit file written by ``paretofl fit`` (JSON with key ``kappa``)."""
-    return float(_read_fit(path)["kappa"])
+    return float(read_fit(path)["kappa"])
 
 
 def default_kappa() -> tuple[float, str]:
@@ -317,7 +329,9 @@ def _nonfinite(x):
 
 def _check_loaded(d: Design, path) -> None:
     """A loaded design must be one this paretofl could have made: a known
-    mechanism, numbers in range, groups that fit the clients."""
+    mechanism, numbers in range, groups that fit the clients, and every
+    privacy figure it records equal to the one its released parameters
+    give (:func:`check_claims`)."""
     where = f"design file {path}"
     if d.mechanism not in mechanism_names():
         raise ValueError(f"{where}: unknown mechanism {d.mechanism!r}")
@@ -333,8 +347,103 @@ def _check_loaded(d: Design, path) -> None:
             if not isinstance(d.group_of, list) or len(d.group_of) != d.n_clients \
                     or any(not isinstance(g, int) or not 0 <= g < len(d.groups) for g in d.group_of):
                 raise ValueError("group_of must give each client's group")
+        if not isinstance(d.details, dict) or not isinstance(d.mechanism_options, dict):
+            raise ValueError("details and mechanism_options must be mappings")
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{where}: {exc}") from None
+    check_claims(d, where)
+
+
+#: how far a recorded privacy figure may sit from the one re-derived (float noise across machines)
+CLAIM_RTOL = 1e-6
+
+
+def account_design(d: Design) -> dict:
+    """ε re-derived from what the design releases — its mechanism and the
+    mechanism's options, q, T, σ, N, δ, its groups, and the private
+    pre-trial's charges it composes with — never from the ε it records:
+    {"epsilon": the total, "training": the training alone, "pretrial": the
+    pre-trial alone or None, "groups": each group's or None,
+    "noise_multiplier", "charged_noise_multiplier", "sampling"}."""
+    from .theory.privacy import charges_from_data, compose_epsilon
+
+    mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
+    pre = (d.details or {}).get("pretrial")
+    prior = tuple(charges_from_data(pre.get("charges") if isinstance(pre, dict) else None)) if pre is not None else ()
+    out = {"pretrial": compose_epsilon(prior, d.delta) if prior else None, "groups": None}
+    if d.groups:
+        from .budgets import group_epsilons
+
+        out["groups"] = group_epsilons(d.mechanism, d.groups, d.group_of, d.sigma, d.delta, d.rounds)
+        out.update(epsilon=max(out["groups"]), training=max(out["groups"]))
+        return out
+    c = mech.charge(d.q, d.sigma, d.n_clients)
+    out.update(charged_noise_multiplier=float(c.noise_multiplier), sampling=c.sampling,
+               noise_multiplier=float(mechanism_of(d.mechanism).noise(d.q, d.sigma, d.n_clients).std))
+    if d.mechanism == "nbafl":    # its own calibration: a Gaussian of σ per upload, every round (and searched orders)
+        from .theory.privacy import compute_epsilon
+
+        e = max(mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients),
+                compute_epsilon(1.0, d.sigma, d.rounds, d.delta))
+        out.update(epsilon=e, training=e)
+        return out
+    p = Problem(d.n_clients, d.budget, d.delta, max(int(d.rounds), int(d.max_rounds or 0)), [d.q],
+                d.sigma_min or d.sigma, d.sigma_max or d.sigma, mech, mech.orders, prior)
+    out["epsilon"] = p.epsilon_of(d.q, d.sigma, d.rounds)
+    out["training"] = (mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients, orders=mech.orders) if prior
+                       else out["epsilon"])
+    return out
+
+
+def check_claims(d: Design, where: str = "the design") -> dict:
+    """Refuse, in one line, a design whose recorded privacy figures are not
+    the ones its released parameters give (a design edited by hand: a
+    lowered σ, a raised T or q, an edited ε, budget, mechanism or pre-trial
+    charges), or whose ε passes its budget; return :func:`account_design`'s
+    figures, which are what every reader of the design prints."""
+    try:
+        got = account_design(d)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{where}: its privacy cannot be re-derived ({type(exc).__name__}: {exc}); design again") \
+            from None
+
+    def differs(a, b) -> bool:
+        try:
+            a, b = float(a), float(b)
+        except (TypeError, ValueError):
+            return True
+        return not (abs(a - b) <= CLAIM_RTOL * max(abs(a), abs(b), 1e-12))
+
+    bad = []
+    if differs(d.epsilon, got["epsilon"]):
+        bad.append(f"epsilon {d.epsilon!r} where its parameters spend {got['epsilon']:.6g}")
+    for k in ("noise_multiplier", "charged_noise_multiplier"):
+        if k in got and differs(getattr(d, k), got[k]):
+            bad.append(f"{k} {getattr(d, k)!r} where they give {got[k]:.6g}")
+    if "sampling" in got and d.sampling != got["sampling"]:
+        bad.append(f"sampling {d.sampling!r} where the mechanism charges {got['sampling']!r}")
+    pre = (d.details or {}).get("pretrial")
+    if pre is not None:
+        if differs(pre.get("epsilon"), got["pretrial"]):
+            bad.append(f"a private pre-trial of epsilon {pre.get('epsilon')!r} where its charges compose to "
+                       f"{got['pretrial']:.6g}")
+        if differs(pre.get("training_epsilon"), got["training"]):
+            bad.append(f"a training of epsilon {pre.get('training_epsilon')!r} where it spends {got['training']:.6g}")
+    if got["groups"] is not None:
+        for g, e in zip(d.groups, got["groups"]):
+            if differs(g.get("epsilon"), e):
+                bad.append(f"a group's epsilon {g.get('epsilon')!r} where it spends {e:.6g}")
+            if e > float(g.get("budget", 0)) * (1 + CLAIM_RTOL):
+                bad.append(f"a group spends {e:.6g}, past its budget {g.get('budget')!r}")
+    if "bands" in (d.details or {}) and (d.details["bands"] != (d.mechanism_options or {}).get("bands")):
+        bad.append(f"{d.details['bands']!r} bands where its mechanism has {(d.mechanism_options or {}).get('bands')!r}")
+    if not bad and got["groups"] is None and got["epsilon"] > d.budget * (1 + CLAIM_RTOL):
+        bad.append(f"epsilon {got['epsilon']:.6g}, past its budget {d.budget:g}")
+    if bad:
+        raise ValueError(f"{where} does not add up: it records {bad[0]}"
+                         + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+                         + "; it was changed by hand or by another version: design again, nothing was believed")
+    return got
 
 
 # --------------------------------------------------------------------------
@@ -525,7 +634,7 @@ def _kappa(kappa, fit):
         _pos(kappa, "kappa")
         return float(kappa), "given", None
     if fit is not None:
-        data = _read_fit(fit)
+        data = read_fit(fit)
         blocking = data.get("blocking")
         if blocking is None:        # a fit written before it said so itself
             blocking = [p for p in data.get("problems") or [] if str(p).startswith(FIT_BLOCKING)]
@@ -534,7 +643,7 @@ def _kappa(kappa, fit):
                              "or give kappa yourself)")
         return float(data["kappa"]), f"fit {fit}", _spec_of(data)
     k, source = default_kappa()
-    spec = _spec_of(_read_fit(shipped_fit())) if source.startswith("shipped") else None
+    spec = _spec_of(read_fit(shipped_fit())) if source.startswith("shipped") else None
     return k, source, spec
 
 
@@ -546,7 +655,7 @@ def _kappa_ci(kappa, fit) -> list | None:
     path = fit if fit is not None else (shipped_fit() if default_kappa()[1].startswith("shipped") else None)
     if path is None:
         return None
-    ci = _read_fit(path).get("kappa_ci")
+    ci = read_fit(path).get("kappa_ci")
     try:
         lo, hi = (float(x) for x in ci)
     except (TypeError, ValueError):
@@ -610,6 +719,7 @@ def design(
     orders=None,
     budgets=None,
     mechanism_options: dict | None = None,
+    pretrial=None,
 ) -> Design:
     """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
 
@@ -639,6 +749,11 @@ def design(
         adaptive clipping: ``clip_quantile``, ``clip_lr``, ``count_noise``):
         they change no (q, T, σ) but travel with the design to training and
         into its statement.
+    pretrial : what a private pre-trial behind κ spent (an object with
+        ``charges``, ``epsilon``, ``clients``, ``source`` and ``verified``:
+        :func:`paretofl.pretrial.private.of_fit` / ``of_store``, which
+        re-derive it from the pre-trial's store); composed with the
+        training's against the one budget.  Default: read from ``fit``.
 
     Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
     ValueError) when no allowed point meets ε, and ValueError for bad input.
@@ -716,7 +831,11 @@ def design(
         recipe_from_spec(d, q, spec)
         return d
 
-    prior = _private_pretrial(fit, n)
+    spend = pretrial if pretrial is not None else _private_pretrial(fit, n)
+    if spend is not None and int(spend.clients) != n:
+        raise ValueError(f"the private pre-trial behind kappa ran on {spend.clients} clients: it protects those, so "
+                         f"it designs only for them, not for {n} (run it on your federation's own clients)")
+    prior = tuple(spend.charges) if spend is not None else ()
     job = _Job(n, float(epsilon), delta, t_cap, q, q_min, 1.0 if q_max is None else q_max, sigma_min, sigma_max,
                tuple(orders), utility, capped_by_time=len(caps) == 2 and caps[1] < caps[0], prior=prior)
     if auto:
@@ -726,34 +845,45 @@ def design(
     else:
         d = _design_point(job, mech)
     if fit is not None:
-        d.notes += [f"the fit {fit} lists a problem: {p}" for p in _read_fit(fit).get("problems") or []]
+        d.notes += [f"the fit {fit} lists a problem: {p}" for p in read_fit(fit).get("problems") or []]
     if prior:
-        _say_pretrial(d, job, fit)
+        _say_pretrial(d, job, spend)
     if isinstance(utility, ClosedForm):
         _kappa_range(d, job, _kappa_ci(kappa if kappa_source == "given" else None, fit))
     recipe_from_spec(d, q, spec)
     return d
 
 
-def _private_pretrial(fit, n: int) -> tuple:
-    """A private pre-trial's charges from its fit (empty for a public one):
-    they come out of the design's budget.  Its clients must be the
-    federation's: it protects the clients it ran on."""
+@dataclass(frozen=True)
+class _FileSpend:
+    """A private pre-trial's charges as a fit file records them, unverified
+    (:func:`design` called without ``pretrial``)."""
+
+    charges: tuple
+    clients: int
+    source: str
+    verified: bool = False
+    fit: str | None = None
+    store: str | None = None
+
+
+def _private_pretrial(fit, n: int):
+    """A private pre-trial's charges as its fit file lists them (None for a
+    public one), unverified: :func:`paretofl.design` re-derives them from
+    the pre-trial's store and passes them as ``pretrial``."""
     if fit is None:
-        return ()
-    data = _read_fit(fit)
+        return None
+    data = read_fit(fit)
     if not data.get("private"):
-        return ()
+        return None
     from .theory.privacy import charges_from_data as from_data
 
-    if int(data.get("clients", -1)) != n:
-        raise ValueError(f"fit {fit} is a private pre-trial on {data.get('clients')} clients: it protects those, so "
-                         f"it designs only for them, not for {n} (run it on your federation's own clients)")
-    return tuple(from_data(data.get("private_charges")))
+    return _FileSpend(tuple(from_data(data.get("private_charges"))), int(data.get("clients", -1)),
+                      f"the fit {fit}, unverified", fit=str(fit))
 
 
-def _say_pretrial(d: Design, job: _Job, fit) -> None:
-    """A design after a private pre-trial: what each part spent, alone and composed."""
+def _say_pretrial(d: Design, job: _Job, spend) -> None:
+    """A design after a private pre-trial: what each part spent, alone and composed, and where that was read."""
     from .theory.privacy import compose_epsilon as epsilon_of
 
     pre = epsilon_of(list(job.prior), job.delta)
@@ -761,11 +891,13 @@ def _say_pretrial(d: Design, job: _Job, fit) -> None:
     train = mech.epsilon(d.q, d.sigma, d.rounds, job.delta, d.n_clients, orders=job.orders)
     from .theory.privacy import charges_as_data as as_data
 
-    d.details = dict(d.details, pretrial={"fit": str(fit), "epsilon": pre, "training_epsilon": train,
+    d.details = dict(d.details, pretrial={"source": spend.source, "verified": bool(spend.verified),
+                                          "fit": getattr(spend, "fit", None), "store": getattr(spend, "store", None),
+                                          "epsilon": pre, "training_epsilon": train,
                                           "charges": as_data(list(job.prior))})
     d.notes.insert(0, f"the budget {job.epsilon:g} covers the private pre-trial too: it spent epsilon {pre:.4g} on "
-                      f"the clients' data, the training spends {train:.4g} alone, and the two composed spend "
-                      f"{d.epsilon:.4g} (composition is tighter than adding {pre:.4g} + {train:.4g})")
+                      f"the clients' data (from {spend.source}), the training spends {train:.4g} alone, and the two "
+                      f"composed spend {d.epsilon:.4g} (composition is tighter than adding {pre:.4g} + {train:.4g})")
 
 
 @dataclass

@@ -35,6 +35,10 @@ from .theory.privacy import max_steps
 def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | None = None,
              executor: str = "local", ray_address=None, progress: bool = True, bootstrap: int = 300,
              name: str = "validate") -> dict:
+    if spec.private:
+        raise ValueError("validate trains runs without noise on the full data (a simulation study of how kappa "
+                         "transfers from a public share), so it cannot run a private pre-trial on the clients' data; "
+                         "fit the private pre-trial's store itself (paretofl fit STORE)")
     if not (0 < full_fraction <= 1) or full_fraction <= spec.public_fraction:
         raise ValueError(f"full fraction must lie in ({spec.public_fraction:g}, 1] (above the public "
                          f"fraction), got {full_fraction:g}")

@@ -112,13 +112,16 @@ class Run:
 
 def assemble(setup: Setup, algorithm: str = "dpfedavg", replicas: int = 1, seeds=None, device: str = "cpu",
              epsilon=None, delta: float = 1e-5, rounds=None, groups=None, sizes=None, engine_class=None,
-             lower: str | None = None, **options) -> Run:
+             lower: str | None = None, secure: bool = False, **options) -> Run:
     """Engine and policy over ``setup`` (:func:`prepare`): ``replicas``
     replicas (``seeds``: one each, default 0, 1, ...) of ``algorithm``
     (one of :data:`paretofl.fl.algorithms.ALGORITHMS`) with ``options``
     (its config's fields), the run's budget (``epsilon``, ``delta``,
     ``rounds``), clients with budgets of their own (``groups``, a design
-    with groups) and declared sizes (``sizes``).
+    with groups) and declared sizes (``sizes``).  ``secure``: a real
+    release, every random generator seeded from the operating system's
+    entropy (the seeds only label the replicas); otherwise a simulation,
+    reproducible by its seeds.
 
     The options are checked, and the memory a round needs estimated and
     refused if it cannot fit, before anything that grows with the replicas
@@ -133,7 +136,8 @@ def assemble(setup: Setup, algorithm: str = "dpfedavg", replicas: int = 1, seeds
     ds, parts, net = setup.data, setup.parts, setup.model
     lower = lower or LOWER
     seeds = list(range(replicas)) if seeds is None else list(seeds)
-    eng = (engine_class or Engine)(net, ds, parts, replicas, device=device, seeds=seeds, dtype=torch.float32)
+    eng = (engine_class or Engine)(net, ds, parts, replicas, device=device, seeds=seeds, dtype=torch.float32,
+                                   secure=secure)
     kw = {"groups": groups} if groups is not None else {}
     if sizes is not None:
         kw["sizes"] = sizes

@@ -155,9 +155,18 @@ class AdamState:
         return (m / (1 - b1 ** t)) / ((v / (1 - b2 ** t)).sqrt() + self.eps)
 
 
+def entropy_seed() -> int:
+    """64 bits from the operating system's entropy (``secrets``): the seed of
+    a real release's generator, drawn afresh for each replica and stored
+    nowhere (docs/theory.md §5.4)."""
+    import secrets
+
+    return secrets.randbits(64)
+
+
 class Engine:
     def __init__(self, net: Model, data: Dataset, parts: list, n_replicas: int, device="cpu",
-                 seeds=None, dtype=torch.float32):
+                 seeds=None, dtype=torch.float32, secure: bool = False):
         self.net, self.data, self.device, self.dtype = net, data, torch.device(device), dtype
         self.N, self.R = len(parts), int(n_replicas)
         self.M = self.N * self.R                                      # rows of the full cohort
@@ -181,8 +190,16 @@ class Engine:
         seeds = list(range(self.R)) if seeds is None else list(seeds)
         if len(seeds) != self.R:
             raise ValueError("one seed per replica")
-        self.gens = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
-        self._cpu_gens = [torch.Generator().manual_seed(int(s) + 7919) for s in seeds]
+        # a real release (``secure``): every generator from the operating
+        # system's entropy, its own for each replica, kept nowhere but here;
+        # the seeds then only label the replicas.  A seeded run is a
+        # simulation: anyone with its seed can draw its noise again
+        self.secure = bool(secure)
+        gen_seeds = [entropy_seed() for _ in seeds] if self.secure else [int(s) for s in seeds]
+        cpu_seeds = [entropy_seed() for _ in seeds] if self.secure else [int(s) + 7919 for s in seeds]
+        self.gens = [torch.Generator(device=self.device).manual_seed(s) for s in gen_seeds]
+        self._cpu_gens = [torch.Generator().manual_seed(s) for s in cpu_seeds]
+        del gen_seeds, cpu_seeds
         self._everyone = None
 
     # ------------------------------------------------------------ cohorts

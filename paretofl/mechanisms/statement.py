@@ -33,8 +33,10 @@ def _cost(d) -> str:
                 "the budget; no client data was used")
     pre = (getattr(d, "details", None) or {}).get("pretrial")
     if pre:
-        return (f"charged: kappa comes from a private pre-trial on the clients' own data ({pre['fit']}), whose runs "
-                f"spent epsilon {pre['epsilon']:.4g} alone; they are composed with the training's into the guarantee "
+        return (f"charged: kappa comes from a private pre-trial on the clients' own data, whose runs spent epsilon "
+                f"{pre['epsilon']:.4g} alone (read from {pre.get('source', pre.get('fit'))}"
+                + ("" if pre.get("verified", False) else "; not re-derived from the pre-trial's own store") +
+                "); they are composed with the training's into the guarantee "
                 "above. Its models were evaluated on the data set's test split, assumed not to be client data (if "
                 "it is, that evaluation is a release this statement does not cover); C and the learning rate are "
                 "the pre-trial's")

@@ -31,10 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..recommendation import FIT_BLOCKING
+from ..recommendation import FIT_BLOCKING, FIT_FORMAT
 from .store import Store
 
-FIT_FORMAT = "paretofl-fit-1"
 REFERENCES = ("best", "final", "same-rounds")
 
 
@@ -57,6 +56,8 @@ class Results:
         store = Store(path)
         try:
             tab, self.base, self.classes = store.table(), store.base, store.classes
+            spend = store.spend()            # a private store's log of what it charged, checked (else [])
+            self.uncharged_gaps = store.uncharged_gaps() if store.private else 0
         finally:
             store.close()
         self.path, self.reference = str(path), reference
@@ -120,23 +121,11 @@ class Results:
             setattr(self, name, getattr(self, name)[keep])
         if not keep.any():
             raise ValueError(f"{path}: no private run has its non-private reference yet")
-        self.charges = self._private_charges(tab) if self.private else []
+        # what a private pre-trial spent: every run its spend log charged (docs/theory.md §4.D), whatever
+        # rows the store still holds
+        from .private import charges_of_log
 
-    def _private_charges(self, tab) -> list:
-        """What a private pre-trial spent, from the runs the store holds: one
-        charge per (q, σ), its steps the rounds every seed trained (the
-        largest T it was read at; docs/theory.md §4.D)."""
-        from ..mechanisms import get as mechanism_of
-        from .spec import MECHANISM
-
-        mech, steps = mechanism_of(MECHANISM), {}
-        for q, s, k, t in zip(tab["q"], tab["sigma"], tab["seed"], tab["rounds"]):
-            key = (float(q), float(s), int(k))
-            steps[key] = max(steps.get(key, 0), int(t))
-        out = {}
-        for (q, s, _), t in steps.items():
-            out[(q, s)] = out.get((q, s), 0) + t
-        return [{**mech.charge(q, s, self.clients).__dict__, "steps": t} for (q, s), t in sorted(out.items())]
+        self.charges = [c.__dict__ for c in charges_of_log(spend, self.clients)] if self.private else []
 
     def mean_utility(self, seed_cols=None) -> np.ndarray:
         U = self.U if seed_cols is None else self.U[:, seed_cols]
@@ -276,13 +265,17 @@ class Fit:
 
 
 def _notes(res: Results) -> list[str]:
+    out = []
+    if res.uncharged_gaps:
+        out.append(f"{res.uncharged_gaps} run(s) its spend log charged have no rows in the store (deleted, or a sweep "
+                   "interrupted before their first evaluation): they stay charged")
     bad = ~np.isfinite(res.loss) & ~np.isnan(res.U)
     if not bad.any():
-        return []
+        return out
     where = sorted({(float(s), int(t)) for s, t, b in zip(res.sigma, res.rounds, bad.any(axis=1)) if b})
     cells = ", ".join(f"sigma {s:g} T {t}" for s, t in where[:6]) + (" ..." if len(where) > 6 else "")
-    return [f"{int(bad.sum())} of {int((~np.isnan(res.U)).sum())} private runs diverged ({cells}); they count as "
-            "infinitely bad"]
+    return out + [f"{int(bad.sum())} of {int((~np.isnan(res.U)).sum())} private runs diverged ({cells}); they count "
+                  "as infinitely bad"]
 
 
 #: the fit says the data disagree with the relation κσ²T = qN where the

@@ -75,10 +75,13 @@ class Spec:
 
     # ------------------------------------------------------------------ load
     @classmethod
-    def from_dict(cls, d: dict, where: str = "spec") -> Spec:
+    def from_dict(cls, d: dict, where: str = "spec", grid: bool = True) -> Spec:
         """A spec from its fields.  It must say what it trains: a spec that
         names no data set or no model (an empty file, or one holding only
-        ``seeds = 2``) is refused, never run on defaults."""
+        ``seeds = 2``) is refused, never run on defaults.  ``grid=False``:
+        the fields are a store's base, without its grid (a private spec's
+        grid is then not checked against its epsilon: the store's spend log
+        says what it spent)."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -92,7 +95,7 @@ class Spec:
             if k in d and not isinstance(d[k], (list, tuple)):
                 d[k] = [d[k]]
         spec = cls(**d)
-        spec.validate(where)
+        spec.validate(where, grid=grid)
         return spec
 
     @classmethod
@@ -100,7 +103,7 @@ class Spec:
         return cls.from_dict(read_toml(path), where=str(path))
 
     # ------------------------------------------------------------------ check
-    def validate(self, where="spec"):
+    def validate(self, where="spec", grid: bool = True):
         def bad(msg):
             raise ValueError(f"{where}: {msg}")
 
@@ -180,7 +183,7 @@ class Spec:
             num("epsilon", 0, 1e4)
             from ..theory.privacy import compose_epsilon
 
-            cost = compose_epsilon(self.private_charges(), self.delta)
+            cost = compose_epsilon(self.private_charges(), self.delta) if grid else 0.0
             if cost > self.epsilon * (1 + 1e-12):
                 bad(f"this grid spends epsilon {cost:.4g} on the clients' data ({len(self.q) * len(self.sigmas)} "
                     f"noise levels x {self.seeds} seeds, {max(self.rounds)} rounds each, composed), above the "

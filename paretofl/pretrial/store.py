@@ -38,7 +38,14 @@ CREATE TABLE IF NOT EXISTS claims (
     host TEXT NOT NULL, pid INTEGER NOT NULL, since REAL NOT NULL,
     PRIMARY KEY (sigma, q, seed)
 );
+CREATE TABLE IF NOT EXISTS spend (
+    q REAL NOT NULL, sigma REAL NOT NULL, seed INTEGER NOT NULL, rounds INTEGER NOT NULL, since REAL NOT NULL
+);
 """
+
+#: how a private store's runs draw their noise (written at its creation): from the operating system's entropy.
+#: A private store without it was written before paretofl 0.3, when runs sharing a seed shared their noise
+NOISE = "entropy"
 
 
 def run_key(sigma, rounds, q, seed):
@@ -110,6 +117,9 @@ class Store:
             with self.db:
                 self.db.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
                 self.db.execute("INSERT INTO meta VALUES ('base', ?)", (json.dumps(base, sort_keys=True),))
+                if base.get("private"):   # a private store's spend log starts empty, its noise from the OS
+                    self.db.execute("INSERT INTO meta VALUES ('noise', ?)", (NOISE,))
+                    self.db.execute("INSERT INTO meta VALUES ('spend_rows', '0')")
             meta = dict(self.db.execute("SELECT key, value FROM meta"))
         if not meta and base is None:   # tables but no meta yet: a writer between its schema and its first commit
             raise ValueError(f"{self.path} is not a paretofl results file (it is empty)")
@@ -184,7 +194,72 @@ class Store:
                 self.db.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?)",
                                 (*key, host, pid, time.time()))
                 got.append((sg, sd))
+            if got and self.private:
+                # a private run is charged when it is claimed, in the same
+                # step: whatever it releases later, and however it ends
+                self._log_spend(q, got, max(int(t) for t in rounds) if rounds else 0)
         return got, held
+
+    # ------------------------------------------------------------------ spend (a private pre-trial)
+    @property
+    def private(self) -> bool:
+        """Does this store hold a private pre-trial (runs on the clients' own data, every one charged)?"""
+        return bool(self.base.get("private", False))
+
+    def record_spend(self, q, replicas, rounds: int):
+        """Charge the (σ, seed) replicas at rate q for ``rounds`` rounds each
+        in the spend log (what :meth:`claim` does for a private sweep)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        with self.db:
+            self._log_spend(q, replicas, rounds)
+
+    def _log_spend(self, q, replicas, rounds: int):
+        if int(rounds) < 1:
+            raise ValueError("a private run is charged for at least one round")
+        now = time.time()
+        self.db.executemany("INSERT INTO spend VALUES (?, ?, ?, ?, ?)",
+                            [(round(float(q), 12), round(float(sg), 12), int(sd), int(rounds), now)
+                             for sg, sd in replicas])
+        self.db.execute("UPDATE meta SET value = CAST(CAST(value AS INTEGER) + ? AS TEXT) WHERE key = 'spend_rows'",
+                        (len(replicas),))
+
+    def spend(self) -> list[tuple]:
+        """A private store's spend log, checked against its runs: one
+        (q, σ, seed, rounds) per run charged (a run trained again after an
+        interruption is charged again: its noise is new).  Refused, in one
+        line, where the log cannot be believed: a store written before the
+        log (its runs shared their noise), a log whose length is not the one
+        recorded beside it, or a stored run that no logged run covers."""
+        if not self.private:
+            return []
+        where = f"{self.path} (a private pre-trial)"
+        if self.meta.get("noise") != NOISE or "spend_rows" not in self.meta:
+            raise ValueError(f"{where} was written before paretofl 0.3: its runs at one seed shared their noise, so "
+                             "together they give back the clients' noiseless updates and its epsilon is unbounded; "
+                             "run the pre-trial again (CHANGELOG 0.3.0)")
+        log = self.db.execute("SELECT q, sigma, seed, rounds FROM spend").fetchall()
+        recorded = self.db.execute("SELECT value FROM meta WHERE key = 'spend_rows'").fetchone()
+        if recorded is None or str(len(log)) != recorded[0]:
+            raise ValueError(f"{where}: its spend log holds {len(log)} runs where {recorded and recorded[0]} were "
+                             "charged: it was changed, and what the pre-trial spent cannot be re-derived")
+        most = {}
+        for q, sg, sd, t in log:
+            key = (round(q, 12), round(sg, 12), int(sd))
+            most[key] = max(most.get(key, 0), int(t))
+        for sg, t, q, sd in self.db.execute("SELECT sigma, rounds, q, seed FROM runs"):
+            if most.get((round(q, 12), round(sg, 12), int(sd)), 0) < int(t):
+                raise ValueError(f"{where}: its run sigma={sg:g}, T={int(t)}, q={q:g}, seed={int(sd)} was never "
+                                 "charged in its spend log: the log was changed, and what the pre-trial spent "
+                                 "cannot be re-derived")
+        return [(float(q), float(sg), int(sd), int(t)) for q, sg, sd, t in log]
+
+    def uncharged_gaps(self) -> int:
+        """How many charged runs have no stored row at all (deleted, or a
+        sweep interrupted before its first evaluation): they stay charged."""
+        log = {(round(q, 12), round(sg, 12), int(sd)) for q, sg, sd, _ in self.spend()}
+        rows = {(round(q, 12), round(sg, 12), int(sd))
+                for q, sg, sd in self.db.execute("SELECT q, sigma, seed FROM runs")}
+        return len(log - rows)
 
     def release(self, q, replicas):
         with self.db:

@@ -9,6 +9,10 @@ run of T rounds is the first T rounds of the longer run with the same seed
 column of the grid; a test checks this against separate runs.  Replicas with
 the same seed share their random streams (client selection, initial model,
 batches): σ = 0, the non-private reference, sees the same draws as every σ.
+A private pre-trial is a real release on the clients' data: there every
+replica's generators come from the operating system's entropy, never from
+its seed (two runs sharing noise would give back the noiseless sum:
+y₁ = S + z₁W, y₂ = S + z₂W), and the seed only labels the replica.
 
 Executors: in-process (default) or Ray (``executor="ray"``): jobs are pure
 functions of (spec, job); only the driver writes to the store.
@@ -114,7 +118,7 @@ def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
     setup = prepared(spec)
     sig = np.array([s for s, _ in job.replicas])
     pol = assemble(setup, "dpfedavg", len(job.replicas), seeds=[seed for _, seed in job.replicas],
-                   device=spec.device, lower=LOWER_CHUNK,
+                   device=spec.device, lower=LOWER_CHUNK, secure=spec.private,
                    mechanism=MECHANISM, sigma=sig, clip=spec.clip, lr=spec.lr, client_rate=job.q,
                    local_epochs=spec.local_epochs, batch_size=spec.batch_size).policy
     wanted = set(job.rounds)

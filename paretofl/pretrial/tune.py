@@ -72,7 +72,7 @@ def spec_of_store(path) -> Spec:
     finally:
         st.close()
     known = {f.name for f in fields(Spec)}
-    return Spec.from_dict({k: v for k, v in base.items() if k in known}, where=str(path))
+    return Spec.from_dict({k: v for k, v in base.items() if k in known}, where=str(path), grid=False)
 
 
 def matched_noise(q: float, n_clients: int, noise_multiplier: float, pretrial_clients: int):

@@ -65,7 +65,14 @@ def _private_copy(src_path, dst_path, sigma_min=0.0):
     tab = src.table()
     keep = tab["sigma"] > sigma_min
     dst = Store(dst_path, dict(src.base, private=True, epsilon=1e9), classes=src.classes)
-    dst.add_rows([{c: tab[c][i] for c in COLUMNS} for i in np.flatnonzero(keep)])
+    rows = [{c: tab[c][i] for c in COLUMNS} for i in np.flatnonzero(keep)]
+    most = {}
+    for r in rows:                  # each run charged in the spend log, as a sweep's claim would
+        key = (r["q"], r["sigma"], int(r["seed"]))
+        most[key] = max(most.get(key, 0), int(r["rounds"]))
+    for (q, sg, sd), t in most.items():
+        dst.record_spend(q, [(sg, sd)], t)
+    dst.add_rows(rows)
     dst.close()
     return dst_path
 

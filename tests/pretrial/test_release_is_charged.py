@@ -1,0 +1,237 @@
+"""What is released is what is charged (issue 44): the private pre-trial's
+noise cannot be undone, its spend follows every path that reads it, and
+nothing a file says about privacy is believed.
+
+The attack of the issue: two released runs that share their noise W,
+y₁ = A + z₁W and y₂ = A + z₂W, give back A = (z₂y₁ − z₁y₂)/(z₂ − z₁), the
+run without noise.  Three runs that share W are collinear in z, so the A
+recovered from runs (1, 2) and from runs (1, 3) agree; with independent
+noise they differ by about the noise itself.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+import torch
+
+import paretofl
+from paretofl.pretrial.private import charges, of_store, spent
+from paretofl.pretrial.spec import Spec
+from paretofl.pretrial.store import Store
+from paretofl.pretrial.sweep import Job, run_job, run_sweep
+
+N = 40
+SIGMAS = [1.0, 2.0, 4.0]
+
+
+def _spec(**kw):
+    base = dict(dataset="digits", model="lr", subset="all", public_fraction=1.0, clients=N, q=[1.0],
+                sigmas=SIGMAS, rounds=[2, 4], seeds=2, clip=1.0, lr=0.5, delta=1e-4, private=True, epsilon=8.0)
+    base.update(kw)
+    return Spec.from_dict(base)
+
+
+def _recovered(models, zs):
+    """A from runs (0, 1) and from runs (0, 2): (z_j y_0 − z_0 y_j)/(z_j − z_0)."""
+    y = [torch.cat([p[r].reshape(-1) for p in models]).double() for r in range(3)]
+    a = [(zs[j] * y[0] - zs[0] * y[j]) / (zs[j] - zs[0]) for j in (1, 2)]
+    return a[0], a[1], (y[1] - y[0]).norm().item()
+
+
+def _one_round(secure: bool):
+    """One round of three replicas with one seed and three noise levels, q = 1."""
+    from paretofl.fl.algorithms import train
+    from paretofl.fl.build import assemble, prepare
+
+    setup = prepare("digits", "lr", N, subset="all")
+    pol = assemble(setup, "dpfedavg", 3, seeds=[0, 0, 0], secure=secure, mechanism="client-aggregate",
+                   sigma=np.array(SIGMAS), clip=1.0, lr=0.5, client_rate=1.0).policy
+    glob, _, _ = train(pol, rounds=1)
+    return glob
+
+
+def test_seeded_runs_that_share_a_seed_give_back_the_run_without_noise():
+    """The attack works on a simulation (seeded: reproducible, not a release)."""
+    a1, a2, noise = _recovered(_one_round(secure=False), SIGMAS)
+    assert (a1 - a2).norm().item() < 1e-4 * noise
+
+
+def test_secure_runs_that_share_a_seed_do_not():
+    a1, a2, noise = _recovered(_one_round(secure=True), SIGMAS)
+    assert (a1 - a2).norm().item() > 0.1 * noise
+
+
+def test_a_private_pre_trial_draws_noise_no_one_can_draw_again(monkeypatch):
+    """The pre-trial's own path (run_job, as pretrial and Ray run it): its
+    replicas at one seed do not share noise, and the same spec run twice
+    does not give the same runs."""
+    import paretofl.fl.algorithms as algorithms
+
+    caught = []
+    real = algorithms.train
+
+    def spy(pol, **kw):
+        out = real(pol, **kw)
+        caught.append(out[0])
+        return out
+
+    monkeypatch.setattr(algorithms, "train", spy)
+    spec = _spec(rounds=[1])
+    rows = run_job(spec, Job(1.0, [(s, 0) for s in SIGMAS], [1]))
+    a1, a2, noise = _recovered(caught[0], SIGMAS)
+    assert (a1 - a2).norm().item() > 0.1 * noise
+    again = run_job(spec, Job(1.0, [(s, 0) for s in SIGMAS], [1]))
+    assert all(r["test_loss"] != g["test_loss"] for r, g in zip(rows, again))
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("spend")
+    run_sweep(_spec(), d / "p.sqlite", progress=False)
+    return d / "p.sqlite"
+
+
+def test_the_spend_log_charges_every_run_the_sweep_claimed(store):
+    s = of_store(store)
+    assert s.verified and s.clients == N
+    assert [(c.sampling, c.rate, c.noise_multiplier, c.steps) for c in s.charges] == [
+        (c.sampling, c.rate, c.noise_multiplier, c.steps) for c in charges(_spec())]
+    assert s.epsilon == pytest.approx(spent(_spec()), rel=1e-12)
+
+
+def _copy(src, dst):
+    import shutil
+
+    shutil.copy(src, dst)
+    return dst
+
+
+def test_rows_deleted_from_a_private_store_stay_charged(store, tmp_path):
+    p = _copy(store, tmp_path / "cut.sqlite")
+    db = sqlite3.connect(p)
+    db.execute("DELETE FROM runs WHERE sigma = 1.0")
+    db.commit()
+    db.close()
+    assert of_store(p).epsilon == pytest.approx(of_store(store).epsilon, rel=1e-12)
+    f = paretofl.fit(str(p), bootstrap=0)
+    assert f.private_epsilon == pytest.approx(of_store(store).epsilon, rel=1e-12)
+    assert any("stay charged" in n for n in f.notes)
+
+
+@pytest.mark.parametrize("sql,match", [
+    ("DELETE FROM spend WHERE sigma = 1.0", "spend log holds"),
+    ("UPDATE meta SET value = '0' WHERE key = 'spend_rows'; DELETE FROM spend", "never charged"),
+    ("UPDATE spend SET rounds = 1", "never charged"),
+    ("DELETE FROM meta WHERE key = 'noise'", "before paretofl 0.3"),
+])
+def test_a_spend_log_changed_by_hand_is_refused(store, tmp_path, sql, match):
+    p = _copy(store, tmp_path / "edited.sqlite")
+    db = sqlite3.connect(p)
+    db.executescript(sql)
+    db.commit()
+    db.close()
+    for read in (lambda: of_store(p), lambda: paretofl.fit(str(p), bootstrap=0),
+                 lambda: paretofl.design(N, 20.0, delta=1e-4, max_rounds=50, from_store=str(p))):
+        with pytest.raises(ValueError, match=match) as e:
+            read()
+        assert "\n" not in str(e.value)
+
+
+def _pld(events, delta, interval=1e-2):
+    """dp-accounting's PLD accountant (pessimistic: never below the true ε)."""
+    from dp_accounting import dp_event
+    from dp_accounting.pld import pld_privacy_accountant
+
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=interval)
+    for q, z, n in events:
+        ev = dp_event.GaussianDpEvent(z) if q >= 1 else dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(z))
+        acc.compose(dp_event.SelfComposedDpEvent(ev, n))
+    return acc.get_epsilon(delta)
+
+
+@pytest.fixture(scope="module")
+def shipped_private(tmp_path_factory):
+    """The shipped LR store's noised runs as a private pre-trial's store
+    (its losses fixed, so the empirical fit is the same on every run), each
+    run charged in its spend log as a sweep's claim would."""
+    from pathlib import Path
+
+    from paretofl.pretrial.store import COLUMNS
+
+    src = Store(Path(paretofl.__file__).resolve().parent.parent / "pretrials" / "lr_fmnist.sqlite")
+    tab, base, classes = src.table(), src.base, src.classes
+    src.close()
+    path = tmp_path_factory.mktemp("shipped") / "private.sqlite"
+    dst = Store(path, dict(base, private=True, epsilon=1e4, subset="rest"), classes=classes)
+    keep = np.flatnonzero((tab["sigma"] > 0.1) & (tab["rounds"] <= 64))    # a pre-trial of epsilon about 2,100
+    rows = [{c: tab[c][i] for c in COLUMNS} for i in keep]
+    most = {}
+    for r in rows:
+        key = (r["q"], r["sigma"], int(r["seed"]))
+        most[key] = max(most.get(key, 0), int(r["rounds"]))
+    for (q, sg, sd), t in most.items():
+        dst.record_spend(q, [(sg, sd)], t)
+    dst.add_rows(rows)
+    dst.close()
+    return path, int(base["clients"]), float(base["delta"])
+
+
+def test_design_from_store_composes_the_pre_trial(shipped_private):
+    """The path fit itself recommends (item 2): the pre-trial's spend is
+    composed with the training's (re-accounted by dp-accounting's PLD, never
+    above paretofl's ε), and the statement names it."""
+    pytest.importorskip("dp_accounting")
+    path, n, delta = shipped_private
+    spend = of_store(path)
+    budget = 1.5 * spend.epsilon
+    d = paretofl.design(n, budget, delta=delta, max_rounds=60, sigma_min=0.05, from_store=str(path))
+    pre = d.details["pretrial"]
+    assert pre["verified"] and pre["epsilon"] == pytest.approx(spend.epsilon, rel=1e-12)
+    events = [(c.rate, c.noise_multiplier, c.steps) for c in spend.charges]
+    events.append((d.q, d.sigma * math.sqrt(d.q * n), d.rounds))
+    assert _pld(events, delta) <= d.epsilon * (1 + 1e-6) <= budget * (1 + 1e-6)
+    assert d.epsilon > pre["training_epsilon"] and d.epsilon > spend.epsilon
+    text = d.statement()
+    assert "private pre-trial" in text and "spend log" in text
+
+
+def test_tuning_on_a_store_of_the_clients_data_is_refused(shipped_private):
+    """Item 3: tuning trains on the store's data; a private store's is the clients'."""
+    path, n, delta = shipped_private
+    d = paretofl.design(n, 1.5 * of_store(path).epsilon, delta=delta, max_rounds=60, sigma_min=0.05,
+                        from_store=str(path))
+    with pytest.raises(ValueError, match="clients' own data") as e:
+        paretofl.api.tune(d, str(path))
+    assert "\n" not in str(e.value)
+
+
+def test_training_a_design_of_a_private_store_starts_from_its_spend(shipped_private, tmp_path):
+    """train(design=...) composes the pre-trial it re-derives from the store;
+    a fit of the store without its spend is not believed."""
+    import json
+
+    path, n, delta = shipped_private
+    f = paretofl.fit(str(path), bootstrap=0)
+    fit_path = tmp_path / "fit.json"
+    f.save(fit_path)
+    budget = 1.2 * f.private_epsilon
+    d = paretofl.design(n, budget, delta=delta, max_rounds=5, sigma_min=0.05, fit=str(fit_path))
+    assert d.details["pretrial"]["verified"]
+    r = paretofl.train(design=d, replicas=1)
+    assert r.epsilon == pytest.approx(d.epsilon, rel=1e-9) and r.epsilon > d.details["pretrial"]["training_epsilon"]
+    # the same fit marked public, its charges removed: its store still says what was spent
+    data = json.loads(fit_path.read_text())
+    data.update(private=False, private_charges=[], private_epsilon=None)
+    fit_path.write_text(json.dumps(data))
+    again = paretofl.design(n, budget, delta=delta, max_rounds=5, sigma_min=0.05, fit=str(fit_path))
+    assert again.epsilon == pytest.approx(d.epsilon, rel=1e-12) and again.details["pretrial"]["verified"]
+
+
+def test_validate_refuses_a_private_spec(tmp_path):
+    with pytest.raises(ValueError, match="private") as e:
+        paretofl.api.validate(_spec(), tmp_path)
+    assert "\n" not in str(e.value)

@@ -1,0 +1,231 @@
+"""Nothing printed is copied from a file (issue 44, item 3).
+
+Every reader of a design or a fit — ``export``, ``export --statement``,
+``train --design`` and ``design --fit`` — re-derives ε from what the file
+says is released, and refuses, in one line with exit code 2 and nothing
+written, a file whose recorded figures disagree with its parameters, that
+is not of the kind it expects, or that is damaged.  Each tampered-file
+class of the issue is made here from a real file and handed to every
+reader; the test prints how many of each it tried.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+import paretofl
+from paretofl.cli import main
+
+#: the readers of a design file, as command lines (FILE is replaced)
+DESIGN_READERS = {
+    "export": ["export", "FILE", "--to", "flower"],
+    "--statement": ["export", "FILE", "--to", "flower", "--statement"],
+    "train --design": ["train", "--design", "FILE", "--replicas", "1"],
+}
+
+
+def _edit(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _set(**kw):
+    return lambda d: d.update(kw)
+
+
+def _scale(key, factor):
+    def f(d):
+        d[key] = d[key] * factor
+    return f
+
+
+def _drop(*keys):
+    def f(d):
+        for k in keys:
+            d.pop(k, None)
+    return f
+
+
+def _pretrial(change):
+    def f(d):
+        change(d["details"]["pretrial"])
+    return f
+
+
+#: tampered-design classes: name -> (edit, what the refusal says)
+DESIGN_CLASSES = {
+    "lowered sigma": (_scale("sigma", 0.25), "does not add up"),
+    "raised T": (_scale("rounds", 10), "does not add up"),
+    "raised q": (_set(q=1.0), "does not add up"),
+    "edited epsilon": (_set(epsilon=0.1), "does not add up"),
+    "edited budget": (_set(budget=0.5), "past its budget"),
+    "edited noise multiplier": (_scale("noise_multiplier", 4), "does not add up"),
+    "changed mechanism": (_set(mechanism="client-local"), "does not add up"),
+    "changed mechanism to nbafl": (_set(mechanism="nbafl"), "does not add up"),
+    "unknown mechanism": (_set(mechanism="laplace"), "laplace"),
+    "NaN": (_set(sigma="nan"), "sigma"),
+    "missing field": (_drop("rounds"), "missing rounds"),
+}
+
+
+@pytest.fixture(scope="module")
+def design_file(tmp_path_factory):
+    d = tmp_path_factory.mktemp("design")
+    path = d / "design.json"
+    paretofl.design(100, 2.0, max_rounds=500, framework="flower", q_max=0.5).save(path)
+    return path
+
+
+def _refused(capsys, argv, match):
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, (argv, err)
+    assert match in err and len(err.splitlines()) == 1, err
+
+
+def test_a_saved_design_is_read_back_as_it_was_made(design_file, capsys):
+    assert main(["export", str(design_file), "--to", "flower", "--statement", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["export"]["epsilon"] == pytest.approx(json.loads(design_file.read_text())["epsilon"], rel=1e-9)
+
+
+def test_every_tampered_design_is_refused_by_every_reader(design_file, tmp_path, capsys):
+    tried = Counter()
+    for name, (change, match) in DESIGN_CLASSES.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.json"
+        path.write_text(design_file.read_text())
+        _edit(path, change)
+        for reader, argv in DESIGN_READERS.items():
+            _refused(capsys, [str(path) if a == "FILE" else a for a in argv], match)
+            tried[name] += 1
+        with pytest.raises(ValueError, match=match):
+            paretofl.api.load_design(path)
+    # not a design at all: truncated, a fit, a store
+    fit = paretofl.recommendation.shipped_fit()
+    others = {"truncated JSON": (design_file.read_text()[:200], "is not JSON"),
+              "a fit given as a design": (fit.read_text(), "not a paretofl design")}
+    for name, (text, match) in others.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.json"
+        path.write_text(text)
+        for reader, argv in DESIGN_READERS.items():
+            _refused(capsys, [str(path) if a == "FILE" else a for a in argv], match)
+            tried[name] += 1
+    print("tampered designs tried, per class:", dict(tried))
+    assert len(tried) == len(DESIGN_CLASSES) + len(others)
+
+
+def test_a_design_given_as_a_fit_is_refused(design_file, capsys):
+    _refused(capsys, ["design", "--clients", "100", "--budget", "2", "--max-rounds", "50", "--fit",
+                      str(design_file)], "is a design file")
+
+
+@pytest.fixture(scope="module")
+def private(tmp_path_factory):
+    """A private pre-trial's store and fit, and a design made with them."""
+    from paretofl.pretrial.spec import Spec
+    from paretofl.pretrial.sweep import run_sweep
+
+    d = tmp_path_factory.mktemp("private")
+    spec = Spec.from_dict(dict(dataset="digits", model="lr", subset="all", public_fraction=1.0, clients=40, q=[1.0],
+                               sigmas=[1.0, 2.0, 4.0], rounds=[2, 4, 8], seeds=3, clip=1.0, lr=0.5, delta=1e-4,
+                               private=True, epsilon=8.0))
+    run_sweep(spec, d / "p.sqlite", progress=False)
+    f = paretofl.fit(str(d / "p.sqlite"), bootstrap=0)
+    f.blocking = []          # the runs' noise is the OS's: whether this tiny grid learned varies run to run
+    f.save(d / "p_fit.json")
+    design = paretofl.design(40, 12.0, delta=1e-4, max_rounds=30, sigma_min=0.05, fit=str(d / "p_fit.json"),
+                             framework="flower")
+    design.dataset, design.model = "digits", "lr"
+    design.save(d / "design.json")
+    return d
+
+
+#: tampered private-design classes: the pre-trial's part
+PRIVATE_CLASSES = {
+    "deleted pre-trial charges": (lambda d: d["details"].pop("pretrial"), "does not add up"),
+    "edited pre-trial charges": (_pretrial(lambda p: p["charges"][0].update(
+        noise_multiplier=2 * p["charges"][0]["noise_multiplier"])), "does not add up"),
+    "cut pre-trial charges": (_pretrial(lambda p: p["charges"].pop()), "does not add up"),
+}
+
+
+def test_a_private_design_is_read_back_with_its_pre_trial_re_derived(private, capsys):
+    d = paretofl.api.load_design(private / "design.json")
+    assert d.details["pretrial"]["verified"]
+    assert main(["export", str(private / "design.json"), "--to", "flower", "--statement"]) == 0
+    assert "spend log" in capsys.readouterr().out
+
+
+def test_every_tampered_private_design_is_refused(private, tmp_path, capsys):
+    tried = Counter()
+    for name, (change, match) in PRIVATE_CLASSES.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.json"
+        path.write_text((private / "design.json").read_text())
+        _edit(path, change)
+        for reader, argv in DESIGN_READERS.items():
+            _refused(capsys, [str(path) if a == "FILE" else a for a in argv], match)
+            tried[name] += 1
+    # the charges cut and epsilon edited to match: the store's spend log still says what was spent
+    path = tmp_path / "consistent_but_cut.json"
+    path.write_text((private / "design.json").read_text())
+    d = json.loads(path.read_text())
+    d["details"].pop("pretrial")
+    train_alone = paretofl.recommendation.Design(**{k: v for k, v in d.items() if k not in ("format", "framework")})
+    d["epsilon"] = paretofl.recommendation.account_design(train_alone)["epsilon"]
+    path.write_text(json.dumps(d))
+    for reader, argv in DESIGN_READERS.items():
+        _refused(capsys, [str(path) if a == "FILE" else a for a in argv], "under-reported")
+        tried["pre-trial removed, epsilon made to match"] += 1
+    print("tampered private designs tried, per class:", dict(tried))
+
+
+#: tampered fit classes
+FIT_CLASSES = {
+    "private fit marked public": (_set(private=False), None),
+    "private fields removed": (_drop("private", "private_charges", "private_epsilon"), None),
+    "a charge's sigma raised": (lambda d: d["private_charges"][0].update(
+        noise_multiplier=2 * d["private_charges"][0]["noise_multiplier"]), "spent"),
+    "charges deleted": (_set(private_charges=[]), None),
+    "epsilon edited": (_set(private_epsilon=0.01), "charges compose to"),
+}
+
+
+def test_every_tampered_private_fit_is_re_derived_or_refused(private, tmp_path, capsys):
+    """design --fit: with the store there, the spend is the store's spend
+    log's whatever the fit says (or the fit is refused); the store absent,
+    a fit whose own figures disagree is refused, one that adds up is taken
+    and marked unverified."""
+    truth = paretofl.api.pretrial_spend(store=str(private / "p.sqlite")).epsilon
+    tried = Counter()
+    argv = ["design", "--clients", "40", "--budget", "12", "--delta", "1e-4", "--max-rounds", "30", "--framework", "flower",
+            "--sigma-min", "0.05", "--json", "--fit"]
+    for name, (change, match) in FIT_CLASSES.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.json"
+        path.write_text((private / "p_fit.json").read_text())
+        _edit(path, change)
+        if match is None:        # re-derived from the store
+            assert main(argv + [str(path)]) == 0, capsys.readouterr().err
+            out = json.loads(capsys.readouterr().out)
+            assert out["details"]["pretrial"]["epsilon"] == pytest.approx(truth, rel=1e-12)
+            assert out["details"]["pretrial"]["verified"]
+        else:
+            _refused(capsys, argv + [str(path)], match)
+        tried[name] += 1
+    # the store absent: the fit's own figures are checked and the result is marked unverified
+    moved = tmp_path / "fit_without_store.json"
+    data = json.loads((private / "p_fit.json").read_text())
+    data["results"] = str(tmp_path / "gone.sqlite")
+    moved.write_text(json.dumps(data))
+    assert main(argv + [str(moved)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not out["details"]["pretrial"]["verified"] and "unverified" in out["details"]["pretrial"]["source"]
+    tried["store absent"] += 1
+    data["private_epsilon"] = 0.01
+    moved.write_text(json.dumps(data))
+    _refused(capsys, argv + [str(moved)], "charges compose to")
+    tried["store absent, epsilon edited"] += 1
+    print("tampered fits tried, per class:", dict(tried))
