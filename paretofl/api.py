@@ -342,8 +342,14 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
             if algorithm not in ("dpfedavg", "nbafl"):
                 raise ValueError("NbAFL's design trains the nbafl algorithm")
             algorithm = "nbafl"
-            options = {"clip": design.details.get("clip", design.clip),
-                       "clients_per_round": design.details["clients_per_round"], **options}
+            clip = design.details.get("clip", design.clip)
+            missing = [k for k, v in (("clients_per_round", design.details.get("clients_per_round")),
+                                      ("clip", clip)) if v is None and k not in options]
+            if missing:
+                raise ValueError(f"this nbafl design lacks NbAFL's {' and '.join(missing)} (its details, which "
+                                 "nbafl_design writes): make it with nbafl_design (paretofl design --mechanism "
+                                 "nbafl), not by editing another design's mechanism")
+            options = {"clip": clip, "clients_per_round": design.details.get("clients_per_round"), **options}
         else:
             if algorithm != "dpfedavg":
                 raise ValueError("a design applies to client-level dpfedavg")

@@ -758,7 +758,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "and into its statement)")
     s.add_argument("--clip-lr", type=FLOAT, help="adaptive clipping: the geometric step (default 0.2)")
     s.add_argument("--count-noise", type=FLOAT, help="adaptive clipping: std of the count's noise (default: "
-                                                      "expected cohort / 20)")
+                                                      "max(expected cohort / 20, the noise multiplier z))")
     s.add_argument("--export", choices=("flower", "opacus", "jax-privacy"),
                    help="print the design in the framework's own parameters, with a snippet (jax-privacy: a bandmf "
                         "design's correlated noise)")
