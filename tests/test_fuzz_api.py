@@ -52,6 +52,8 @@ CALLS = {
         "sigma_min": _numbers("zero", "negative", "NaN", "text"),
         "mechanism_options": [("an option the mechanism does not take", {"clip_quantile": 1.5}),
                               ("an option the mechanism does not take", {"quantile": 0.5})]}),
+    "design one client": (paretofl.design, dict(n_clients=1, epsilon=2.0, max_rounds=5, q=1.0, kappa=0.1), {
+        "delta": [("delta above 0.01", 0.5), ("delta above 0.01", 0.05), ("delta above 0.01", 0.0101)]}),
     "design bandmf": (paretofl.design, dict(n_clients=400, epsilon=2.0, max_rounds=40, mechanism="bandmf",
                                             q_max=0.25), {
         "mechanism_options": [("an option the mechanism does not take", {"bands": v}) for v in (0, -2, 2.5, True,
