@@ -22,16 +22,35 @@ __all__ = ["__version__", "design", "Design", "InfeasibleBudget", "nbafl_design"
            "Accounting", "pareto_set", "ParetoSet", "fit", "train", "TrainResult", "PRV_LIMITS", "pretrial", "spec",
            "validate", "audit", "audit_jobs", "audit_names", "export", "design_figure", "pareto_figure",
            "pretrial_figures", "names", "algorithm_options", "unused_options", "check_out_path", "stored_runs",
-           "keep_freed_memory", "is_reference", "pretrial_spend", "load_design", "check_design"]
+           "keep_freed_memory", "is_reference", "pretrial_spend", "load_design", "check_design",
+           "SAMPLING_RELATIONS"]
 
 #: where Opacus's PRV accountant is run at all: beyond these its grid grows
 #: past gigabytes and minutes (measured: 26 GiB at small σ and many steps)
 PRV_LIMITS = {"steps": 20_000, "rdp_epsilon": 50.0}
 
 
+#: the neighbouring relation each sampling of :func:`account` assumes, and
+#: the sensitivity its noise multiplier is relative to
+SAMPLING_RELATIONS = {
+    "poisson": ("add/remove: one individual added or removed; the noise multiplier is the noise std over the "
+                "add/remove sensitivity (C for a sum of updates clipped to C)"),
+    "attributed": ("add/remove or zero-out of one participant's contribution, its participation seen; the noise "
+                   "multiplier is the noise std over that contribution's sensitivity (C for an update clipped "
+                   "to C)"),
+    "fixed-size": ("replace-one: one individual's data replaced, n public; the noise multiplier is the noise std "
+                   "over the replace-one sensitivity, 2C for a sum of updates clipped to C: a Flower design of "
+                   "noise multiplier z on that sum is --sigma z/2 here"),
+    "none": ("the relation its sensitivity is taken for (no sampling): the noise multiplier is the noise std over "
+             "that sensitivity (a fixed cohort m < N under add/remove moves a sum by 2C: --sigma z/2)"),
+}
+
+
 @dataclass
 class Accounting:
-    """ε of a sequence of Gaussian steps; ``by_accountant`` when two ran."""
+    """ε of a sequence of Gaussian steps; ``by_accountant`` when two ran;
+    ``relation``: the neighbouring relation the sampling assumes
+    (:data:`SAMPLING_RELATIONS`)."""
 
     epsilon: float
     delta: float
@@ -43,6 +62,7 @@ class Accounting:
     order: float = math.nan
     by_accountant: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    relation: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,8 +77,15 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
     noise_multiplier : noise std / sensitivity of each step's release.
     sample_rate : the sampling rate q.
     sampling : "poisson" (membership hidden, add/remove neighbours),
-        "attributed" (participation seen: the local view) or "fixed-size"
-        (m of n without replacement, replace-one neighbours).
+        "attributed" (participation seen: the local view), "fixed-size"
+        (m of n without replacement, replace-one neighbours) or "none" (no
+        amplification, q ignored).  The noise multiplier is relative to the
+        sensitivity under the sampling's relation (:data:`SAMPLING_RELATIONS`,
+        also in the result's ``relation``): for fixed-size, replace-one, under
+        which replacing a client moves a sum of updates clipped to C by 2C, so
+        a Flower design whose sum carries noise multiplier z is accounted as
+        ``account(z / 2, m / N, T, sampling="fixed-size")`` (what its
+        ``flower`` mechanism charges).
     accountant : "rdp" (paretofl's, no torch), "prv" (Opacus's PRV
         accountant, Poisson sampling only, needs ``paretofl[train]``) or
         "both" (the larger ε is reported).
@@ -93,7 +120,8 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
             notes.append(f"prv not run: {why}")
     eps = max(values.values())  # two accountants: the larger epsilon is the one reported
     return Accounting(eps, delta, accountant, float(noise_multiplier), float(sample_rate), int(steps), sampling,
-                      order if "rdp" in values else math.nan, values if len(values) > 1 else {}, notes)
+                      order if "rdp" in values else math.nan, values if len(values) > 1 else {}, notes,
+                      SAMPLING_RELATIONS[sampling])
 
 
 def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_rounds: int | None = None,
@@ -415,8 +443,14 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
             if algorithm not in ("dpfedavg", "nbafl"):
                 raise ValueError("NbAFL's design trains the nbafl algorithm")
             algorithm = "nbafl"
-            options = {"clip": design.details.get("clip", design.clip),
-                       "clients_per_round": design.details["clients_per_round"], **options}
+            clip = design.details.get("clip", design.clip)
+            missing = [k for k, v in (("clients_per_round", design.details.get("clients_per_round")),
+                                      ("clip", clip)) if v is None and k not in options]
+            if missing:
+                raise ValueError(f"this nbafl design lacks NbAFL's {' and '.join(missing)} (its details, which "
+                                 "nbafl_design writes): make it with nbafl_design (paretofl design --mechanism "
+                                 "nbafl), not by editing another design's mechanism")
+            options = {"clip": clip, "clients_per_round": design.details.get("clients_per_round"), **options}
         else:
             if algorithm != "dpfedavg":
                 raise ValueError("a design applies to client-level dpfedavg")

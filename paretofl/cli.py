@@ -155,7 +155,7 @@ def cmd_account(a):
     r = api.account(a.sigma, a.q, a.steps, a.delta, sampling=a.sampling, accountant=a.accountant,
                     conversion=a.conversion)
     out = {"epsilon": r.epsilon, "delta": r.delta, "accountant": r.accountant, "sigma": a.sigma, "q": a.q,
-           "steps": a.steps, "sampling": r.sampling}
+           "steps": a.steps, "sampling": r.sampling, "relation": r.relation}
     if r.by_accountant:
         out["by_accountant"] = r.by_accountant
     if r.notes:
@@ -164,7 +164,7 @@ def cmd_account(a):
              if r.by_accountant else "")
     text = (f"epsilon = {r.epsilon:.6g}  (delta = {a.delta:g}, accountant = {a.accountant}; noise multiplier "
             f"{a.sigma:g}, sampling rate {a.q:g} ({a.sampling}), {_plural(a.steps, 'step')}){extra}")
-    _emit(out, a.json, "\n".join([text] + [f"note: {n}" for n in r.notes]))
+    _emit(out, a.json, "\n".join([text, f"relation: {r.relation}"] + [f"note: {n}" for n in r.notes]))
 
 
 # --------------------------------------------------------------------------
@@ -701,8 +701,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", type=INT, required=True, help="number of steps")
     s.add_argument("--delta", type=FLOAT, default=1e-5, help="the delta of (epsilon, delta)")
     s.add_argument("--sampling", choices=("poisson", "attributed", "fixed-size", "none"), default="poisson",
-                   help="poisson: who took part is hidden; attributed: seen (local view); fixed-size: m of n "
-                        "without replacement (replace-one); none: no amplification (q ignored)")
+                   help="poisson: who took part is hidden, add/remove (sigma over the add/remove sensitivity, "
+                        "C for a sum of updates clipped to C); attributed: seen (local view); fixed-size: m of n "
+                        "without replacement, replace-one: sigma over the replace-one sensitivity, 2C for a sum "
+                        "of updates clipped to C, so a Flower design of noise multiplier z is --sigma z/2; none: "
+                        "no amplification (q ignored)")
     s.add_argument("--accountant", choices=("rdp", "prv", "both"), default="rdp",
                    help="rdp (no torch), Opacus's PRV accountant, or both (reports the larger)")
     s.add_argument("--conversion", choices=("improved", "classic"), default="improved",
@@ -762,7 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "and into its statement)")
     s.add_argument("--clip-lr", type=FLOAT, help="adaptive clipping: the geometric step (default 0.2)")
     s.add_argument("--count-noise", type=FLOAT, help="adaptive clipping: std of the count's noise (default: "
-                                                      "expected cohort / 20)")
+                                                      "max(expected cohort / 20, the noise multiplier z))")
     s.add_argument("--export", choices=("flower", "opacus", "jax-privacy"),
                    help="print the design in the framework's own parameters, with a snippet (jax-privacy: a bandmf "
                         "design's correlated noise)")

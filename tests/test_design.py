@@ -157,9 +157,13 @@ def test_notes_say_what_binds():
     text = " ".join(d.notes)
     assert "floor" in text and "sigma_min" in text and "not spent" in text and "max_rounds" in text
     for delta in (0.1, 0.2, 0.9):
-        with pytest.raises(ValueError, match=r"delta = .* is not below 1/10 .* e.g. 1e-02"):
+        with pytest.raises(ValueError, match=r"delta = .* is not below 1/10 .* e.g. 1e-03"):
             D.design(n_clients=10, epsilon=2.0, max_rounds=50, delta=delta, q=1.0, kappa=18.8)
-    assert D.design(n_clients=10, epsilon=2.0, max_rounds=50, delta=0.099, q=1.0, kappa=18.8).delta == 0.099
+    # below 1/N but above 0.01: everyone's data published with probability delta meets it (issue 44)
+    for n, delta in ((10, 0.099), (1, 0.5), (2, 0.3), (50, 0.0101)):
+        with pytest.raises(ValueError, match=rf"delta = {delta:g} is above 0.01: publishing every client's data"):
+            D.design(n_clients=n, epsilon=2.0, max_rounds=50, delta=delta, q=1.0, kappa=18.8)
+    assert D.design(n_clients=10, epsilon=2.0, max_rounds=50, delta=0.01, q=1.0, kappa=18.8).delta == 0.01
     d = D.design(n_clients=10, epsilon=0.05, max_rounds=50, q=1.0, kappa=18.8, sigma_max=1000)
     assert any("too small to learn" in n for n in d.notes)
     d = D.design(n_clients=100, epsilon=2.0, max_rounds=500, kappa=18.8)

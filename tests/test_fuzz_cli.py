@@ -179,6 +179,20 @@ WHOLE = [
                              "--client-size", "512"]),
     ("delta not below 1/N", ["design", "--mechanism", "nbafl", "--clients", "100", "--budget", "5", "--clip", "10",
                              "--client-size", "512", "--delta", "0.02"]),
+    # delta against the units each mechanism protects: few clients (client-level), a small data set (sample-level);
+    # below 1/N but above 0.01 (everyone's data published with probability delta meets it)
+    ("delta above 0.01", ["train", "--dataset", "digits", "--model", "lr", "--clients", "1", "--rounds", "2",
+                          "--mechanism", "client-aggregate", "--delta", "0.5"]),
+    ("delta above 0.01", ["train", "--dataset", "digits", "--model", "lr", "--clients", "2", "--rounds", "2",
+                          "--mechanism", "client-local", "--delta", "0.3"]),
+    ("delta above 0.01", ["design", "--clients", "1", "--budget", "2", "--max-rounds", "5", "--q", "1", "--kappa",
+                          "0.1", "--delta", "0.05"]),
+    ("delta above 0.01", ["train", "--dataset", "small:data", "--model", "lr", "--clients", "2", "--rounds", "2",
+                          "--mechanism", "sample", "--batch-rate", "0.2", "--delta", "0.012"]),
+    ("delta not below 1/N", ["train", "--dataset", "digits", "--model", "lr", "--clients", "2", "--rounds", "2",
+                             "--mechanism", "sample", "--batch-rate", "0.2", "--delta", "0.0007"]),
+    ("delta not below 1/N", ["train", "--dataset", "digits", "--model", "lr", "--clients", "200", "--rounds",
+                             "2", "--mechanism", "client-local", "--delta", "0.006"]),
     ("number out of range", ["design", "--clients", "100", "--budgets", "budgets.csv", "--max-rounds", "20",
                              "--q-max", "0"]),
     ("number out of range", ["design", "--clients", "100", "--budgets", "budgets.csv", "--max-rounds", "20",
@@ -234,7 +248,8 @@ def _workdir():
     (d / "empty.toml").write_text("")
     (d / "truncated.sqlite").write_bytes(STORE.read_bytes()[:5000])
     (d / "budgets.csv").write_text("share,epsilon\n0.5,1\n0.5,4\n")
-    for name, labels in (("onebased", "1 + (y % 2)"), ("gapped", "2 * (y % 2)")):    # labels skipping a class
+    for name, labels in (("onebased", "1 + (y % 2)"), ("gapped", "2 * (y % 2)"),    # labels skipping a class
+                         ("small", "y % 2")):                                       # 60 samples: delta < 1/60
         (d / f"{name}.py").write_text(
             "import numpy as np\n\ndef data():\n    g = np.random.default_rng(0)\n    x = g.normal(size=(80, 4))\n"
             f"    y = np.arange(80)\n    y = {labels}\n"

@@ -133,6 +133,24 @@ def test_adaptive_clipping_charges_the_design(digits):
     assert eps[0] == pytest.approx(eps[1], rel=1e-12)
 
 
+@pytest.mark.parametrize("sigma,client_rate", [(1.0, 1.0), (0.05, 0.5), (3.0, 0.3)])
+def test_adaptive_default_count_noise_leaves_the_update_a_budget(digits, sigma, client_rate):
+    """Without count_noise the count's std is max(m/20, z) (issue 44, item
+    5: TFF's m/20 alone leaves no budget where z >= m/10, e.g. m = 10 at
+    σ = 1): the trainer accepts it, and the sum's own multiplier z_Δ and
+    the count's σ_b together are the charged z, (z_Δ⁻² + (2σ_b)⁻²)^(-1/2),
+    computed here from the release's numbers."""
+    _, pol = _policy(digits, 1, sigma=sigma, clip=0.1, lr=0.1, client_rate=client_rate, clip_quantile=0.5)
+    rel = pol.release
+    m = client_rate * 10
+    z = sigma * math.sqrt(m)
+    sb = float(rel.count_noise[0])
+    assert sb == pytest.approx(max(m / 20, z), rel=1e-12)
+    z_update = sigma * float(rel.update_factor[0]) * math.sqrt(m)
+    assert (z_update ** -2 + (2 * sb) ** -2) ** -0.5 == pytest.approx(z, rel=1e-12)
+    assert pol.charges(0)[0].noise_multiplier == pytest.approx(z, rel=1e-12)
+
+
 @pytest.mark.parametrize("kw,msg", [({"clip_quantile": 0.0}, "strictly between 0 and 1"),
                                     ({"clip_quantile": 1.0}, "strictly between 0 and 1"),
                                     ({"clip_quantile": 0.5, "count_noise": 0.2}, "leaves no budget"),

@@ -75,7 +75,7 @@ class DPFedAvgConfig:
                                                "this quantile of the update norms, from C = clip (TFF, Flower: 0.5)")
     clip_lr: float = option(0.2, "adaptive clipping: the geometric step η_C of C <- C·exp(-η_C(b - γ))")
     count_noise: float | None = option(None, "adaptive clipping: std σ_b of the noise on the count of unclipped "
-                                             "updates (default: expected cohort / 20)")
+                                             "updates (default: max(expected cohort / 20, noise multiplier z))")
     bands: int = option(1, "bandmf, bandmf-amplified: b, the strategy's bands and the number of client groups "
                            "that take turns (client_rate is then the share a round: 1/b for bandmf)")
 

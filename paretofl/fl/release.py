@@ -211,9 +211,10 @@ class SumRelease(Release):
         mech, R = self.mech, self.engine.R
         self.clip = np.array(self.clip, dtype=float)
         self.clip_lr, self.clip_quantile = mech.clip_lr, mech.clip_quantile
-        sb = np.array([mech.count_std(m) for m in self.cohort])
+        z = np.broadcast_to(self.mech.charge(self.client_rate, self.sigma, self.engine.N,
+                                             cohort=self.cohort).noise_multiplier, (R,))
+        sb = np.array([mech.count_std(m, float(zr)) for m, zr in zip(self.cohort, z)])
         self.count_noise = np.where(self.sigma > 0, sb, 0.0)
-        z = self.mech.charge(self.client_rate, self.sigma, self.engine.N, cohort=self.cohort).noise_multiplier
         for r in range(R):
             if self.sigma[r] > 0:
                 self.update_factor[r] = self.update_multiplier(float(z[r]), float(self.cohort[r])) / float(z[r])

@@ -162,17 +162,23 @@ class ClientAggregate(Mechanism):
         m = expected_cohort(q, n_clients, cohort)
         return Charge("poisson", q, sum_multiplier(q, sigma, n_clients, m))
 
-    def count_std(self, cohort) -> float:
+    def count_std(self, cohort, noise_multiplier=0.0) -> float:
         """σ_b, the std of the noise on adaptive clipping's count: the
-        option, or TFF's and Flower's default m/20."""
-        return self.count_noise if self.count_noise is not None else float(cohort) / 20.0
+        option, or by default max(m/20, z) for the charged noise multiplier
+        z: TFF's and Flower's m/20 where that leaves the update most of the
+        charge, else z, which always leaves it some (2σ_b >= 2z > z: the
+        update's noise is raised by at most 1/√(1 - 1/4), 15 %).  m/20
+        alone leaves no budget wherever z >= m/10 (a small cohort)."""
+        if self.count_noise is not None:
+            return self.count_noise
+        return max(float(cohort) / 20.0, float(noise_multiplier))
 
     def update_multiplier(self, z: float, cohort: float) -> float:
         """The noise multiplier the sum itself gets: z, or with adaptive
         clipping z_Δ >= z (:func:`adaptive_update_multiplier`)."""
         if not self.adaptive or z == 0:
             return z
-        return adaptive_update_multiplier(z, self.count_std(cohort))
+        return adaptive_update_multiplier(z, self.count_std(cohort, z))
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         m = expected_cohort(q, n_clients, cohort)
@@ -184,7 +190,7 @@ class ClientAggregate(Mechanism):
         if not self.adaptive:
             return []
         m = d.clients_per_round
-        sb = self.count_std(m)
+        sb = self.count_std(m, d.noise_multiplier)
         start = f"C = {d.clip:g}" if d.clip is not None else "the initial C"
         return [f"Adaptive clipping (Andrew et al. 2021): each round also releases the count of updates that fitted "
                 f"under C, centred and noised (std {sb:.4g}), and the clipping norm moves from {start} by "

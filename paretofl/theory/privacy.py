@@ -59,6 +59,7 @@ __all__ = [
     "charges_as_data",
     "charges_from_data",
     "check_delta",
+    "DELTA_MAX",
     "check_rate",
     "check_step",
 ]
@@ -106,12 +107,21 @@ def _check_positive(x: float, name: str) -> float:
     return x
 
 
+#: the largest δ a guarantee about people may carry (with a population):
+#: publishing every individual's data outright with probability δ meets
+#: (0, δ)-DP whatever their number, so 1/N alone is no bar where N is small
+#: (N = 1 admitted δ = 0.5)
+DELTA_MAX = 0.01
+
+
 def check_delta(delta: float, population: int | None = None, unit: str = "client") -> float:
     """δ as a float, refused outside (0, 1); with ``population`` (how many
     individuals the neighbouring relation protects: clients for client-level
-    DP, samples for sample-level), also refused at 1/population or above:
-    a mechanism that publishes one randomly chosen individual's data
-    outright meets such a δ, so the guarantee says nothing."""
+    DP, samples for sample-level), also refused at 1/population or above
+    (a mechanism that publishes one randomly chosen individual's data
+    outright meets such a δ) and above :data:`DELTA_MAX` (one that publishes
+    everyone's data with probability δ meets it): either way the guarantee
+    says nothing."""
     if isinstance(delta, bool) or not isinstance(delta, (int, float, np.integer, np.floating)):
         raise ValueError(f"delta must be a number in (0, 1), got {delta!r}")
     delta = float(delta)
@@ -120,7 +130,11 @@ def check_delta(delta: float, population: int | None = None, unit: str = "client
     if population is not None and delta >= 1.0 / population:
         raise ValueError(f"delta = {delta:g} is not below 1/{population:,} (one over the {unit}s protected): "
                          f"publishing one {unit}'s data outright meets it; use delta well below, e.g. "
-                         f"{1.0 / float(population) ** 2:.0e}")
+                         f"{min(DELTA_MAX / 10, 1.0 / float(population) ** 2):.0e}")
+    if population is not None and delta > DELTA_MAX:
+        raise ValueError(f"delta = {delta:g} is above {DELTA_MAX:g}: publishing every {unit}'s data outright with "
+                         f"probability delta meets it, however few the {unit}s ({population:,}); use delta well "
+                         f"below, e.g. {min(DELTA_MAX / 10, 1.0 / float(population) ** 2):.0e}")
     return delta
 
 

@@ -946,3 +946,24 @@ def test_a_run_with_groups_stops_where_the_next_round_would_pass_any_groups_budg
     want = min(int(max_steps(1.0, 0.3, z, 1e-5, refine=True)), int(max_steps(3.0, 0.9, z, 1e-5, refine=True)))
     assert np.all(fin["rounds"] == want) and want < 500
     assert np.all(fin["epsilon_groups"]["1"] <= 1.0) and np.all(fin["epsilon_groups"]["3"] <= 3.0)
+
+
+def test_the_noise_bound_the_statement_gives_is_the_samplers(digits):
+    """Issue 44, item 6 (measured, not charged): PyTorch's float32 normal_
+    never exceeds √(48 ln 2) (24-bit uniforms) and its short-tensor path
+    √(106 ln 2) (53-bit), so the engine's (Z₁+Z₂)/√2 is bounded by 8.157;
+    the statement's estimates P(N(0,1) > 8.16 − 1/z) are scipy's."""
+    from scipy.stats import norm
+
+    from paretofl.mechanisms.statement import _FLOAT
+
+    g = torch.Generator().manual_seed(3)
+    b32, b64 = math.sqrt(48 * math.log(2)), math.sqrt(106 * math.log(2))
+    assert float(torch.empty(20_000_000).normal_(generator=g).abs().max()) <= b32
+    assert max(float(torch.empty(15).normal_(generator=g).abs().max()) for _ in range(20_000)) <= b64
+    eng = Engine(build_model("lr", digits.shape), digits, [np.arange(100)], 1, seeds=[4])
+    assert float(eng.normal((4_000_000,)).abs().max()) <= 2 * b32 / math.sqrt(2) < 8.1574
+    text = _FLOAT["paretofl"]
+    for z, shown in ((0.3, "7e-7"), (0.5, "4e-10"), (1.0, "4e-13")):
+        est = norm.sf(2 * b32 / math.sqrt(2) - 1 / z)
+        assert f"{est:.0e}".replace("e-0", "e-") == shown and f"{shown} at z = {z:g}" in text
