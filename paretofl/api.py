@@ -602,11 +602,23 @@ def audit_names() -> dict:
 def audit(mechanisms=None, broken: str = "none", runs: int = 200_000, seed: int = 0, progress=None) -> list:
     """Empirical lower bounds on ε (docs/theory.md §5.5) for :func:`audit_jobs`
     of ``mechanisms`` and ``broken``: a list of
-    :class:`paretofl.fl.audit.AuditResult`.  ``progress(n)`` is called with
-    the runs as they finish."""
+    :class:`paretofl.fl.audit.AuditResult`.  ``progress``: ``True`` draws
+    the runs done and the time left on stderr when it is a terminal
+    (:mod:`paretofl.progress`); a callable is called with the runs as they
+    finish."""
     from .fl.audit import audit as run
+    from .progress import Progress
 
-    return [run(s, runs=runs, broken=b, seed=seed, progress=progress) for s, b in audit_jobs(mechanisms, broken)]
+    jobs = audit_jobs(mechanisms, broken)
+    bar = None
+    if isinstance(progress, bool) or progress is None:
+        bar = Progress(len(jobs) * (int(runs) // 2 * 2), "audit", "run", wanted=bool(progress))
+        progress = bar.update if bar.active else None
+    try:
+        return [run(s, runs=runs, broken=b, seed=seed, progress=progress) for s, b in jobs]
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def design_figure(d: Design, path) -> None:
