@@ -332,6 +332,10 @@ class TrainResult:
     epsilon_groups: dict | None = None    # clients with budgets of their own: ε spent per group (by budget)
     budget: float | None = None           # the budget the run stopped at (the strictest group's, with groups)
     history: list = field(default_factory=list, repr=False)
+    #: did the run do what was asked (issue 45)?  ``problems`` says why not, one sentence each:
+    #: no round trained, fewer rounds than the design or an explicit ``rounds``, a non-finite test loss
+    complete: bool = True
+    problems: list = field(default_factory=list)
 
     def to_dict(self, with_history: bool = False) -> dict:
         d = asdict(self)
@@ -468,6 +472,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     model = "lr" if model is None else model
     epsilon = 2.0 if epsilon is None and budgets is None else epsilon
     delta = 1e-5 if delta is None else delta
+    asked = rounds            # the rounds a design or the caller asked for; None: up to 100, to the budget
     rounds = 100 if rounds is None else rounds
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**62:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
@@ -522,6 +527,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         options = {**options, "sigma": groups.sigma, "client_rate": min(1.0, groups.q)}
         config = cls.Config(**options)
         rounds, epsilon = groups.rounds, groups.budget
+        asked = rounds
     unit = mechanism_of(getattr(config, "mechanism", "nbafl")).unit
     check_delta(delta, len(ds.y_train) if unit == "sample" else len(parts), unit)
     rate = getattr(config, "client_rate", 1.0)
@@ -548,6 +554,8 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     finally:
         hist.close()
     mean = lambda v: float(np.mean(v))  # noqa: E731
+    problems = train_problems(fin, asked, epsilon, "the design" if design is not None or groups is not None
+                              else "rounds")
     return TrainResult(
         accuracy=mean(fin["accuracy"]), test_loss=mean(fin["test_loss"]), epsilon=float(np.max(fin["epsilon"])),
         delta=delta, rounds=int(np.max(fin["rounds"])),
@@ -556,7 +564,48 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         options={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in asdict(config).items()},
         clients=len(parts), partition=partition, history=hist.rows, budget=epsilon,
         epsilon_groups=None if "epsilon_groups" not in fin else {
-            k: float(np.max(v)) for k, v in fin["epsilon_groups"].items()})
+            k: float(np.max(v)) for k, v in fin["epsilon_groups"].items()},
+        complete=not problems, problems=problems)
+
+
+def train_problems(final: dict, asked: int | None, budget, by: str = "rounds") -> list[str]:
+    """Why a training did not do what was asked, one sentence each (empty: it did).
+
+    * no round trained (the first round would pass the budget: a design
+      whose σ, N or q was edited, a group whose q was raised);
+    * fewer rounds than ``asked`` (the design's T, or ``rounds`` given
+      explicitly): the budget ran out first.  A run given no rounds trains
+      until its budget is spent, at most 100 rounds: stopping there is what
+      it was asked to do;
+    * a non-finite final test loss (the training diverged).
+    """
+    import numpy as np
+
+    done = np.asarray(final["rounds"], dtype=int).ravel()
+    eps = np.asarray(final["epsilon"], dtype=float).ravel()
+    loss = np.asarray(final["test_loss"], dtype=float).ravel()
+    R = len(done)
+    of = lambda mask: "" if R == 1 else f" ({int(np.sum(mask))} of {R} replicas)"  # noqa: E731
+    out = []
+    budget_text = "" if budget is None else f" epsilon {float(budget):g}"
+    if (done == 0).any():
+        out.append(f"no round was trained{of(done == 0)}: the first round would spend more than the "
+                   f"budget{budget_text}" + ("; the design (a group's q or sigma, or the clients) was changed after "
+                                             "it was made: design again" if by == "the design" else
+                                             "; raise epsilon, sigma or the clients, or lower q"))
+    if asked is not None and ((done > 0) & (done < int(asked))).any():
+        short = (done > 0) & (done < int(asked))
+        asker = "the design's" if by == "the design" else "the"
+        out.append(f"trained {int(done[short].min())} of {asker} {int(asked)} rounds asked{of(short)}: the next "
+                   f"round would have spent more than the budget{budget_text} (spent "
+                   f"{float(eps[short].max()):.4g}); " + ("the design's sigma, q or clients were changed after it was "
+                                                          "made: design again" if by == "the design" else
+                                                          "raise epsilon or sigma, or ask for fewer rounds"))
+    bad = ~np.isfinite(loss)
+    if bad.any():
+        out.append(f"the final test loss is {float(loss[bad][0])}{of(bad)}: the training diverged; lower the "
+                   "learning rate or the clip, or scale the features")
+    return out
 
 
 def _label(obj) -> str:
@@ -709,11 +758,23 @@ def audit_names() -> dict:
 def audit(mechanisms=None, broken: str = "none", runs: int = 200_000, seed: int = 0, progress=None) -> list:
     """Empirical lower bounds on ε (docs/theory.md §5.5) for :func:`audit_jobs`
     of ``mechanisms`` and ``broken``: a list of
-    :class:`paretofl.fl.audit.AuditResult`.  ``progress(n)`` is called with
-    the runs as they finish."""
+    :class:`paretofl.fl.audit.AuditResult`.  ``progress``: ``True`` draws
+    the runs done and the time left on stderr when it is a terminal
+    (:mod:`paretofl.progress`); a callable is called with the runs as they
+    finish."""
     from .fl.audit import audit as run
+    from .progress import Progress
 
-    return [run(s, runs=runs, broken=b, seed=seed, progress=progress) for s, b in audit_jobs(mechanisms, broken)]
+    jobs = audit_jobs(mechanisms, broken)
+    bar = None
+    if isinstance(progress, bool) or progress is None:
+        bar = Progress(len(jobs) * (int(runs) // 2 * 2), "audit", "run", wanted=bool(progress))
+        progress = bar.update if bar.active else None
+    try:
+        return [run(s, runs=runs, broken=b, seed=seed, progress=progress) for s, b in jobs]
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def design_figure(d: Design, path) -> None:

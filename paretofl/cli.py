@@ -20,6 +20,8 @@ import sys
 from . import api
 
 EXIT_USAGE = 2
+#: a training that ran but did not do what was asked (no round, fewer rounds, a diverged loss): issue 45
+EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
 #: optional dependencies and the extra that brings each
 _EXTRAS = {"torch": "train", "torchvision": "train", "opacus": "train", "sklearn": "train", "ray": "ray",
@@ -497,7 +499,8 @@ def cmd_export(a):
 _RUN_FLAGS = ("dataset", "data_dir", "model", "clients", "partition", "beta", "epsilon", "delta", "rounds",
               "replicas", "seed", "device", "eval_every", "strategy")
 #: what train uses where neither a flag nor a design says
-_TRAIN_DEFAULTS = {"dataset": "fashion-mnist", "model": "cnn", "epsilon": 2.0, "delta": 1e-5, "rounds": 100}
+#: (no rounds: the API's 100 at most, and a run that stops at its budget before them did what it was asked)
+_TRAIN_DEFAULTS = {"dataset": "fashion-mnist", "model": "cnn", "epsilon": 2.0, "delta": 1e-5}
 #: flags a design file fixes: given beside --design they are refused
 _SET_BY_DESIGN = ("clients", "epsilon", "delta", "rounds", "budgets", "mechanism", "client_rate", "sigma")
 
@@ -551,6 +554,10 @@ def cmd_train(a):
     if a.history:
         lines.append(f"  history written to {a.history}")
     _emit(out, a.json, "\n".join(lines))
+    # a run that did not do what was asked is not a success: each reason on stderr, and exit 3
+    for p in r.problems:
+        print(f"paretofl train: warning: {p}", file=sys.stderr)
+    return EXIT_INCOMPLETE if r.problems else 0
 
 
 # --------------------------------------------------------------------------
@@ -658,16 +665,9 @@ def cmd_validate(a):
 # audit
 # --------------------------------------------------------------------------
 def cmd_audit(a):
-    jobs = api.audit_jobs(a.mechanism, a.broken)
+    api.audit_jobs(a.mechanism, a.broken)    # a bad name is refused before anything runs
     api.keep_freed_memory()
-    bar = None
-    if not a.json and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(jobs) * (a.runs // 2 * 2), desc="audit", unit="run", leave=False)
-    rows = api.audit(a.mechanism, a.broken, runs=a.runs, seed=a.seed, progress=bar.update if bar else None)
-    if bar is not None:
-        bar.close()
+    rows = api.audit(a.mechanism, a.broken, runs=a.runs, seed=a.seed, progress=not a.json)
     lines = [f"{'setting':31s} {'broken':18s} {'claimed eps':>11s} {'lower bound':>11s} {'runs':>8s}  verdict"]
     for r in rows:
         verdict = "VIOLATED: leaks more than claimed" if r.violated else "consistent"
@@ -833,7 +833,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "at its own budget (with your own kappa: design --budgets ... "
                                                      "--out FILE, then train --design FILE)")
     s.add_argument("--delta", type=FLOAT, help="the delta of (epsilon, delta) (default 1e-5)")
-    s.add_argument("--rounds", type=INT, help="most communication rounds (default 100)")
+    s.add_argument("--rounds", type=INT, help="communication rounds asked for: stopping before them (the budget "
+                   "ran out) is a warning and exit 3 (default: until the budget is spent, at most 100)")
     s.add_argument("--replicas", type=INT, default=1, help="independent seeds run side by side")
     s.add_argument("--seed", type=INT, default=0, help="first seed")
     s.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train")

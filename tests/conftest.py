@@ -28,6 +28,8 @@ def device(request):
 FUZZ_TRIED: dict = {}
 FUZZ_CLASSES: dict = {}
 FUZZ_API: dict = {}
+#: trainings fuzzed into doing less than asked, per class (tests/test_fuzz_api.py): each flagged incomplete
+FUZZ_INCOMPLETE: dict = {}
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -43,3 +45,7 @@ def pytest_terminal_summary(terminalreporter):
         per = "; ".join(f"{k}: {v}" for k, v in sorted(FUZZ_API.items()))
         terminalreporter.write_line(f"API fuzz: {sum(FUZZ_API.values())} bad calls, each a ValueError; per class: "
                                     f"{per}")
+    if FUZZ_INCOMPLETE:
+        per = "; ".join(f"{k}: {v}" for k, v in sorted(FUZZ_INCOMPLETE.items()))
+        terminalreporter.write_line(f"training fuzz: {sum(FUZZ_INCOMPLETE.values())} runs short of what was asked, "
+                                    f"each complete=False with its reason (or refused before training); per class: {per}")

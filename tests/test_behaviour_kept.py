@@ -8,8 +8,9 @@ client-level mechanism.  The tests recompute them with today's code:
 
 * designs: the same (q, T, σ) and the same ε, to rounding (1e-6 relative);
 * accountant calls: the same ε (1e-9 relative);
-* full-cohort trainings: bit for bit (every round's test loss and accuracy
-  of every replica, and the final ε).
+* full-cohort trainings: every round's test loss and accuracy of every
+  replica within a tolerance, the rounds and the ε to rounding (see
+  :func:`test_full_cohort_training_within_float_tolerance`).
 
 Only the designs listed in :data:`CORRECTED` may differ, and only by
 charging more: Flower's accounted mode with fewer than all clients a round
@@ -185,13 +186,80 @@ def test_accountant_unchanged(before):
         assert _close(paretofl.account(z, q, steps, delta, sampling=sampling).epsilon, old, 1e-9)
 
 
+#: How far a training may move between machines and thread counts, measured
+#: (issue 45): the snapshot was written on one AMD EPYC; on another EPYC the
+#: eight trainings' test losses differ from it by at most 1.3e-7 relative
+#: (about two float32 ulps; float kernels differ between CPUs), and between 1,
+#: 2 and 4 threads (OMP_NUM_THREADS / torch.set_num_threads) on one machine by
+#: 0.  A test loss may therefore differ by 1e-4 relative (a margin of ~750 over
+#: the measured 1.3e-7, far below what any real change moves: another noise
+#: draw, step or clip moves it by more than 1e-2), an accuracy by at most one
+#: of the 297 test examples (measured: 0; a loss 1e-7 away can still flip one
+#: prediction on a tie).  The accounting stays exact to float64 rounding: the
+#: rounds and replicas exactly, ε to 1e-12 relative (measured: one ulp, 1e-16,
+#: from the C library's log/exp).
+LOSS_REL_TOL = 1e-4
+ACCURACY_ABS_TOL = 1.0 / 297 + 1e-7
+EPSILON_REL_TOL = 1e-12
+
+
+def _trainings_agree(now: dict, old: dict) -> list[str]:
+    """What differs between two training rows beyond the tolerances above."""
+    bad = []
+    if len(now["history"]) != len(old["history"]):
+        return [f"{len(now['history'])} history rows against {len(old['history'])}"]
+    for h, o in zip(now["history"], old["history"], strict=True):
+        where = f"round {o['round']} replica {o['replica']}"
+        if (h["round"], h["replica"]) != (o["round"], o["replica"]):
+            bad.append(f"{where}: row is round {h['round']} replica {h['replica']}")
+        if not _close(h["epsilon"], o["epsilon"], EPSILON_REL_TOL):
+            bad.append(f"{where}: epsilon {h['epsilon']!r} != {o['epsilon']!r}")
+        if not math.isclose(h["test_loss"], o["test_loss"], rel_tol=LOSS_REL_TOL):
+            bad.append(f"{where}: test loss {h['test_loss']!r} != {o['test_loss']!r}")
+        if abs(h["accuracy"] - o["accuracy"]) > ACCURACY_ABS_TOL:
+            bad.append(f"{where}: accuracy {h['accuracy']!r} != {o['accuracy']!r}")
+    pn, po = now["per_replica"], old["per_replica"]
+    if sorted(pn) != sorted(po) or pn.get("rounds") != po.get("rounds"):
+        bad.append(f"per replica: keys or rounds {pn.get('rounds')} != {po.get('rounds')}")
+    for a, b in zip(pn.get("epsilon", []), po.get("epsilon", []), strict=True):
+        if not _close(a, b, EPSILON_REL_TOL):
+            bad.append(f"per replica: epsilon {a!r} != {b!r}")
+    for a, b in zip(pn.get("test_loss", []), po.get("test_loss", []), strict=True):
+        if not math.isclose(a, b, rel_tol=LOSS_REL_TOL):
+            bad.append(f"per replica: test loss {a!r} != {b!r}")
+    for a, b in zip(pn.get("accuracy", []), po.get("accuracy", []), strict=True):
+        if abs(a - b) > ACCURACY_ABS_TOL:
+            bad.append(f"per replica: accuracy {a!r} != {b!r}")
+    return bad
+
+
 @pytest.mark.parametrize("name,algorithm,options", TRAININGS, ids=[t[0] for t in TRAININGS])
-def test_full_cohort_training_bit_for_bit(before, name, algorithm, options):
+def test_full_cohort_training_within_float_tolerance(before, name, algorithm, options):
+    """Every round of every replica as before, within what CPUs and threads move.
+
+    Measured (issue 45): 1.3e-7 relative on the test loss between two AMD
+    EPYCs, 0 between 1, 2 and 4 threads on one; allowed: 1e-4 relative on the
+    loss, one test example of 297 on the accuracy.  Rounds exactly, ε to 1e-12.
+    CI runs this a second time with OMP_NUM_THREADS=1 (``.ci/run``).
+    """
     pytest.importorskip("torch")
     import paretofl
 
     now = _training_row(paretofl.train(algorithm, **_RUN, **options))
-    assert now == before["trainings"][name]
+    bad = _trainings_agree(now, before["trainings"][name])
+    assert not bad, f"{name}: " + "; ".join(bad[:5])
+
+
+def test_the_tolerance_still_catches_a_real_change(before):
+    """The tolerance is not so wide that another training passes: a second seed fails."""
+    pytest.importorskip("torch")
+    import paretofl
+
+    name, algorithm, options = TRAININGS[0]
+    other = _training_row(paretofl.train(algorithm, **{**_RUN, "seed": 4}, **options))
+    assert _trainings_agree(other, before["trainings"][name])
+    nudged = _training_row(paretofl.train(algorithm, **_RUN, **{**options, "sigma": 0.31}))
+    assert _trainings_agree(nudged, before["trainings"][name])
 
 
 if __name__ == "__main__":   # writes the table from the code as it is (run once, before the rebuild)

@@ -222,3 +222,63 @@ class TestEveryMechanismAndOptionTrains:
                 outcomes[name] = "refused"
         assert outcomes["nbafl"] == "refused"        # NbAFL's details are missing: named, not a KeyError
         print(f"\n{len(outcomes)} hand-edited designs: {outcomes}")
+
+
+#: trainings that cannot do what they are asked (issue 45, item 3): (class, the problem's words)
+SHORT_RUNS = {"explicit rounds past the budget": "rounds asked", "a design's sigma lowered": "design's",
+              "a group's q raised": "no round was trained", "features scaled to overflow": "diverged"}
+
+
+@st.composite
+def short_runs(draw):
+    kind = draw(st.sampled_from(sorted(SHORT_RUNS)))
+    if kind == "explicit rounds past the budget":
+        return kind, draw(st.integers(20, 80))
+    if kind == "a design's sigma lowered":
+        return kind, draw(st.floats(0.2, 0.6))
+    if kind == "a group's q raised":
+        return kind, draw(st.floats(10, 40))
+    return kind, 10.0 ** draw(st.integers(20, 37))
+
+
+_LR = dict(dataset="digits", model="lr")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(short_runs())
+def test_a_training_that_does_less_than_asked_says_so(case):
+    """Whatever the fuzz draws from each class, the run is ``complete=False``
+    with the class's reason, or refused before training (no silent success)."""
+    pytest.importorskip("torch")
+    import copy
+    import dataclasses
+
+    import numpy as np
+    from conftest import FUZZ_INCOMPLETE
+
+    kind, x = case
+    if kind == "explicit rounds past the budget":
+        r = paretofl.train(**_LR, clients=10, rounds=x, mechanism="client-aggregate", sigma=1.0)
+    elif kind == "a design's sigma lowered":
+        d = paretofl.design(100, 2, max_rounds=30)
+        try:
+            r = paretofl.train(design=dataclasses.replace(d, sigma=d.sigma * x), **_LR)
+        except ValueError as exc:       # so low that not one round fits: refused before training, also no success
+            assert "allows not one round" in str(exc)
+            FUZZ_INCOMPLETE[kind + " (refused)"] = FUZZ_INCOMPLETE.get(kind + " (refused)", 0) + 1
+            return
+    elif kind == "a group's q raised":
+        d = paretofl.design(100, None, budgets=paretofl.budgets.Budgets.shares([0.5, 0.5], [1, 8], 100),
+                            max_rounds=20)
+        groups = copy.deepcopy(d.groups)
+        groups[0]["q"] = min(1.0, groups[0]["q"] * x)
+        r = paretofl.train(design=dataclasses.replace(d, groups=groups), **_LR)
+    else:
+        from sklearn.datasets import load_digits
+
+        raw = load_digits()
+        f, y = raw.data.astype(np.float32) * np.float32(x), raw.target
+        r = paretofl.train(dataset={"x_train": f[:1500], "y_train": y[:1500], "x_test": f[1500:], "y_test": y[1500:]},
+                           model="lr", clients=10, rounds=3, epsilon=50, mechanism="client-aggregate", sigma=1.0)
+    assert not r.complete and any(SHORT_RUNS[kind] in p for p in r.problems), (kind, x, r.problems)
+    FUZZ_INCOMPLETE[kind] = FUZZ_INCOMPLETE.get(kind, 0) + 1

@@ -13,10 +13,13 @@ No torch here: ``paretofl fit`` and ``paretofl plot`` read the store fast.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 import sqlite3
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +64,41 @@ def _loss(x) -> float:
     return math.inf if math.isnan(x) else x
 
 
+#: the processes writing to a store (issue 45): a sweep registers here in the
+#: step that creates or checks the store, and leaves when it closes it.  An
+#: empty store takes a new spec only when no other live sweep is writing to it
+_WRITERS = """
+CREATE TABLE IF NOT EXISTS writers (host TEXT NOT NULL, pid INTEGER NOT NULL, since REAL NOT NULL,
+                                    PRIMARY KEY (host, pid))
+"""
+
+
+class StoreChanged(ValueError):
+    """The store a sweep writes to was replaced, removed or changed under it."""
+
+
+def _guarded(method):
+    """A write to the store, in the sweep's words: SQLite's errors (a table
+    dropped, the file gone) and a changed identity end it in one line, with
+    the transaction rolled back (nothing written under the wrong metadata)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.DatabaseError as exc:
+            if self.db.in_transaction:
+                self.db.rollback()
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise ValueError(f"the store {self.path} stayed locked by another process for 30 s; nothing more "
+                                 "was written") from None
+            raise self._gone("changed", str(exc)) from None
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.rollback()
+            raise
+    return wrapper
+
+
 def _alive(pid: int) -> bool:
     """Is process ``pid`` running on this host?"""
     import os
@@ -91,20 +129,95 @@ class Store:
             raise ValueError(f"results file {self.path} does not exist")
         if base is not None and not self.path.parent.exists():
             raise ValueError(f"cannot create {self.path}: folder {self.path.parent} does not exist")
+        self._creating, self._inode = False, None
         try:
             # opened read-write even to read: a journal left by a killed
             # writer is rolled back here, never misread
             self.db = sqlite3.connect(self.path, timeout=30)
             if base is not None:
                 self.db.execute("PRAGMA synchronous=FULL")
-                self.db.executescript(_SCHEMA)
+                # the schema, the identity check (and an empty store's new
+                # spec) and this sweep's registration are one exclusive step:
+                # two sweeps started together see each other, whatever the timing
+                self.db.execute("BEGIN IMMEDIATE")
+                self._creating = True
+                for statement in (*_SCHEMA.split(";"), _WRITERS):
+                    if statement.strip():
+                        self.db.execute(statement)
             self._check(base)
             if classes is not None and "classes" not in self.meta:   # what chance is, for the fit's checks
-                with self.db:
+                with self._step():
                     self.db.execute("INSERT INTO meta VALUES ('classes', ?)", (str(int(classes)),))
                 self.meta["classes"] = str(int(classes))
+            if base is not None:
+                self._register()
+                self.db.commit()
+                self._creating = False
+                st = os.stat(self.path)
+                self._inode = (st.st_dev, st.st_ino)
         except sqlite3.DatabaseError as exc:
+            self._abandon()
             raise ValueError(f"{self.path} is not a paretofl results file ({exc})") from None
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self):
+        db = getattr(self, "db", None)
+        if db is not None:
+            if db.in_transaction:
+                db.rollback()
+            db.close()
+        self._creating = False
+
+    @contextmanager
+    def _step(self):
+        """``with self.db`` (a transaction of its own), or nothing inside the
+        opening's exclusive step, which commits once at its end."""
+        if self._creating:
+            yield
+        else:
+            with self.db:
+                yield
+
+    def _others_writing(self) -> list:
+        """(host, pid) of the other live sweeps registered on this store."""
+        import socket
+
+        me = (socket.gethostname(), os.getpid())
+        rows = self.db.execute("SELECT host, pid FROM writers").fetchall()
+        return [(h, p) for h, p in rows if (h, p) != me and (h != me[0] or _alive(p))]
+
+    def _register(self):
+        import socket
+
+        host = socket.gethostname()
+        dead = [(h, p) for h, p in self.db.execute("SELECT host, pid FROM writers") if h == host and not _alive(p)]
+        self.db.executemany("DELETE FROM writers WHERE host = ? AND pid = ?", dead)
+        self.db.execute("INSERT OR REPLACE INTO writers VALUES (?, ?, ?)", (host, os.getpid(), time.time()))
+
+    def _gone(self, how: str, why: str = "") -> StoreChanged:
+        return StoreChanged(f"the store {self.path} was {how} under this sweep{f' ({why})' if why else ''}; nothing "
+                            "more was written to it")
+
+    def _still_mine(self):
+        """Inside a write's transaction: is the file at the path still the
+        store this sweep opened (the same file, the same format and base)?"""
+        if self._inode is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise self._gone("removed") from None
+        if (st.st_dev, st.st_ino) != self._inode:
+            raise self._gone("replaced", "another file is there now")
+        meta = dict(self.db.execute("SELECT key, value FROM meta"))
+        try:
+            base = json.loads(meta.get("base", "null"))
+        except ValueError:
+            base = None
+        if meta.get("format") != FORMAT or base != self.base:
+            raise self._gone("changed", "its spec is not this sweep's")
 
     def _check(self, base):
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -114,7 +227,7 @@ class Store:
             raise ValueError(f"{self.path} is not a paretofl results file (no runs table)")
         meta = dict(self.db.execute("SELECT key, value FROM meta"))
         if not meta and base is not None:
-            with self.db:
+            with self._step():
                 self.db.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
                 self.db.execute("INSERT INTO meta VALUES ('base', ?)", (json.dumps(base, sort_keys=True),))
                 if base.get("private"):   # a private store's spend log starts empty, its noise from the OS
@@ -130,24 +243,33 @@ class Store:
             self.base = json.loads(meta["base"])
         except (KeyError, ValueError):
             raise ValueError(f"{self.path} is a damaged paretofl results file (no readable base)") from None
-        if base is not None and self.base != json.loads(json.dumps(base, sort_keys=True)) and len(self) == 0:
+        others = self._others_writing() if base is not None else []
+        if base is not None and self.base != json.loads(json.dumps(base, sort_keys=True)) and len(self) == 0 \
+                and not others:
             # an empty store (a run that failed before training anything) takes the new spec
-            with self.db:
+            with self._step():
                 self.db.execute("UPDATE meta SET value = ? WHERE key = 'base'", (json.dumps(base, sort_keys=True),))
             self.base = json.loads(json.dumps(base, sort_keys=True))
         if base is not None and self.base != json.loads(json.dumps(base, sort_keys=True)):
             diff = sorted(k for k in set(base) | set(self.base) if base.get(k) != self.base.get(k))
+            if others and len(self) == 0:
+                raise ValueError(f"another sweep (process {others[0][1]} on {others[0][0]}) is writing runs of a "
+                                 f"different spec to {self.path} (differs in {', '.join(diff)}); wait for it to "
+                                 "finish, or write to another results file")
             raise ValueError(f"{self.path} holds runs of a different spec (differs in {', '.join(diff)}); "
                              "write to another results file")
 
     # ------------------------------------------------------------------ writing
+    @_guarded
     def add_rows(self, rows: list[dict], release=()):
         """Write one job's rows atomically (and release the claims
         ``release`` lists, in the same transaction); a row already present is
         kept (runs are deterministic per seed, so it would be the same)."""
         vals = [(*run_key(r["sigma"], r["rounds"], r["q"], r["seed"]), _loss(r["test_loss"]), float(r["accuracy"]),
                  float(r["epsilon"]), float(r["epsilon_asymptotic"]), float(r["seconds"])) for r in rows]
+        self.db.execute("BEGIN IMMEDIATE")
         with self.db:
+            self._still_mine()      # in the write's own transaction: never rows under another store's spec
             self.db.executemany(f"INSERT INTO runs ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
                                 "ON CONFLICT (sigma, rounds, q, seed) DO NOTHING", vals)
             if release:
@@ -158,6 +280,7 @@ class Store:
         self.add_rows(rows, release=[(sg, q, sd) for sg, sd in replicas])
 
     # ------------------------------------------------------------------ claims
+    @_guarded
     def claim(self, q, replicas, rounds=()) -> tuple[list, int]:
         """Claim the (σ, seed) replicas of a job at rate q for this process.
         Returns (the replicas it got, how many another process holds).  A
@@ -178,6 +301,7 @@ class Store:
         # unfinished just before another stored it, and train it again)
         self.db.execute("BEGIN IMMEDIATE")
         with self.db:
+            self._still_mine()
             for sg, sd in replicas:
                 key = (round(float(sg), 12), round(float(q), 12), int(sd))
                 if rounds:
@@ -262,8 +386,16 @@ class Store:
         return len(log - rows)
 
     def release(self, q, replicas):
-        with self.db:
-            self._release([(sg, q, sd) for sg, sd in replicas])
+        """Give the claims back; nothing is done to a store replaced,
+        removed or changed under this sweep (its claims are not ours)."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            with self.db:
+                self._still_mine()
+                self._release([(sg, q, sd) for sg, sd in replicas])
+        except (StoreChanged, sqlite3.DatabaseError):
+            if self.db.in_transaction:
+                self.db.rollback()
 
     def _release(self, keys):
         self.db.executemany("DELETE FROM claims WHERE sigma = ? AND q = ? AND seed = ?",
@@ -290,7 +422,22 @@ class Store:
         return self.db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
     def close(self):
+        if self._inode is not None:      # this sweep leaves the writers (not of a store no longer its own)
+            self.release_writer()
         self.db.close()
+
+    def release_writer(self):
+        import socket
+
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            with self.db:
+                self._still_mine()
+                self.db.execute("DELETE FROM writers WHERE host = ? AND pid = ?", (socket.gethostname(), os.getpid()))
+        except (StoreChanged, sqlite3.DatabaseError):
+            if self.db.in_transaction:
+                self.db.rollback()
+        self._inode = None
 
 
 def read_table(path) -> dict:

@@ -25,6 +25,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from ..progress import Progress
 from .spec import MECHANISM, Spec
 from .store import Store, run_key
 
@@ -208,11 +209,8 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
         total = sum(j.work for j in jobs)
         before = len(store)
         t0 = time.perf_counter()
-        bar = None
-        if progress and total:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, unit="replica-round", desc="pretrial", smoothing=0.1)
+        # replica-rounds done and the time left, on a terminal (paretofl.progress)
+        bar = Progress(total, "pretrial", "replica-round", wanted=progress and total > 0) if total else None
         skipped = trained = 0
         try:
             if executor == "local":

@@ -23,12 +23,12 @@ clients no privacy.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import fields
 
 import numpy as np
 
+from ..progress import Progress
 from .spec import MECHANISM, Spec
 
 #: the default grid: clipping norms and learning rates, each a factor of about 3 apart
@@ -122,6 +122,9 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     norms = [[] for _ in range(R)]        # per replica: (round, quantiles)
     hist = History()
     t0 = time.perf_counter()
+    # rounds of the grid's chunks done and the time left, on a terminal (paretofl.progress)
+    chunks = -(-R // size)
+    bar = Progress(chunks * int(rounds), "tuning C and lr on the public share", "round", wanted=progress)
     # the grid's replicas train together, ``chunk`` at most at a time (each
     # replica's random stream is its own: the chunks change no result)
     for first in range(0, R, size):
@@ -132,7 +135,9 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
                        clip=np.array([c for c, _, _ in part]), lr=np.array([e for _, e, _ in part]), client_rate=qp,
                        local_epochs=spec.local_epochs, batch_size=spec.batch_size).policy
 
-        def record(t, pol=pol, first=first):
+        def record(t, pol=pol, first=first, part=part):
+            bar.note(replicas=f"{first + 1}-{first + len(part)} of {R}")
+            bar.update(1)
             if t % every and t != int(rounds) - 1:
                 return
             c = pol.last_cohort
@@ -140,17 +145,17 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
             v = pol.last_norms.detach().double().cpu().numpy()
             for r in np.flatnonzero(c.counts):
                 norms[first + r].append((t + 1, *np.quantile(v[b[r]:b[r + 1]], QUANTILES)))
-            if progress:
-                print(f"\rtuning C and lr on the public share: replicas {first + 1}-{first + len(part)} of {R}, "
-                      f"round {t + 1}/{rounds}", end="", file=sys.stderr, flush=True)
 
         part_hist = History()
-        train(pol, rounds=int(rounds), epsilon=None, delta=spec.delta, eval_at=[int(rounds)], on_round=record,
-              history=part_hist)
+        try:
+            train(pol, rounds=int(rounds), epsilon=None, delta=spec.delta, eval_at=[int(rounds)], on_round=record,
+                  history=part_hist)
+        except BaseException:
+            bar.close()
+            raise
         for h in part_hist.rows:
             hist.add(**{**h, "replica": first + h["replica"]})
-    if progress:
-        print(file=sys.stderr)
+    bar.close()
     final = {h["replica"]: h for h in hist.rows if h["round"] == int(rounds)}
     grid = []
     for c, e in pairs:

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import torch
 
+from ...progress import Progress
 from ...theory.ledger import Ledger
 from ..engine import Engine
 from ..options import options_of
@@ -236,12 +237,10 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     hist = history if history is not None else History()
     cap = policy.max_rounds()
     eval_at = None if eval_at is None else {int(x) for x in eval_at}
-    bar, last_acc = None, float("nan")
+    last_acc = float("nan")
     fresh = None  # (test_loss, acc) of the current global models, if evaluated since they last changed
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=rounds, desc=policy.name, unit="round", leave=False)
+    # rounds done and the time left, on a terminal; a long round still shows its elapsed time
+    bar = Progress(rounds, policy.name, "round", wanted=progress)
 
     def spent():
         """ε of each replica's ledgers, (R, G)."""
@@ -283,12 +282,10 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
                              accuracy=float(acc[r]), epsilon=float(eps[r].max()), **per, **policy.info_row(r))
             if on_round is not None:
                 on_round(t)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(best_acc=f"{last_acc:.3f}", active=int(active.sum()))
+            bar.note(best_acc=f"{last_acc:.3f}", active=int(active.sum()))
+            bar.update(1)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     test_loss, acc = fresh if fresh is not None else eng.evaluate(glob)
     eps = spent()
     final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": eps.max(1),
