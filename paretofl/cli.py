@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 
@@ -141,11 +142,14 @@ def _flag_map(command: str, parser) -> dict:
 
 def _flagged(text: str, mapping: dict, error: bool = False) -> str:
     """A library message in the command line's words (its flags); plain
-    words only in an ``error``."""
+    words only in an ``error``; what the message quotes ("...": a fit's own
+    words, say) is left as it is."""
+    parts = re.split(r'("[^"]*")', text)
     for param in sorted(mapping, key=len, reverse=True):
         if error or param not in _IN_ERRORS_ONLY:
-            text = re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], text)
-    return text
+            parts = [p if p.startswith('"') else re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], p)
+                     for p in parts]
+    return "".join(parts)
 
 
 # --------------------------------------------------------------------------
@@ -592,18 +596,21 @@ def cmd_pretrial(a):
 def cmd_fit(a):
     from pathlib import Path
 
-    out = a.out if a.out is not None else str(Path(a.results).with_name(Path(a.results).stem + "_fit.json"))
-    api.check_out_path(out, (".json",))  # before the work, not after it
+    # --json prints the fit; it writes a file only where --out asks (it would overwrite one beside the store)
+    out = a.out if a.out is not None or a.json else str(Path(a.results).with_name(Path(a.results).stem + "_fit.json"))
+    if out is not None:
+        api.check_out_path(out, (".json",))  # before the work, not after it
     r = api.fit(a.results, epsilon=a.epsilon, reference=a.reference, bootstrap=a.bootstrap)
-    r.save(out)
+    if out is not None:
+        r.save(out)
     d = r.to_dict()
     d["fit_file"] = out
-    ci = lambda v: f"[{v[0]:.4g}, {v[1]:.4g}]" if all(map(math.isfinite, v)) else "none (no bootstrap)"  # noqa: E731
+    ci = lambda v: f"[{v[0]:.4g}, {v[1]:.4g}]" if all(map(math.isfinite, v)) else "none"  # noqa: E731
     pct = f"{100 * r.within_fraction:.0f} %" if math.isfinite(r.within_fraction) else "(no interval)"
     lines = [
         f"fit of {a.results}: {_plural(r.n_runs, 'run')}, {_plural(r.n_seeds, 'seed')}, front of "
         f"{_plural(r.n_front, 'configuration')} ({r.n_fit} inside the grid used for kappa)",
-        f"  kappa               {r.kappa:.4g}   95 % bootstrap interval {ci(r.kappa_ci)}",
+        f"  kappa               {r.kappa:.4g}   interval {ci(r.kappa_ci)}: {r.kappa_ci_method}",
         f"  slope log T/log sigma {r.slope:.3g}  interval {ci(r.slope_ci)}  (theory: -2)",
         f"  front on relation   {pct} of front points within the interval "
         f"(mean |ln T - ln T_relation| = {r.distance:.3g})",
@@ -612,7 +619,7 @@ def cmd_fit(a):
            else f"non-private run, {r.reference}"),
         *([f"  private pre-trial   spent epsilon {r.private_epsilon:.4g} on the clients' data (its runs composed); "
            "a design with this fit takes it out of its budget"] if r.private else []),
-        f"fit written to {out}"]
+        *([f"fit written to {out}"] if out else [])]
     lines += [f"note: {n}" for n in r.notes]
     if r.utility_models:
         cv = ", ".join(f"{k} {m['cv_error']:.3g}" for k, m in r.utility_models.items())
@@ -624,8 +631,14 @@ def cmd_fit(a):
                      f"(the empirical mode), or --fit {out} to use the closed form all the same")
     elif r.problems:
         lines += [f"problem: {p}" for p in r.problems]
-        lines.append("fix these before designing with this kappa (design refuses a fit whose pre-trial did not "
-                     "learn)")
+        if r.blocking and r.blocking[0].startswith(api.FIT_FRONT_ONLY) and r.utility_models:
+            lines.append(f"design --fit refuses this fit (its front, not its training); what works on this store "
+                         f"today: paretofl design --from-store {a.results} --clients N --budget EPS --max-rounds T")
+        elif r.blocking:
+            lines.append(f"design --fit refuses this fit: {r.blocking[0].split(':')[0]}; fix that and fit again")
+        else:
+            lines.append(f"next: paretofl design --fit {out or 'FIT.json'} --clients N --budget EPS --max-rounds T "
+                         "(mind the problems above)")
     else:
         lines.append(f"next: paretofl design --fit {out} --clients N --budget EPS --max-rounds T")
     _emit(d, a.json, "\n".join(lines))
@@ -932,6 +945,21 @@ def main(argv=None) -> int:
         return 0
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
     args.flags = _flag_map(args.command, sub)
+    if getattr(args, "spec", None):      # a field the spec file set is named as the file names it, not as a flag
+        args.flags = {k: v for k, v in args.flags.items() if k not in _SPEC_FLAGS or getattr(args, k, None) is not None}
+    try:
+        return _run(args)
+    except BrokenPipeError:
+        # the reader went away (`paretofl design ... | head`): nothing more to say to it; Python's recipe
+        # (docs of the signal module): point stdout at devnull so the exit's flush does not raise again
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):     # a stdout with no file (a test's capture)
+            pass
+        return 1
+
+
+def _run(args) -> int:
     try:
         rc = args.func(args)
     except ModuleNotFoundError as exc:
@@ -944,6 +972,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"paretofl {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise                       # not the command's error: the reader of its output left (main)
     except (ValueError, OSError, ArithmeticError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:

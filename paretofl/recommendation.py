@@ -530,12 +530,43 @@ def _kappa(kappa, fit):
         if blocking is None:        # a fit written before it said so itself
             blocking = [p for p in data.get("problems") or [] if str(p).startswith(FIT_BLOCKING)]
         if blocking:
-            raise ValueError(f"fit {fit} says not to design with it: {blocking[0]} (fix the pre-trial and fit again, "
-                             "or give kappa yourself)")
+            # the fit's own words are quoted: prose about kappa, not the parameter (the CLI leaves quotes alone)
+            way_out = _way_out(fit, data, blocking[0])
+            raise ValueError(f"fit {fit} says not to design with it: \"{blocking[0]}\"; {way_out}")
         return float(data["kappa"]), f"fit {fit}", _spec_of(data)
     k, source = default_kappa()
     spec = _spec_of(_read_fit(shipped_fit())) if source.startswith("shipped") else None
     return k, source, spec
+
+
+#: what a fit refused for its front (not for its training) leaves: the store's losses fit the empirical mode
+FIT_FRONT_ONLY = ("the front has no slope", "no front point")
+
+
+def _store_of(fit, data: dict) -> Path | None:
+    """The results store a fit was made from, where it is found: as the fit
+    names it (relative to where the fit ran), or beside the fit file."""
+    named = data.get("results")
+    if not isinstance(named, str) or not named:
+        return None
+    for p in (Path(named), Path(fit).parent / named, Path(fit).parent / Path(named).name):
+        if p.is_file():
+            return p
+    return None
+
+
+def _way_out(fit, data: dict, problem: str) -> str:
+    """What to do instead of designing with a refused fit, in the API's
+    words: the empirical mode on the same store (tested to work where the
+    fit was refused for its front only), else a new pre-trial or κ given."""
+    if str(problem).startswith(FIT_FRONT_ONLY):
+        store = _store_of(fit, data)
+        if store is not None:
+            return (f"design from the pre-trial's store instead: from_store={store} in place of fit (a utility "
+                    "model fitted to its losses, which needs no slope), or give kappa yourself")
+        return (f"its store {data.get('results')!r} is not here: find it and design with from_store=STORE in "
+                "place of fit, or change the pre-trial's grid as the fit says and fit again, or give kappa yourself")
+    return "fix the pre-trial and fit again, or give kappa yourself"
 
 
 def _kappa_ci(kappa, fit) -> list | None:
