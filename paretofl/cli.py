@@ -253,9 +253,17 @@ def _export(a, d, out, lines):
 
 
 #: Theorem 3's cases in words: where the round cap T~ (--max-rounds) cuts the Pareto front
-_CASES = {"I": "the round cap does not bind: the front runs from sigma_max down to sigma_min",
-          "II": "the round cap binds: the front ends on the relation at T = max rounds",
-          "III": "the round cap binds early: the front never reaches the relation, T stays at max rounds"}
+#: Theorem 3's cases say where the front meets the round cap; whether the cap binds the design is its own T's say
+_CASES = {"I": "the front runs from sigma_max down to sigma_min below the round cap",
+          "II": "the front follows the relation up to the round cap, then runs along it",
+          "III": "the front reaches the round cap before the relation, then runs along it"}
+
+
+def _case_text(d) -> str:
+    """Theorem 3's case in words, and whether the round cap binds this design (only where its T is the cap)."""
+    binds = d.rounds >= d.max_rounds
+    return (f"{_CASES[d.case]}; " + (f"the cap binds this design: T = {d.rounds} is the most allowed" if binds else
+                                     f"the cap does not bind this design: T = {d.rounds} of {d.max_rounds} allowed"))
 
 
 def _accountant(d) -> str:
@@ -342,13 +350,15 @@ def cmd_design(a):
         f"  kappa               {d.kappa:.4g}  ({d.kappa_source})",
         *([f"  predicted loss      {d.predicted_utility_loss:.4g}  (the {d.utility_model} model's utility loss "
            f"at this point)"] if d.predicted_utility_loss is not None else []),
-        *([f"  Theorem 3 case      {d.case}  ({_CASES[d.case]})"] if d.case else []),
+        *([f"  Theorem 3 case      {d.case}  ({_case_text(d)})"] if d.case else []),
     ]
     if cf:
+        rel = d.distance["utility_rel"]      # of two utility bounds, both positive: a percentage means something
         lines.append(f"  closed-form point   q {cf['q']:.4g}, T {cf['rounds']}, sigma {cf['sigma']:.4g} "
-                     f"(utility {cf['utility_bound']:.4g}, from the bounds of Theorem 3; the exact search's is "
-                     f"{abs(100 * d.distance['utility_rel']):.2f} % "
-                     f"{'lower' if d.distance['utility_rel'] <= 0 else 'higher'})")
+                     f"(utility bound {cf['utility_bound']:.4g}, from the bounds of Theorem 3; the "
+                     + ("exact search's" if d.predicted_utility_loss is None else
+                        f"design's (which minimises the {d.utility_model} model, not the bound)")
+                     + f" is {abs(100 * rel):.2f} % {'lower' if rel <= 0 else 'higher'})")
     if d.case:
         lines.append(f"  sigma by relation   {d.sigma_relation:.4g}  (what kappa sigma^2 T = qN alone gives at this "
                      "q and T)")

@@ -852,11 +852,22 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
                closed_form=cf or {}, distance=distance, budget=float(epsilon), n_clients=n, max_rounds=job.t_cap,
                sigma_min=job.sigma_min, sigma_max=job.sigma_max,
                mechanism_options=mech.options_dict() if hasattr(mech, "options_dict") else {})
+    below = None
     if isinstance(utility, Empirical):
         d.utility_model = utility.name
-        d.predicted_utility_loss = float(utility.model.predict(sig, T, qb, n))
+        predicted = float(utility.model.predict(sig, T, qb, n))
+        # a loss above non-private training is not negative: a fitted constant below zero can take the
+        # model there, which says "no worse than non-private, within the fit", not "better"
+        d.predicted_utility_loss = max(predicted, 0.0)
+        below = predicted if predicted < 0 else None
         d.utility_bound = float(1.0 / T + kappa * sig * sig / (qb * n))
+        if cf is not None:       # the closed form's point is compared in its own units: the bound, not the model
+            d.distance = dict(distance, utility_rel=d.utility_bound / cf["utility_bound"] - 1.0)
     d.notes = _notes(d, capped_by_time=job.capped_by_time)
+    if below is not None:
+        d.notes.append(f"the {utility.name} model predicts {below:.3g} here, below the non-private loss it is "
+                       f"measured from: its constant c = {utility.model.c:.3g} is negative, so read the predicted "
+                       "loss as 0 (no worse than non-private training within the fit), not as a gain")
     if job.q is None and len(qs) > 1:
         d.notes.append(_why_q(d, per_q, qs))
     return d
@@ -1224,7 +1235,10 @@ def _why_q(d: Design, per_q: dict, qs: list) -> str:
     if others:
         u2, q2 = others[0]
         base = per_q.get(d.q, u2)
-        text += f"; the next best, q = {q2:.3g}, is {100 * (u2 / base - 1):.1f} % worse"
+        if d.predicted_utility_loss is None and base > 0:      # the bound is positive: a ratio means something
+            text += f"; the next best, q = {q2:.3g}, is {100 * (u2 / base - 1):.1f} % worse"
+        else:        # a fitted loss can cross zero: a percentage of it can flip sign, a difference cannot
+            text += f"; the next best, q = {q2:.3g}, predicts a loss {u2 - base:.3g} higher"
     if d.q >= max(qs) and max(qs) < 1:
         text += "; q_max caps it"
     return text
