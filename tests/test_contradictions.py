@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import paretofl
 from paretofl.cli import main
@@ -120,7 +121,7 @@ def test_a_fit_refused_for_its_front_names_a_command_that_works_on_the_same_stor
                       "200", capsys=capsys)
     assert rc == 0 and "did not learn" not in out
     problem = next(line for line in out.splitlines() if "no slope" in line)
-    assert "a finer grid" in problem and re.search(r"add sigmas [\d., ]+ and rounds [\d, ]+", problem)
+    assert "longer training" in problem and "add rounds 128, 256 to the pre-trial" in problem
     then = next(line for line in out.splitlines() if "what works on this store today" in line)
     cmd = shlex.split(then.split("today: ", 1)[1].replace("N", "100").replace("EPS", "2").replace(" T", " 50"))
     assert cmd[0] == "paretofl" and _cli(*cmd[1:], capsys=capsys)[0] == 0
@@ -185,3 +186,42 @@ def test_labels_missing_a_class_name_what_the_cli_user_can_give(tmp_path, capsys
     rc, _, err = _cli("train", "--dataset", "onecls:data", "--model", "lr", "--clients", "4", "--rounds", "1",
                       capsys=capsys)
     assert rc == 2 and "'n_classes' entry in what your data loader returns" in err and "--n-classes" not in err
+
+
+def test_every_fit_shipped_in_pretrials_is_the_one_the_code_makes_and_design_accepts(tmp_path, monkeypatch):
+    """Was: the shipped pretrials/cnn_fmnist_fit.json refused by design --fit."""
+    monkeypatch.chdir(ROOT)
+    shipped = sorted(PRETRIALS.glob("*_fit.json"))
+    assert shipped
+    for path in shipped:
+        data = json.loads(path.read_text())
+        again = paretofl.fit(data["results"], bootstrap=data["bootstrap"])
+        assert math.isclose(again.kappa, data["kappa"], rel_tol=1e-9), path
+        assert np.allclose(again.kappa_ci, data["kappa_ci"]), path
+        assert again.problems == data["problems"] and data["kappa_ci_method"] == again.kappa_ci_method, path
+        paretofl.design(n_clients=100, epsilon=2.0, max_rounds=100, fit=str(path))
+
+
+@pytest.mark.slow
+def test_the_grid_change_a_refused_fit_names_makes_a_fit_design_accepts(tmp_path, monkeypatch):
+    """The user's pre-trial of the issue: a residual CNN on their digits, 12
+    clients, 4 sigma x 4 T, 2 seeds: its fit is refused (two front points
+    inside the grid, both at one T); the grid the refusal names (the
+    midpoints added, 3 seeds) gives a fit that design accepts."""
+    monkeypatch.chdir(ROOT / "examples")
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    base = dict(dataset="your_model:digits", model="your_model:cnn", clients=12, q=[0.5], clip=1.0, lr=0.5)
+    coarse = paretofl.api.spec(None, **base, sigmas=[0.05, 0.1, 0.2, 0.4], rounds=[4, 8, 16, 32], seeds=2)
+    paretofl.api.pretrial(coarse, tmp_path / "coarse.sqlite", progress=False)
+    f = paretofl.fit(tmp_path / "coarse.sqlite", bootstrap=200)
+    assert f.blocking and "no slope" in f.blocking[0]
+    grid = re.search(r"add sigmas ([\d., ]+) and rounds ([\d, ]+) to the pre-trial", f.blocking[0])
+    assert grid and "seeds up to at least 3" in f.blocking[0]
+    sigmas = sorted(coarse.sigmas + [float(x) for x in grid.group(1).split(", ")])
+    rounds = sorted(coarse.rounds + [int(x) for x in grid.group(2).split(", ")])
+    fine = paretofl.api.spec(None, **base, sigmas=sigmas, rounds=rounds, seeds=3)
+    paretofl.api.pretrial(fine, tmp_path / "fine.sqlite", progress=False)
+    f = paretofl.fit(tmp_path / "fine.sqlite", bootstrap=200)
+    assert not f.blocking, f.problems
+    f.save(tmp_path / "fine_fit.json")
+    paretofl.design(n_clients=100, epsilon=2.0, max_rounds=100, fit=str(tmp_path / "fine_fit.json"))

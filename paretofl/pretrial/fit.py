@@ -313,16 +313,26 @@ def _no_slope_way_out(res: Results, fit_idx) -> str:
     and the design that works on the same store today (the empirical mode
     fits the losses themselves and needs no slope)."""
     idx = np.asarray(fit_idx, dtype=int)
-    sig, rounds = sorted(set(res.sigma.tolist())), sorted(set(res.rounds.tolist()))
+    sig, rounds = sorted(set(res.sigma.tolist())), sorted({int(t) for t in res.rounds})
     ts, ss = sorted({int(res.rounds[i]) for i in idx}), sorted({float(res.sigma[i]) for i in idx})
     where = (f"its {len(idx)} front points inside the grid all lie at T = {ts[0]}" if len(ts) == 1 and len(idx) > 1
              else f"its {len(idx)} front points inside the grid all lie at sigma = {ss[0]:g}" if len(ss) == 1
              and len(idx) > 1 else f"its {len(idx)} front points inside the grid show no trend of T with sigma")
     more_s, more_t = _between(sig, sig[0], sig[-1]), _between(rounds, rounds[0], rounds[-1], integer=True)
+    change = "a finer grid lets the front cross several"
+    front = front_indices(res, res.mean_utility())
+    top = {float(res.sigma[i]) for i in front if res.rounds[i] == rounds[-1]}
+    if len(top) >= max(2, len(sig) // 2):
+        # the front runs along the grid's top edge: the model still learns at T_max, so the front's bend (and
+        # its slope) lies beyond the grid; longer training shows it, a finer grid inside would not
+        where += (f"; the front runs along the grid's top edge T = {rounds[-1]} at {len(top)} of {len(sig)} sigmas "
+                  "(still learning there)")
+        more_s, more_t = [], [2 * rounds[-1], 4 * rounds[-1]]
+        change = "longer training lets it bend inside the grid"
     grid = " and ".join(x for x in (f"sigmas {', '.join(f'{v:g}' for v in more_s)}" if more_s else "",
                                     f"rounds {', '.join(map(str, more_t))}" if more_t else "") if x)
     seeds = res.U.shape[1]
-    return (f"{where}: a finer grid lets the front cross several (add {grid or 'more sigma and T values'} to the "
+    return (f"{where}: {change} (add {grid or 'more sigma and T values'} to the "
             f"pre-trial{'' if seeds >= MIN_SEEDS_FOR_INTERVAL else f', and seeds up to at least 3 (it ran {seeds})'}"
             "), or design from this store as it is (the empirical mode, which needs no slope)")
 
