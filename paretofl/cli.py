@@ -955,8 +955,12 @@ def main(argv=None) -> int:
         return 0
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
     args.flags = _flag_map(args.command, sub)
-    if getattr(args, "spec", None):      # a field the spec file set is named as the file names it, not as a flag
-        args.flags = {k: v for k, v in args.flags.items() if k not in _SPEC_FLAGS or getattr(args, k, None) is not None}
+    if hasattr(args, "spec"):
+        # a spec's field is named as the file names it where the file set it, and as its flag where a flag did
+        # (plain words too: --clients, --lr)
+        given = {a.dest: a.option_strings[-1] for a in sub._actions
+                 if a.option_strings and a.dest in _SPEC_FLAGS and getattr(args, a.dest, None) is not None}
+        args.flags = {**{k: v for k, v in args.flags.items() if k not in _SPEC_FLAGS or not args.spec}, **given}
     try:
         return _run(args)
     except BrokenPipeError:
