@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from . import recommendation
 from .mechanisms import DEFAULT
 from .mechanisms import get as mechanism_of
-from .recommendation import Design, InfeasibleBudget, nbafl_design  # noqa: F401  (re-exported)
+from .recommendation import FIT_FRONT_ONLY, Design, InfeasibleBudget, nbafl_design  # noqa: F401  (re-exported)
 from .theory.pareto import ParetoSet, theorem3
 from .theory.privacy import SAMPLINGS, RDPAccountant, check_delta, check_step
 

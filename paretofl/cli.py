@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 
@@ -143,11 +144,14 @@ def _flag_map(command: str, parser) -> dict:
 
 def _flagged(text: str, mapping: dict, error: bool = False) -> str:
     """A library message in the command line's words (its flags); plain
-    words only in an ``error``."""
+    words only in an ``error``; what the message quotes ("...": a fit's own
+    words, say) is left as it is."""
+    parts = re.split(r'("[^"]*")', text)
     for param in sorted(mapping, key=len, reverse=True):
         if error or param not in _IN_ERRORS_ONLY:
-            text = re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], text)
-    return text
+            parts = [p if p.startswith('"') else re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], p)
+                     for p in parts]
+    return "".join(parts)
 
 
 # --------------------------------------------------------------------------
@@ -251,9 +255,17 @@ def _export(a, d, out, lines):
 
 
 #: Theorem 3's cases in words: where the round cap T~ (--max-rounds) cuts the Pareto front
-_CASES = {"I": "the round cap does not bind: the front runs from sigma_max down to sigma_min",
-          "II": "the round cap binds: the front ends on the relation at T = max rounds",
-          "III": "the round cap binds early: the front never reaches the relation, T stays at max rounds"}
+#: Theorem 3's cases say where the front meets the round cap; whether the cap binds the design is its own T's say
+_CASES = {"I": "the front runs from sigma_max down to sigma_min below the round cap",
+          "II": "the front follows the relation up to the round cap, then runs along it",
+          "III": "the front reaches the round cap before the relation, then runs along it"}
+
+
+def _case_text(d) -> str:
+    """Theorem 3's case in words, and whether the round cap binds this design (only where its T is the cap)."""
+    binds = d.rounds >= d.max_rounds
+    return (f"{_CASES[d.case]}; " + (f"the cap binds this design: T = {d.rounds} is the most allowed" if binds else
+                                     f"the cap does not bind this design: T = {d.rounds} of {d.max_rounds} allowed"))
 
 
 def _accountant(d) -> str:
@@ -340,13 +352,15 @@ def cmd_design(a):
         f"  kappa               {d.kappa:.4g}  ({d.kappa_source})",
         *([f"  predicted loss      {d.predicted_utility_loss:.4g}  (the {d.utility_model} model's utility loss "
            f"at this point)"] if d.predicted_utility_loss is not None else []),
-        *([f"  Theorem 3 case      {d.case}  ({_CASES[d.case]})"] if d.case else []),
+        *([f"  Theorem 3 case      {d.case}  ({_case_text(d)})"] if d.case else []),
     ]
     if cf:
+        rel = d.distance["utility_rel"]      # of two utility bounds, both positive: a percentage means something
         lines.append(f"  closed-form point   q {cf['q']:.4g}, T {cf['rounds']}, sigma {cf['sigma']:.4g} "
-                     f"(utility {cf['utility_bound']:.4g}, from the bounds of Theorem 3; the exact search's is "
-                     f"{abs(100 * d.distance['utility_rel']):.2f} % "
-                     f"{'lower' if d.distance['utility_rel'] <= 0 else 'higher'})")
+                     f"(utility bound {cf['utility_bound']:.4g}, from the bounds of Theorem 3; the "
+                     + ("exact search's" if d.predicted_utility_loss is None else
+                        f"design's (which minimises the {d.utility_model} model, not the bound)")
+                     + f" is {abs(100 * rel):.2f} % {'lower' if rel <= 0 else 'higher'})")
     if d.case:
         lines.append(f"  sigma by relation   {d.sigma_relation:.4g}  (what kappa sigma^2 T = qN alone gives at this "
                      "q and T)")
@@ -603,18 +617,21 @@ def cmd_pretrial(a):
 def cmd_fit(a):
     from pathlib import Path
 
-    out = a.out if a.out is not None else str(Path(a.results).with_name(Path(a.results).stem + "_fit.json"))
-    api.check_out_path(out, (".json",))  # before the work, not after it
+    # --json prints the fit; it writes a file only where --out asks (it would overwrite one beside the store)
+    out = a.out if a.out is not None or a.json else str(Path(a.results).with_name(Path(a.results).stem + "_fit.json"))
+    if out is not None:
+        api.check_out_path(out, (".json",))  # before the work, not after it
     r = api.fit(a.results, epsilon=a.epsilon, reference=a.reference, bootstrap=a.bootstrap)
-    r.save(out)
+    if out is not None:
+        r.save(out)
     d = r.to_dict()
     d["fit_file"] = out
-    ci = lambda v: f"[{v[0]:.4g}, {v[1]:.4g}]" if all(map(math.isfinite, v)) else "none (no bootstrap)"  # noqa: E731
+    ci = lambda v: f"[{v[0]:.4g}, {v[1]:.4g}]" if all(map(math.isfinite, v)) else "none"  # noqa: E731
     pct = f"{100 * r.within_fraction:.0f} %" if math.isfinite(r.within_fraction) else "(no interval)"
     lines = [
         f"fit of {a.results}: {_plural(r.n_runs, 'run')}, {_plural(r.n_seeds, 'seed')}, front of "
         f"{_plural(r.n_front, 'configuration')} ({r.n_fit} inside the grid used for kappa)",
-        f"  kappa               {r.kappa:.4g}   95 % bootstrap interval {ci(r.kappa_ci)}",
+        f"  kappa               {r.kappa:.4g}   interval {ci(r.kappa_ci)}: {r.kappa_ci_method}",
         f"  slope log T/log sigma {r.slope:.3g}  interval {ci(r.slope_ci)}  (theory: -2)",
         f"  front on relation   {pct} of front points within the interval "
         f"(mean |ln T - ln T_relation| = {r.distance:.3g})",
@@ -623,7 +640,7 @@ def cmd_fit(a):
            else f"non-private run, {r.reference}"),
         *([f"  private pre-trial   spent epsilon {r.private_epsilon:.4g} on the clients' data (its runs composed); "
            "a design with this fit takes it out of its budget"] if r.private else []),
-        f"fit written to {out}"]
+        *([f"fit written to {out}"] if out else [])]
     lines += [f"note: {n}" for n in r.notes]
     if r.utility_models:
         cv = ", ".join(f"{k} {m['cv_error']:.3g}" for k, m in r.utility_models.items())
@@ -635,8 +652,14 @@ def cmd_fit(a):
                      f"(the empirical mode), or --fit {out} to use the closed form all the same")
     elif r.problems:
         lines += [f"problem: {p}" for p in r.problems]
-        lines.append("fix these before designing with this kappa (design refuses a fit whose pre-trial did not "
-                     "learn)")
+        if r.blocking and r.blocking[0].startswith(api.FIT_FRONT_ONLY) and r.utility_models:
+            lines.append(f"design --fit refuses this fit (its front, not its training); what works on this store "
+                         f"today: paretofl design --from-store {a.results} --clients N --budget EPS --max-rounds T")
+        elif r.blocking:
+            lines.append(f"design --fit refuses this fit: {r.blocking[0].split(':')[0]}; fix that and fit again")
+        else:
+            lines.append(f"next: paretofl design --fit {out or 'FIT.json'} --clients N --budget EPS --max-rounds T "
+                         "(mind the problems above)")
     else:
         lines.append(f"next: paretofl design --fit {out} --clients N --budget EPS --max-rounds T")
     _emit(d, a.json, "\n".join(lines))
@@ -942,6 +965,25 @@ def main(argv=None) -> int:
         return 0
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
     args.flags = _flag_map(args.command, sub)
+    if hasattr(args, "spec"):
+        # a spec's field is named as the file names it where the file set it, and as its flag where a flag did
+        # (plain words too: --clients, --lr)
+        given = {a.dest: a.option_strings[-1] for a in sub._actions
+                 if a.option_strings and a.dest in _SPEC_FLAGS and getattr(args, a.dest, None) is not None}
+        args.flags = {**{k: v for k, v in args.flags.items() if k not in _SPEC_FLAGS or not args.spec}, **given}
+    try:
+        return _run(args)
+    except BrokenPipeError:
+        # the reader went away (`paretofl design ... | head`): nothing more to say to it; Python's recipe
+        # (docs of the signal module): point stdout at devnull so the exit's flush does not raise again
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):     # a stdout with no file (a test's capture)
+            pass
+        return 1
+
+
+def _run(args) -> int:
     try:
         rc = args.func(args)
     except ModuleNotFoundError as exc:
@@ -954,6 +996,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"paretofl {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise                       # not the command's error: the reader of its output left (main)
     except (ValueError, OSError, ArithmeticError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:

@@ -639,12 +639,43 @@ def _kappa(kappa, fit):
         if blocking is None:        # a fit written before it said so itself
             blocking = [p for p in data.get("problems") or [] if str(p).startswith(FIT_BLOCKING)]
         if blocking:
-            raise ValueError(f"fit {fit} says not to design with it: {blocking[0]} (fix the pre-trial and fit again, "
-                             "or give kappa yourself)")
+            # the fit's own words are quoted: prose about kappa, not the parameter (the CLI leaves quotes alone)
+            way_out = _way_out(fit, data, blocking[0])
+            raise ValueError(f"fit {fit} says not to design with it: \"{blocking[0]}\"; {way_out}")
         return float(data["kappa"]), f"fit {fit}", _spec_of(data)
     k, source = default_kappa()
     spec = _spec_of(read_fit(shipped_fit())) if source.startswith("shipped") else None
     return k, source, spec
+
+
+#: what a fit refused for its front (not for its training) leaves: the store's losses fit the empirical mode
+FIT_FRONT_ONLY = ("the front has no slope", "no front point")
+
+
+def _store_of(fit, data: dict) -> Path | None:
+    """The results store a fit was made from, where it is found: as the fit
+    names it (relative to where the fit ran), or beside the fit file."""
+    named = data.get("results")
+    if not isinstance(named, str) or not named:
+        return None
+    for p in (Path(named), Path(fit).parent / named, Path(fit).parent / Path(named).name):
+        if p.is_file():
+            return p
+    return None
+
+
+def _way_out(fit, data: dict, problem: str) -> str:
+    """What to do instead of designing with a refused fit, in the API's
+    words: the empirical mode on the same store (tested to work where the
+    fit was refused for its front only), else a new pre-trial or κ given."""
+    if str(problem).startswith(FIT_FRONT_ONLY):
+        store = _store_of(fit, data)
+        if store is not None:
+            return (f"design from the pre-trial's store instead: from_store={store} in place of fit (a utility "
+                    "model fitted to its losses, which needs no slope), or give kappa yourself")
+        return (f"its store {data.get('results')!r} is not here: find it and design with from_store=STORE in "
+                "place of fit, or change the pre-trial's grid as the fit says and fit again, or give kappa yourself")
+    return "fix the pre-trial and fit again, or give kappa yourself"
 
 
 def _kappa_ci(kappa, fit) -> list | None:
@@ -953,11 +984,22 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
                closed_form=cf or {}, distance=distance, budget=float(epsilon), n_clients=n, max_rounds=job.t_cap,
                sigma_min=job.sigma_min, sigma_max=job.sigma_max,
                mechanism_options=mech.options_dict() if hasattr(mech, "options_dict") else {})
+    below = None
     if isinstance(utility, Empirical):
         d.utility_model = utility.name
-        d.predicted_utility_loss = float(utility.model.predict(sig, T, qb, n))
+        predicted = float(utility.model.predict(sig, T, qb, n))
+        # a loss above non-private training is not negative: a fitted constant below zero can take the
+        # model there, which says "no worse than non-private, within the fit", not "better"
+        d.predicted_utility_loss = max(predicted, 0.0)
+        below = predicted if predicted < 0 else None
         d.utility_bound = float(1.0 / T + kappa * sig * sig / (qb * n))
+        if cf is not None:       # the closed form's point is compared in its own units: the bound, not the model
+            d.distance = dict(distance, utility_rel=d.utility_bound / cf["utility_bound"] - 1.0)
     d.notes = _notes(d, capped_by_time=job.capped_by_time)
+    if below is not None:
+        d.notes.append(f"the {utility.name} model predicts {below:.3g} here, below the non-private loss it is "
+                       f"measured from: its constant c = {utility.model.c:.3g} is negative, so read the predicted "
+                       "loss as 0 (no worse than non-private training within the fit), not as a gain")
     if job.q is None and len(qs) > 1:
         d.notes.append(_why_q(d, per_q, qs))
     return d
@@ -1325,7 +1367,10 @@ def _why_q(d: Design, per_q: dict, qs: list) -> str:
     if others:
         u2, q2 = others[0]
         base = per_q.get(d.q, u2)
-        text += f"; the next best, q = {q2:.3g}, is {100 * (u2 / base - 1):.1f} % worse"
+        if d.predicted_utility_loss is None and base > 0:      # the bound is positive: a ratio means something
+            text += f"; the next best, q = {q2:.3g}, is {100 * (u2 / base - 1):.1f} % worse"
+        else:        # a fitted loss can cross zero: a percentage of it can flip sign, a difference cannot
+            text += f"; the next best, q = {q2:.3g}, predicts a loss {u2 - base:.3g} higher"
     if d.q >= max(qs) and max(qs) < 1:
         text += "; q_max caps it"
     return text

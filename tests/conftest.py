@@ -30,6 +30,10 @@ FUZZ_CLASSES: dict = {}
 FUZZ_API: dict = {}
 #: trainings fuzzed into doing less than asked, per class (tests/test_fuzz_api.py): each flagged incomplete
 FUZZ_INCOMPLETE: dict = {}
+#: issue 45: members tried of each class of figure that could contradict itself (tests/test_fuzz_api.py), and of
+#: each class of refusal that must name a way out that works (tests/test_fuzz_cli.py)
+FUZZ_FIGURES: dict = {}
+FUZZ_WAYS_OUT: dict = {}
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -49,3 +53,11 @@ def pytest_terminal_summary(terminalreporter):
         per = "; ".join(f"{k}: {v}" for k, v in sorted(FUZZ_INCOMPLETE.items()))
         terminalreporter.write_line(f"training fuzz: {sum(FUZZ_INCOMPLETE.values())} runs short of what was asked, "
                                     f"each complete=False with its reason (or refused before training); per class: {per}")
+    if FUZZ_FIGURES:
+        per = "; ".join(f"{k}: {v}" for k, v in sorted(FUZZ_FIGURES.items()))
+        terminalreporter.write_line(f"figures fuzz: {sum(FUZZ_FIGURES.values())} designs and fits checked against "
+                                    f"themselves; members per class: {per}")
+    if FUZZ_WAYS_OUT:
+        per = "; ".join(f"{k}: {v}" for k, v in sorted(FUZZ_WAYS_OUT.items()))
+        terminalreporter.write_line(f"refusal fuzz: {sum(FUZZ_WAYS_OUT.values())} refusals, each naming a way out "
+                                    f"that was then tried; members per class: {per}")

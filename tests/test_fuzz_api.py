@@ -282,3 +282,71 @@ def test_a_training_that_does_less_than_asked_says_so(case):
                            model="lr", clients=10, rounds=3, epsilon=50, mechanism="client-aggregate", sigma=1.0)
     assert not r.complete and any(SHORT_RUNS[kind] in p for p in r.problems), (kind, x, r.problems)
     FUZZ_INCOMPLETE[kind] = FUZZ_INCOMPLETE.get(kind, 0) + 1
+
+
+# ---------------------------------------------------------------- issue 45, item 5: figures checked against themselves
+#: store shapes: (seeds, offset of the losses against the non-private reference, noise); built once each
+_STORE_KINDS = [(2, 0.0, 0.01), (3, -0.3, 0.0), (3, 0.0, 0.02), (4, -0.05, 0.02), (5, 0.1, 0.05), (3, -0.5, 0.01)]
+_FITS: dict = {}
+
+
+def _fitted(kind, tmp):
+    if kind not in _FITS:
+        import sys
+        from pathlib import Path
+
+        sys.path.insert(0, str(Path(__file__).parent))
+        from test_contradictions import offset_store
+
+        seeds, offset, noise = kind
+        path = offset_store(Path(tmp) / f"s{len(_FITS)}.sqlite", seeds=seeds, offset=offset, noise=noise)
+        _FITS[kind] = (path, paretofl.fit(path, bootstrap=60))
+    return _FITS[kind]
+
+
+@settings(max_examples=int(os.environ.get("PARETOFL_FUZZ_FIGURES", 20)), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(_STORE_KINDS), n=st.sampled_from([20, 100, 2000]),
+       eps=st.sampled_from([0.5, 2.0, 8.0]), cap=st.sampled_from([3, 10, 100, 500]))
+def test_figures_cannot_contradict_themselves(kind, n, eps, cap, tmp_path_factory):
+    """Fits of stores of 2-5 seeds whose losses sit below, on or above the
+    non-private reference, and designs from them (the closed form and the
+    empirical mode) at many N, budgets and round caps: no negative predicted
+    loss, no percentage of a predicted loss, the point inside its interval
+    (or the interval's method saying why not), no interval from under 3
+    seeds, "binds" only where T is the cap."""
+    from conftest import FUZZ_FIGURES
+
+    from paretofl.cli import _case_text
+    from paretofl.pretrial.fit import MIN_SEEDS_FOR_INTERVAL
+
+    def count(what):
+        FUZZ_FIGURES[what] = FUZZ_FIGURES.get(what, 0) + 1
+
+    path, f = _fitted(kind, tmp_path_factory.getbasetemp())
+    lo, hi = f.kappa_ci
+    if f.n_seeds < MIN_SEEDS_FOR_INTERVAL:
+        count("an interval that cannot be computed")
+        assert math.isnan(lo) and math.isnan(hi) and f.kappa_ci_method.startswith("none")
+    else:
+        count("a point estimate and its interval")
+        assert lo <= f.kappa <= hi or "outside" in f.kappa_ci_method
+        if math.isclose(f.kappa, lo) or math.isclose(f.kappa, hi):
+            assert "end" in f.kappa_ci_method
+    try:
+        d = paretofl.design(n_clients=n, epsilon=eps, max_rounds=cap, from_store=str(path))
+    except ValueError:
+        return                    # a budget nothing meets: refused, not contradicted
+    raw = f.utility_models[d.utility_model]
+    if raw["c"] < 0:
+        count("a fitted loss that can go below zero")
+    assert d.predicted_utility_loss >= 0
+    assert not any("% worse" in note for note in d.notes)          # a fitted loss crosses zero: no ratio of it
+    count("a comparison of predicted losses across q")
+    if d.closed_form:
+        count("the closed form's point beside the design's")
+        assert d.distance["utility_rel"] > -1                   # of two positive bounds: never below -100 %
+    if d.case:
+        count("the round cap, bound or not")
+        text = _case_text(d)
+        assert ("the cap binds this design" in text) == (d.rounds >= cap)

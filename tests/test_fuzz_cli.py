@@ -334,3 +334,116 @@ def test_the_fuzzed_base_invocations_are_valid(cmd, tmp_path, monkeypatch, capsy
     finally:
         monkeypatch.undo()
         shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- issue 45, item 6: every refusal names its way out
+_SPEC_BASE = 'dataset = "digits"\nmodel = "lr"\nclients = 4\nsigmas = [1.0]\nrounds = [2]\nseeds = 1\n'
+#: a spec field out of range, and its flag
+_SPEC_BAD = [("batch_size", "0", "--batch-size"), ("clients", "0", "--clients"), ("lr", "0", "--lr"),
+             ("local_epochs", "0", "--local-epochs"), ("public_fraction", "1.5", "--public-fraction"),
+             ("clip", "-1", "--clip"), ("seeds", "0", "--seeds")]
+_FRONT = "the front has no slope in the sigma-T plane (slope 0, theory -2): kappa does not describe it"
+
+
+@st.composite
+def refusals(draw):
+    kind = draw(st.sampled_from(["front", "front-missing", "field", "flag", "classes", "pipe"]))
+    if kind in ("front", "front-missing"):
+        return kind, draw(st.sampled_from(["10", "100"])), draw(st.sampled_from(["1", "2", "8"])), \
+            draw(st.sampled_from(["5", "50"]))
+    if kind in ("field", "flag"):
+        return kind, draw(st.sampled_from(_SPEC_BAD)), draw(st.sampled_from(["pretrial", "validate"]))
+    if kind == "classes":
+        return kind, draw(st.sampled_from(["np.ones(80, dtype=int)", "1 + (np.arange(80) % 2)",
+                                           "2 * (np.arange(80) % 2)"])), draw(st.sampled_from(["train", "pretrial"]))
+    return kind, draw(st.sampled_from([["design", "--clients", "100", "--budget", "2", "--max-rounds", "50"],
+                                       ["account", "--sigma", "1", "--q", "0.1", "--steps", "10"],
+                                       ["pareto", "--clients", "10", "--q", "0.5", "--kappa", "0.1", "--sigma-min", "0.5",
+                                        "--sigma-max", "3", "--max-rounds", "20"]])), None
+
+
+@settings(max_examples=int(os.environ.get("PARETOFL_FUZZ_WAYS", 40)), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=refusals())
+def test_every_refusal_names_a_way_out_that_works(case, capsys, monkeypatch):
+    """A fit refused for its front (its store here, or not), a spec field out
+    of range in the file or as a flag, labels missing a class, a reader that
+    closes the pipe: the refusal names the way out in the user's terms (the
+    file's field or the flag, the loader's entry), and where it names a
+    command, that command is run and works."""
+    import re
+    import sys
+
+    from conftest import FUZZ_WAYS_OUT
+
+    kind, a, b, *rest = case
+    d = _workdir()
+    monkeypatch.chdir(d)
+    monkeypatch.syspath_prepend(str(d))
+    try:
+        if kind in ("front", "front-missing"):
+            fit = json.loads((d / "fit.json").read_text())
+            named = "store.sqlite" if kind == "front" else "elsewhere/gone.sqlite"
+            (d / "front_fit.json").write_text(json.dumps({**fit, "blocking": [_FRONT], "results": named}))
+            args = ["design", "--clients", a, "--budget", b, "--max-rounds", rest[0]]
+            rc = main(args + ["--fit", "front_fit.json"])
+            err = capsys.readouterr().err
+            assert rc == 2 and len(err.strip().splitlines()) == 1 and "--kappa does not" not in err, err
+            if kind == "front":
+                way = re.search(r"(--from-store=\S+) in place of --fit", err)
+                assert way, err
+                rc = main(args + [way.group(1)])
+                capsys.readouterr()
+                assert rc in (0, 2)       # 2 only where the budget itself is infeasible, as with any kappa
+                if rc == 2:
+                    assert main(args + ["--kappa", "1"]) == 2
+                    capsys.readouterr()
+            else:
+                assert "is not here" in err and "--from-store=STORE" in err, err
+        elif kind in ("field", "flag"):
+            field, value, flag = a
+            if kind == "field":
+                (d / "bad.toml").write_text(_SPEC_BASE.replace(f"{field} = ", "# ") + f"{field} = {value}\n")
+                extra = []
+            else:
+                (d / "bad.toml").write_text(_SPEC_BASE)
+                extra = [flag, value]
+            args = [b, "bad.toml"] + extra + (["--out", "new.sqlite"] if b == "pretrial" else ["--out-dir", "vout"])
+            rc = main(args)
+            err = capsys.readouterr().err
+            assert rc == 2 and len(err.strip().splitlines()) == 1, err
+            said = flag if kind == "flag" else field
+            assert re.search(rf"(?<![-\w]){re.escape(said)} (must|values)", err), err
+            assert kind == "flag" or flag not in err, err
+        elif kind == "classes":
+            (d / "lbl.py").write_text("import numpy as np\n\ndef data():\n    g = np.random.default_rng(0)\n"
+                                      f"    x = g.normal(size=(80, 4))\n    y = {a}\n"
+                                      "    return dict(x_train=x[:60], y_train=y[:60], x_test=x[60:], y_test=y[60:])\n")
+            args = ["--dataset", "lbl:data", "--model", "lr", "--clients", "4"]
+            args = (["train", *args, "--rounds", "1"] if b == "train" else
+                    ["pretrial", *args, "--sigmas", "1", "--rounds", "1", "--seeds", "1", "--q", "1",
+                     "--out", "new.sqlite"])
+            rc = main(args)
+            err = capsys.readouterr().err
+            assert rc == 2 and ("'n_classes' entry" in err or "one class only" in err), err
+            assert "--n-classes" not in err
+        else:
+            class Closed:
+                def write(self, text):
+                    raise BrokenPipeError(32, "Broken pipe")
+
+                def flush(self):
+                    raise BrokenPipeError(32, "Broken pipe")
+
+            monkeypatch.setattr(sys, "stdout", Closed())
+            rc = main(a)
+            monkeypatch.setattr(sys, "stdout", sys.__stdout__)
+            assert rc == 1 and capsys.readouterr().err == ""
+        label = {"front": "a fit refused for its front, its store here",
+                 "front-missing": "a fit refused for its front, its store not here",
+                 "field": "a spec file's field out of range", "flag": "a flag out of range beside a spec file",
+                 "classes": "labels missing a class", "pipe": "a reader that closes the pipe"}[kind]
+        FUZZ_WAYS_OUT[label] = FUZZ_WAYS_OUT.get(label, 0) + 1
+    finally:
+        monkeypatch.undo()
+        shutil.rmtree(d, ignore_errors=True)

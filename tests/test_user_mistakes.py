@@ -131,7 +131,7 @@ def test_a_fit_notices_that_even_non_private_training_stayed_at_chance_and_desig
     f = paretofl.fit(store, bootstrap=20)
     assert f.blocking and "stayed at chance" in f.blocking[0]
     f.save(fitf)
-    with pytest.raises(ValueError, match="says not to design with it: even non-private training stayed at chance"):
+    with pytest.raises(ValueError, match='says not to design with it: "even non-private training stayed at chance'):
         paretofl.design(20, 2.0, max_rounds=20, fit=str(fitf))
     rc, _, err = _cli("design", "--clients", "20", "--budget", "2", "--max-rounds", "20", "--fit", str(fitf),
                       capsys=capsys)

@@ -83,8 +83,9 @@ class Dataset:
             seen = np.unique(ys[0].numpy())
             raise ValueError(f"y_train has no sample of class {missing[0]} (its labels are "
                              f"{', '.join(map(str, seen[:6].tolist()))}{', ...' if len(seen) > 6 else ''}): labels "
-                             f"must be 0, 1, ..., classes-1; renumber them (1-based labels: subtract 1), or give "
-                             f"n_classes if a class truly has no training sample")
+                             f"must be 0, 1, ..., classes-1; renumber them (1-based labels: subtract 1), or, if a "
+                             f"class truly has no training sample, say how many classes there are: n_classes= here, or "
+                             f"an 'n_classes' entry in what your data loader returns")
         n = len(ys[0])
         if clients is not None:
             clients = _ids(clients, n)
@@ -219,7 +220,7 @@ def load_dataset(name, data_dir: str | None = None, download: bool = True) -> Da
             errors.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     hint = " (on Debian: apt-get install dataset-fashion-mnist)" if name == "fashion-mnist" else ""
     raise ValueError(f"data set {name} not found locally and could not be downloaded{hint}; "
-                     f"give --data-dir with its IDX files or a torchvision root ({errors[-1]})")
+                     f"give data_dir with its IDX files or a torchvision root ({errors[-1]})")
 
 
 def fingerprint(ds: Dataset) -> str:

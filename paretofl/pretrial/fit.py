@@ -34,6 +34,9 @@ import numpy as np
 from ..recommendation import FIT_BLOCKING, FIT_FORMAT
 from .store import Store
 
+#: a bootstrap over seeds needs this many: from two, a resample is one seed twice or both, three fronts in all,
+#: and the percentiles of three values are no interval
+MIN_SEEDS_FOR_INTERVAL = 3
 REFERENCES = ("best", "final", "same-rounds")
 
 
@@ -237,6 +240,7 @@ class Fit:
     front: list = field(repr=False)
     results: str
     spec: dict = field(repr=False)
+    kappa_ci_method: str = ""         # how kappa_ci was made, and why the point is at an end of it where it is
     problems: list = field(default_factory=list)
     blocking: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -289,7 +293,44 @@ DISAGREE_DISTANCE = 1.0
 
 
 
-def _problems(res: Results, kappa, kappa_ci, slope, distance=math.nan, bootstrap=1) -> list[str]:
+def _between(values, lo, hi, integer=False) -> list:
+    """The geometric midpoints of neighbouring grid values in [lo, hi]."""
+    v = sorted(x for x in set(values) if lo <= x <= hi)
+    mids = [math.sqrt(a * b) for a, b in zip(v, v[1:])]
+    return sorted({int(round(m)) for m in mids} - set(v)) if integer else [float(f"{m:.2g}") for m in mids]
+
+
+def _no_slope_way_out(res: Results, fit_idx) -> str:
+    """What to do about a front with no slope, in the pre-trial's terms: the
+    grid change that lets the front cross several σ and T inside the grid,
+    and the design that works on the same store today (the empirical mode
+    fits the losses themselves and needs no slope)."""
+    idx = np.asarray(fit_idx, dtype=int)
+    sig, rounds = sorted(set(res.sigma.tolist())), sorted({int(t) for t in res.rounds})
+    ts, ss = sorted({int(res.rounds[i]) for i in idx}), sorted({float(res.sigma[i]) for i in idx})
+    where = (f"its {len(idx)} front points inside the grid all lie at T = {ts[0]}" if len(ts) == 1 and len(idx) > 1
+             else f"its {len(idx)} front points inside the grid all lie at sigma = {ss[0]:g}" if len(ss) == 1
+             and len(idx) > 1 else f"its {len(idx)} front points inside the grid show no trend of T with sigma")
+    more_s, more_t = _between(sig, sig[0], sig[-1]), _between(rounds, rounds[0], rounds[-1], integer=True)
+    change = "a finer grid lets the front cross several"
+    front = front_indices(res, res.mean_utility())
+    top = {float(res.sigma[i]) for i in front if res.rounds[i] == rounds[-1]}
+    if len(top) >= max(2, len(sig) // 2):
+        # the front runs along the grid's top edge: the model still learns at T_max, so the front's bend (and
+        # its slope) lies beyond the grid; longer training shows it, a finer grid inside would not
+        where += (f"; the front runs along the grid's top edge T = {rounds[-1]} at {len(top)} of {len(sig)} sigmas "
+                  "(still learning there)")
+        more_s, more_t = [], [2 * rounds[-1], 4 * rounds[-1]]
+        change = "longer training lets it bend inside the grid"
+    grid = " and ".join(x for x in (f"sigmas {', '.join(f'{v:g}' for v in more_s)}" if more_s else "",
+                                    f"rounds {', '.join(map(str, more_t))}" if more_t else "") if x)
+    seeds = res.U.shape[1]
+    return (f"{where}: {change} (add {grid or 'more sigma and T values'} to the "
+            f"pre-trial{'' if seeds >= MIN_SEEDS_FOR_INTERVAL else f', and seeds up to at least 3 (it ran {seeds})'}"
+            "), or design from this store as it is (the empirical mode, which needs no slope)")
+
+
+def _problems(res: Results, kappa, kappa_ci, slope, distance=math.nan, bootstrap=1, fit_idx=()) -> list[str]:
     out = []
     first, best, t_lo, t_hi = res.reference_loss
     chance = 1.0 / res.classes if res.classes else None
@@ -309,7 +350,7 @@ def _problems(res: Results, kappa, kappa_ci, slope, distance=math.nan, bootstrap
     if bootstrap == 0:
         out.append("no bootstrap (--bootstrap 0): kappa has no interval; use at least 200 resamples")
     n_seeds = res.U.shape[1]
-    if n_seeds < 3:
+    if n_seeds < MIN_SEEDS_FOR_INTERVAL:
         out.append(f"only {n_seeds} seed{'s' if n_seeds != 1 else ''}: a bootstrap over seeds cannot give an "
                    "interval (run at least 3, better 5)")
     elif np.all(np.isfinite(kappa_ci)) and kappa_ci[1] - kappa_ci[0] <= 1e-12 * max(abs(kappa), 1.0):
@@ -325,7 +366,7 @@ def _problems(res: Results, kappa, kappa_ci, slope, distance=math.nan, bootstrap
         out.append("no front point to fit kappa on")
     if not math.isfinite(slope) or abs(slope) < 0.05:
         out.append(f"the front has no slope in the sigma-T plane (slope {slope:.2g}, theory -2): kappa does not "
-                   "describe it")
+                   f"describe it; {_no_slope_way_out(res, fit_idx)}")
     elif math.isfinite(distance) and distance > DISAGREE_DISTANCE:
         out.append(f"the front disagrees with the relation kappa sigma^2 T = qN: its T is off the relation's by a "
                    f"factor {math.exp(distance):.1f} on average (mean |ln T - ln T_relation| = {distance:.2f}; data "
@@ -348,7 +389,7 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
     rng = np.random.default_rng(seed)
     ks, ss = [], []
     n_seeds = res.U.shape[1]
-    for _ in range(bootstrap if n_seeds > 1 else 0):
+    for _ in range(bootstrap if n_seeds >= MIN_SEEDS_FOR_INTERVAL else 0):
         cols = rng.integers(0, n_seeds, n_seeds)
         ub = res.mean_utility(cols)
         ib = _interior(res, front_indices(res, ub, epsilon))
@@ -361,6 +402,7 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
         return [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))] if len(v) >= 10 else [math.nan] * 2
 
     kappa_ci, slope_ci = ci(ks), ci(ss)
+    method = _interval_method(kappa, kappa_ci, ks, n_seeds, bootstrap)
     within = float(within_fraction(res, idx, kappa_ci))
     distance = relation_distance(res, idx, kappa)
     eps = res.leakage(epsilon)
@@ -370,12 +412,38 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
         n_runs=res.n_runs, n_seeds=int(n_seeds), n_front=len(idx), n_fit=len(fit_idx),
         within_fraction=within, distance=distance,
         clients=res.clients, q=sorted({float(x) for x in res.q}), epsilon_model=epsilon, reference=reference,
-        bootstrap=bootstrap, front=front, results=res.path, spec=res.base,
-        problems=(probs := _problems(res, kappa, kappa_ci, slope, distance, bootstrap)),
+        bootstrap=bootstrap, kappa_ci_method=method, front=front, results=res.path, spec=res.base,
+        problems=(probs := _problems(res, kappa, kappa_ci, slope, distance, bootstrap, fit_idx)),
         blocking=[p for p in probs if p.startswith(FIT_BLOCKING)], notes=_notes(res),
         private=res.private, private_charges=_plain_charges(res.charges),
         private_epsilon=_private_epsilon(res),
         **_utility_summary(path, reference))
+
+
+def _interval_method(kappa, kappa_ci, ks, n_seeds, bootstrap) -> str:
+    """How κ's interval was made, in words; where the estimate sits at an
+    end of it (or past one), why: a front on a grid takes few values, and a
+    percentile interval of few values ends on them."""
+    if n_seeds < MIN_SEEDS_FOR_INTERVAL:
+        return (f"none: {n_seeds} seed{'s' if n_seeds != 1 else ''} (a bootstrap over seeds needs at least "
+                f"{MIN_SEEDS_FOR_INTERVAL})")
+    if not all(map(math.isfinite, kappa_ci)):
+        return "none: no bootstrap" if bootstrap == 0 else "none: too few resamples gave a front to fit"
+    text = f"95 % percentile bootstrap over the {n_seeds} seeds ({bootstrap} resamples)"
+    if not math.isfinite(kappa):
+        return text
+    lo, hi = kappa_ci
+    tol = 1e-9 * abs(kappa)
+    v = np.asarray(ks, dtype=float)
+    same = float(np.mean(np.abs(v[np.isfinite(v)] - kappa) <= tol)) if np.isfinite(v).any() else 0.0
+    if kappa < lo - tol or kappa > hi + tol:
+        return text + ("; the estimate lies outside it: most resamples' fronts differ from the data's, so the "
+                       "interval says more about kappa's spread than where it is")
+    if abs(kappa - lo) <= tol or abs(kappa - hi) <= tol:
+        end = "lower" if abs(kappa - lo) <= tol else "upper"
+        return text + (f"; {100 * same:.0f} % of resamples give exactly this kappa (a front on a grid takes few "
+                       f"values), so the estimate is the interval's {end} end")
+    return text
 
 
 def _plain_charges(rows) -> list:
