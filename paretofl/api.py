@@ -22,7 +22,7 @@ __all__ = ["__version__", "design", "Design", "InfeasibleBudget", "nbafl_design"
            "Accounting", "pareto_set", "ParetoSet", "fit", "train", "TrainResult", "PRV_LIMITS", "pretrial", "spec",
            "validate", "audit", "audit_jobs", "audit_names", "export", "design_figure", "pareto_figure",
            "pretrial_figures", "names", "algorithm_options", "unused_options", "check_out_path", "stored_runs",
-           "keep_freed_memory", "is_reference", "pretrial_spend", "load_design", "check_design",
+           "keep_freed_memory", "is_reference", "pretrial_spend", "load_design", "check_design", "unit_text",
            "SAMPLING_RELATIONS"]
 
 #: where Opacus's PRV accountant is run at all: beyond these its grid grows
@@ -188,6 +188,11 @@ def load_design(path) -> Design:
     return check_design(Design.load(path), where=f"design file {path}")
 
 
+def unit_text(mechanism: str) -> str:
+    """The unit of privacy and the neighbouring relation of a mechanism's ε, in a few words."""
+    return mechanism_of(mechanism).unit_text
+
+
 def check_design(d: Design, where: str = "the design") -> Design:
     """Re-derive what a design claims before anything uses it: its figures
     from its parameters (:func:`paretofl.recommendation.check_claims`), and
@@ -336,6 +341,11 @@ class TrainResult:
     #: no round trained, fewer rounds than the design or an explicit ``rounds``, a non-finite test loss
     complete: bool = True
     problems: list = field(default_factory=list)
+    #: the unit of privacy and the neighbouring relation of ``epsilon`` ("client-level, add/remove")
+    unit: str = ""
+    #: where the noise came from: "seeded" (a simulation: anyone with the seed can draw it again) or "entropy"
+    #: (the operating system's, drawn afresh for each replica: a real release; ``secure=True``)
+    noise: str = "seeded"
 
     def to_dict(self, with_history: bool = False) -> dict:
         d = asdict(self)
@@ -365,7 +375,8 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
           epsilon: float | None = None, delta: float | None = None, rounds: int | None = None,
           partition: str | None = None, beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu",
           data_dir: str | None = None, eval_every: int = 1, history: str | None = None, progress: bool = False,
-          design: Design | None = None, strategy: str = "auto", budgets=None, **options) -> TrainResult:
+          design: Design | None = None, strategy: str = "auto", budgets=None, secure: bool = False,
+          **options) -> TrainResult:
     """Train DP federated learning on real data (torch is imported here).
 
     ``dataset``: a built-in name, a "package.module:function" loader, a
@@ -399,6 +410,13 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     budgets CSV file or a :class:`paretofl.budgets.Budgets`): the group
     design for ``rounds`` rounds at most is made here (the shipped κ) and
     trained; each group is accounted on its own and stops at its own budget.
+
+    ``secure``: a real release on real clients' data — every random
+    generator (noise, cohorts, batches, the initial model) seeded from the
+    operating system's entropy, afresh for each replica and stored nowhere,
+    as Opacus's ``secure_mode``; ``seed`` then only labels the replicas.
+    Without it a training is a simulation, reproducible by its seed, and
+    anyone who knows the seed can draw its noise again.
     """
     import numpy as np
 
@@ -534,8 +552,10 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     if np.any(np.asarray(rate, dtype=float) * len(parts) < 1 - 1e-9):   # the clients that train, not all ids
         raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * len(parts))):g} < 1: most "
                          "rounds would select no client; raise client_rate or clients")
+    if not isinstance(secure, bool):
+        raise ValueError(f"secure must be True or False, got {secure!r}")
     pol = assemble(setup, algorithm, replicas, seeds=[seed + r for r in range(replicas)], device=device,
-                   epsilon=epsilon, delta=delta, rounds=rounds, groups=groups, **options).policy
+                   epsilon=epsilon, delta=delta, rounds=rounds, groups=groups, secure=secure, **options).policy
     first = pol.charges(0)
     if first is not None and groups is None:
         ledger = Ledger(replicas, delta)
@@ -565,7 +585,8 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         clients=len(parts), partition=partition, history=hist.rows, budget=epsilon,
         epsilon_groups=None if "epsilon_groups" not in fin else {
             k: float(np.max(v)) for k, v in fin["epsilon_groups"].items()},
-        complete=not problems, problems=problems)
+        complete=not problems, problems=problems, noise="entropy" if secure else "seeded",
+        unit=mechanism_of(getattr(config, "mechanism", "nbafl")).unit_text)
 
 
 def train_problems(final: dict, asked: int | None, budget, by: str = "rounds") -> list[str]:

@@ -214,14 +214,14 @@ def _export_lines(p, framework):
                 f"  noise               z = {p.noise_multiplier:.6g}, std z C = {p.stddev:.6g} on the sum (C = "
                 f"{p.clipping_norm:g}); the sum divided by {p.expected_cohort:.6g}",
                 f"  rounds              {p.num_rounds} ({p.participations} per client at most); epsilon "
-                f"{p.epsilon:.4f}, delta {p.delta:g}"]
+                f"{p.epsilon:.4f}, delta {p.delta:g} (client-level, add/remove)"]
     if framework == "opacus":
         return [f"Opacus in each client (sample-level DP of its data over the design's {p.rounds} rounds):",
                 f"  DataLoader(client_data, batch_size={p.batch_size})  ->  sample rate {p.sample_rate:.6g}",
                 f"  PrivacyEngine().make_private(module, optimizer, loader, noise_multiplier={p.noise_multiplier:.6g}, "
                 f"max_grad_norm={p.max_grad_norm:g}, poisson_sampling=True)",
-                f"  {p.local_steps} steps a round, {p.steps} in all; epsilon {p.epsilon:.4f} (Opacus's and paretofl's "
-                f"accountants both within it), delta {p.delta:g}"]
+                f"  {p.local_steps} steps a round, {p.steps} in all; epsilon {p.epsilon:.4f} (sample-level, "
+                f"add/remove; Opacus's and paretofl's accountants both within it), delta {p.delta:g}"]
     if p.accounted:
         return ["Flower with its own accountant (flwr.serverapp; m of N nodes a round, no amplification "
                 "charged):",
@@ -235,7 +235,8 @@ def _export_lines(p, framework):
                 + ("" if p.num_sampled_clients >= p.num_clients else ", each round charged at z/2 (m < N)"),
                 f"  strategy.start(grid, initial_arrays, num_rounds={p.num_rounds});  noise std on the mean: "
                 f"{p.noise_std_on_mean:.4g}",
-                f"  epsilon {p.epsilon:.4f} (what Flower's accountant reports), delta {p.delta:g}; every "
+                f"  epsilon {p.epsilon:.4f} (client-level, add/remove: what Flower's accountant reports), delta "
+                f"{p.delta:g}; every "
                 "ClientApp reports num-examples 1 (Flower accounts equal weights only)"]
     return ["Flower (central DP, server-side fixed clipping; each round m of N clients without replacement):",
             f"  FedAvg(fraction_fit={p.fraction_fit:.6g}, min_fit_clients={p.num_sampled_clients}, "
@@ -244,7 +245,7 @@ def _export_lines(p, framework):
             f"clipping_norm={p.clipping_norm:g}, num_sampled_clients={p.num_sampled_clients})",
             f"  ServerConfig(num_rounds={p.num_rounds});  noise std on the mean of the updates: "
             f"{p.noise_std_on_mean:.4g}",
-            f"  epsilon {p.epsilon:.4f} (fixed-size sampling, replace-one neighbours), delta {p.delta:g}"]
+            f"  epsilon {p.epsilon:.4f} (client-level; fixed-size sampling, replace-one neighbours), delta {p.delta:g}"]
 
 
 def _export(a, d, out, lines):
@@ -346,7 +347,8 @@ def cmd_design(a):
         *(_banded_lines(d) if banded else []),
         f"  noise sigma         {d.sigma:.4g}  per client (noise multiplier on the released sum: "
         f"{d.noise_multiplier:.4g}; charged: {d.charged_noise_multiplier:.4g})",
-        f"  epsilon spent       {d.epsilon:.4f}  ({_accountant(d)}; budget {d.budget:g})",
+        f"  epsilon spent       {d.epsilon:.4f}  ({api.unit_text(d.mechanism)}; {_accountant(d)}; budget "
+        f"{d.budget:g})",
         f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa sigma^2{' r' if banded else ''}/(qN): the bound on "
         "the loss above non-private training, divided by its 1/T term's constant; lower is better)",
         f"  kappa               {d.kappa:.4g}  ({d.kappa_source})",
@@ -541,8 +543,8 @@ def cmd_train(a):
     if a.budgets is not None:
         run["budgets"], run["epsilon"] = a.budgets, a.epsilon
     try:
-        r = api.train(a.algorithm, history=a.history, progress=not a.json and sys.stderr.isatty(), design=design,
-                      **run, **given)
+        r = api.train(a.algorithm, history=a.history, secure=a.secure,
+                      progress=not a.json and sys.stderr.isatty(), design=design, **run, **given)
     except KeyboardInterrupt:
         where = f"; the rounds done are in {a.history}" if a.history else ""
         print(f"paretofl train: interrupted{where}", file=sys.stderr)
@@ -559,10 +561,15 @@ def cmd_train(a):
               f"{_plural(a.replicas, 'replica')}, {r.seconds:.1f} s" + (f", the design {a.design}" if design else "")
               + ":",
               f"  test accuracy {r.accuracy:.4f}   test loss {r.test_loss:.4f}",
-              f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {r.delta:g} after {_plural(r.rounds, 'round')}"
+              f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {r.delta:g} ({r.unit}) after "
+              f"{_plural(r.rounds, 'round')}"
               + (f" (the private pre-trial's epsilon {design.details['pretrial']['epsilon']:.4g} composed in, from "
                  f"{design.details['pretrial']['source']})"
-                 if design is not None and "pretrial" in design.details else "")]
+                 if design is not None and "pretrial" in design.details else ""),
+              "  noise               " + ("the operating system's entropy, afresh for each replica: a release, not "
+                                          "reproducible" if r.noise == "entropy" else
+                                          f"seeded (--seed {a.seed}): a simulation, reproducible, and anyone with the "
+                                          "seed can draw its noise again; train a real release with --secure")]
     if r.epsilon_groups:
         lines.append("  per group (budget: spent)  " + ", ".join(f"{k}: {v:.4g}" for k, v in r.epsilon_groups.items()))
     if a.history:
@@ -638,8 +645,9 @@ def cmd_fit(a):
         f"  epsilon             {r.epsilon_model};  reference: "
         + (f"the least noisy run, {r.reference} (a private pre-trial runs none without noise)" if r.private
            else f"non-private run, {r.reference}"),
-        *([f"  private pre-trial   spent epsilon {r.private_epsilon:.4g} on the clients' data (its runs composed); "
-           "a design with this fit takes it out of its budget"] if r.private else []),
+        *([f"  private pre-trial   spent epsilon {r.private_epsilon:.4g} on the clients' data ("
+           f"{api.unit_text(api.names()['default_mechanism'])}; every run its spend log charged, composed); a design "
+           "with this fit takes it out of its budget"] if r.private else []),
         *([f"fit written to {out}"] if out else [])]
     lines += [f"note: {n}" for n in r.notes]
     if r.utility_models:
@@ -860,6 +868,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "ran out) is a warning and exit 3 (default: until the budget is spent, at most 100)")
     s.add_argument("--replicas", type=INT, default=1, help="independent seeds run side by side")
     s.add_argument("--seed", type=INT, default=0, help="first seed")
+    s.add_argument("--secure", action="store_true",
+                   help="a real release on your clients' data: every random generator seeded from the operating "
+                        "system's entropy, afresh for each replica (not reproducible; --seed only labels replicas). "
+                        "Without it a run is a simulation: anyone with its seed can draw its noise again")
     s.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train")
     s.add_argument("--eval-every", type=INT, default=1, help="evaluate the test set every this many rounds")
     s.add_argument("--history", help="write the per-round history here (.csv), row by row")

@@ -239,6 +239,12 @@ class Mechanism:
         (the ledger books the others at nothing)."""
         return True
 
+    @property
+    def unit_text(self) -> str:
+        """The unit of privacy and the neighbouring relation in a few words
+        ("client-level, add/remove"): said beside every ε printed."""
+        return f"{self.unit}-level, {self.relation.split(':')[0]}"
+
     def epsilon(self, q, sigma, rounds: int, delta: float, n_clients: int | None = None, orders=None) -> float:
         """ε of ``rounds`` rounds at (q, σ): the charge composed over the
         rounds the most exposed client is charged for."""
