@@ -20,7 +20,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLo
 from .mechanisms import get as mechanism_of
 from .pretrial.spec import MECHANISM
 from .theory import pareto
-from .theory.privacy import DEFAULT_ORDERS, conversion_offset, max_steps, rdp_curve
+from .theory.privacy import DEFAULT_ORDERS, charges_from_data, conversion_offset, max_steps, rdp_curve
 
 COLORS = {"rounds_min": "#9467bd", "sigma_max": "#d62728", "relation": "#1f77b4",
           "rounds_max": "#2ca02c", "sigma_min": "#ff7f0e"}
@@ -114,13 +114,21 @@ def pareto_figure(ps, q, n, kappa, smin, smax, t_max, delta, path):
     _save(fig, path)
 
 
-def _frontier(mech, q, n, budget, delta, smin, smax, t_cap, kappa):
+def _prior(d) -> tuple:
+    """A design's private pre-trial charges (empty without one): its budget frontier comes after them."""
+    pre = (d.details or {}).get("pretrial")
+    return tuple(charges_from_data(pre["charges"])) if pre else ()
+
+
+def _frontier(mech, q, n, budget, delta, smin, smax, t_cap, kappa, prior=()):
     """A mechanism's budget frontier at q: on a σ grid, the most rounds
-    within the budget (its charged participations, as rounds) and the
-    utility bound 1/T + κσ²r(T)/(qN) there."""
+    within the budget (its charged participations, as rounds; after the
+    ``prior`` charges of a private pre-trial) and the utility bound
+    1/T + κσ²r(T)/(qN) there."""
     unit = mech.charge(q, 1.0, n)
     s = np.geomspace(smin, smax, 300)
-    k = max_steps(budget, float(unit.rate), s * float(unit.noise_multiplier), delta, sampling=unit.sampling)
+    k = max_steps(budget, float(unit.rate), s * float(unit.noise_multiplier), delta, sampling=unit.sampling,
+                  prior=prior)
     tm = np.minimum(t_cap, mech.rounds_for(k)).astype(float)
     ok = tm >= 1
     r = np.ones_like(tm)
@@ -145,7 +153,7 @@ def _banded_figure(d, path):
     fig = Figure(figsize=(15, 5.4))
     a1, a2, a3 = fig.subplots(1, 3)
     for label, mech, q, (sig, T, u), color in fams:
-        s, tm, uu = _frontier(mech, q, n, d.budget, d.delta, smin, smax, d.max_rounds, kappa)
+        s, tm, uu = _frontier(mech, q, n, d.budget, d.delta, smin, smax, d.max_rounds, kappa, _prior(d))
         a1.step(s, np.maximum(tm, 0.7), where="post", color=color, lw=1.5, label=label)
         a1.plot(sig, T, "*", color="gold", mec=color, ms=13, zorder=6)
         a2.plot(s, uu, color=color, lw=1.5, label=label)
@@ -189,12 +197,15 @@ def design_figure(d, path):
     sampling, zf = unit.sampling, float(unit.noise_multiplier)
     ps = pareto.theorem3(q, n, kappa, smin, smax, d.max_rounds, n_points=200)
     s = np.geomspace(smin, smax, 300)
-    tm = np.minimum(d.max_rounds, max_steps(d.budget, q, s * zf, d.delta, sampling=sampling)).astype(float)
+    prior = _prior(d)          # a private pre-trial's charges come first: the frontier is what the budget leaves
+    tm = np.minimum(d.max_rounds, max_steps(d.budget, q, s * zf, d.delta, sampling=sampling,
+                                            prior=prior)).astype(float)
     fig = Figure(figsize=(11.5, 5.4))
     a1, a2 = fig.subplots(1, 2)
     _sigma_t_axes(a1, smin, smax, d.max_rounds, q, n, kappa)
     a1.fill_between(s, np.maximum(tm, 0.7), d.max_rounds * 1.6, color="#f4cccc", alpha=0.6, step="post",
-                    label=f"over budget (ε > {_g(d.budget)})")
+                    label=f"over budget (ε > {_g(d.budget)}" + (", the private pre-trial's spend composed)"
+                                                                  if prior else ")"))
     a1.step(s, np.maximum(tm, 0.7), where="post", color="#cc0000", lw=1)
     for p in ps.pieces:
         a1.plot(p.points[:, 0], p.points[:, 1], color=COLORS[p.kind], lw=2.5, label=LABELS[p.kind])

@@ -235,3 +235,21 @@ def test_validate_refuses_a_private_spec(tmp_path):
     with pytest.raises(ValueError, match="private") as e:
         paretofl.api.validate(_spec(), tmp_path)
     assert "\n" not in str(e.value)
+
+
+def test_the_design_figure_draws_the_budget_the_pre_trial_leaves(shipped_private, tmp_path):
+    """The plots compose the pre-trial's spend too: the frontier of a design
+    made after a private pre-trial is what the budget leaves after it."""
+    from paretofl import plots
+    from paretofl.mechanisms import get
+
+    path, n, delta = shipped_private
+    d = paretofl.design(n, 1.5 * of_store(path).epsilon, delta=delta, max_rounds=60, sigma_min=0.05,
+                        from_store=str(path))
+    mech = get(d.mechanism)
+    args = (mech, d.q, n, d.budget, d.delta, d.sigma, d.sigma * 1.0001, 10 ** 6, d.kappa)
+    with_prior = plots._frontier(*args, plots._prior(d))[1][0]
+    alone = plots._frontier(*args)[1][0]
+    assert d.rounds <= with_prior < alone
+    paretofl.api.design_figure(d, tmp_path / "design.png")
+    assert (tmp_path / "design.png").stat().st_size > 0
