@@ -206,6 +206,8 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
         jobs = plan(spec, store.done())
         if max_jobs is not None:
             jobs = jobs[:max_jobs]
+        if spec.private:
+            _check_spend(spec, store, jobs)
         total = sum(j.work for j in jobs)
         before = len(store)
         t0 = time.perf_counter()
@@ -242,6 +244,27 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
                 "runs_trained": trained, "replicas_left_to_others": skipped, "seconds": time.perf_counter() - t0}
     finally:
         store.close()
+
+
+def _check_spend(spec: Spec, store: Store, jobs: list) -> None:
+    """A private pre-trial never spends more than its ``epsilon``, counting
+    what its store already charged: another grid run into the same store,
+    or runs trained afresh on a resume (their noise is new, so they are
+    charged again), are refused before anything trains when the total
+    would pass it."""
+    from .private import charges_of_log, epsilon_of
+
+    planned = [(j.q, sg, sd, max(j.rounds)) for j in jobs for sg, sd in j.replicas]
+    if not planned:
+        return
+    spent_before = store.spend()
+    total = epsilon_of(charges_of_log(spent_before + planned, spec.clients), spec.delta)
+    if total > spec.epsilon * (1 + 1e-12):
+        before = epsilon_of(charges_of_log(spent_before, spec.clients), spec.delta) if spent_before else 0.0
+        raise ValueError(f"{store.path} has charged epsilon {before:.4g} already; the {len(planned)} run(s) still to "
+                         f"train (each trained afresh, with new noise) would bring it to {total:.4g}, above the "
+                         f"spec's epsilon = {spec.epsilon:g}: fit what is there (paretofl fit {store.path}), or "
+                         "start a new store")
 
 
 def _check_reachable(address: str, timeout: float = 10.0):

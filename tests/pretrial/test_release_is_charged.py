@@ -253,3 +253,21 @@ def test_the_design_figure_draws_the_budget_the_pre_trial_leaves(shipped_private
     assert d.rounds <= with_prior < alone
     paretofl.api.design_figure(d, tmp_path / "design.png")
     assert (tmp_path / "design.png").stat().st_size > 0
+
+
+def test_a_private_store_never_spends_past_its_epsilon_across_sweeps(tmp_path):
+    """Another grid run into the same private store (the store's identity
+    leaves the grid out) counts what the store already charged, and is
+    refused before it trains where the total would pass the spec's epsilon;
+    the store is left as it was."""
+    first = _spec(sigmas=[2.0, 4.0], rounds=[2], seeds=1)
+    eps = 1.01 * spent(first)
+    first = _spec(sigmas=[2.0, 4.0], rounds=[2], seeds=1, epsilon=eps)
+    run_sweep(first, tmp_path / "p.sqlite", progress=False)
+    before = of_store(tmp_path / "p.sqlite").epsilon
+    second = _spec(sigmas=[3.0], rounds=[2], seeds=1, epsilon=eps)      # alone within eps, not on top
+    assert spent(second) < eps
+    with pytest.raises(ValueError, match="has charged epsilon") as e:
+        run_sweep(second, tmp_path / "p.sqlite", progress=False)
+    assert "\n" not in str(e.value)
+    assert of_store(tmp_path / "p.sqlite").epsilon == before
