@@ -31,7 +31,9 @@ the claim runs the real release against an ε computed the broken way.
 Each audit is one round (one release): composition over rounds is the
 accountant's arithmetic, checked against independent accountants in the
 tests.  Where the noise spans the rounds (BandMF) one release is the whole
-run, at small T.  The canary pairs (``AuditSetting.canary``):
+run, at small T; where runs could share their noise (a private pre-trial's
+runs at one seed) one release is the whole pipeline: the pre-trial's runs
+and the training after it, claimed as the two composed.  The canary pairs (``AuditSetting.canary``):
 
 * ``add-remove``: client 0 exists and, when sampled, sends 10·C·u (u a
   coordinate no real client touches; clipped to C), or does not exist at
@@ -50,7 +52,13 @@ run, at small T.  The canary pairs (``AuditSetting.canary``):
   five local steps, parameter clipping, uplink noise;
 * ``add-remove-run`` (noise correlated across rounds, BandMF): client 0
   exists and sends the canary in every round it is selected, or does not
-  exist; the whole run of T rounds is one release (the noise spans them).
+  exist; the whole run of T rounds is one release (the noise spans them);
+* ``add-remove-pipeline`` (a private pre-trial and the training after it):
+  client 0 exists and sends the canary in every round of every run, or does
+  not exist; the pre-trial's K runs at one seed (as its sweep assembles
+  them) and the training's rounds are one release, scored by the real
+  pipeline's likelihood ratio and by issue 44's recovery attack, which
+  cancels noise the runs share.
 """
 
 from __future__ import annotations
@@ -64,7 +72,7 @@ import torch
 from ..mechanisms import REGISTRY, AuditSetting, audit_setting, audit_settings
 from ..theory.ledger import Ledger
 from ..theory.privacy import Charge
-from .build import Setup, assemble
+from .build import Setup, assemble, assemble_pretrial
 from .data import Dataset
 from .engine import Engine
 from .models import build_model
@@ -483,9 +491,117 @@ def _scores_run(s: AuditSetting, world, replicas, first_seed, broken):
     return {"projection": cx @ (C @ e_pi), "every-round": cx @ (C @ np.ones(T)), "rounds": x @ e_pi, "norm": norm}
 
 
+#: seeds of the pipeline's training runs: apart from its pre-trial's (a broken pre-trial's seeded runs must not
+#: share their draws with the training too: the break is the pre-trial's own)
+_TRAINING_SEEDS = 25 * 10**6
+
+
+def _pipeline(s: AuditSetting, replicas, first_seed, broken="none"):
+    """The pipeline of ``s`` over ``replicas`` audit runs: the private
+    pre-trial's runs as its sweep assembles them
+    (:func:`paretofl.fl.build.assemble_pretrial`; one replica per noise
+    level at one seed per audit run, the seed ``first_seed + i``) and the
+    training after it (:func:`paretofl.fl.build.assemble`).  ``broken``
+    "shared-noise": the pre-trial as it ran before issue 44, its runs
+    seeded from their seed, so that runs at one seed share every draw."""
+    p = s.params
+    ds = _synthetic(p["samples"] * p["clients"], 12345, p["features"])
+    setup = _setup(ds, p["clients"])
+    factor = 0.1 if broken == "noise/10" else 1.0
+    opts = dict(clip=p.get("clip", 1.0), lr=p.get("lr", 0.1), batch_size=64, delta=p["delta"],
+                engine_class=_UnclippedEngine if broken == "no-clip" else Engine)
+    runs = [(sg * factor, first_seed + i) for i in range(replicas) for sg in p["sigmas"]]
+    pre = assemble_pretrial(setup, p["q"], runs, private=broken != "shared-noise", mechanism=s.mechanism,
+                            **opts).policy
+    seeds = range(first_seed + _TRAINING_SEEDS, first_seed + _TRAINING_SEEDS + replicas)
+    train = assemble(setup, "dpfedavg", replicas, seeds=seeds, mechanism=s.mechanism, sigma=p["sigma"] * factor,
+                     client_rate=p["q"], **opts).policy
+    return pre, train
+
+
+def _released(pol, world, rounds, features, size):
+    """The canary coordinate of ``rounds`` releases of ``pol``'s release,
+    (R, rounds): client 0 present (sending ``size`` in the canary
+    coordinate, nothing else) or absent; the other clients send nothing."""
+    eng, rel = pol.engine, pol.release
+    glob = _initial(eng, features)
+    k = int(_canary_column(glob, features)[0])
+    active = np.ones(eng.R, dtype=bool)
+    present = np.ones(eng.N, dtype=bool)
+    present[0] = world == "in"
+    x = np.zeros((eng.R, rounds))
+    for t in range(rounds):
+        c = rel.select(active, present=present)
+        upd = torch.zeros(c.size, eng.net.n_params, dtype=eng.dtype, device=eng.device)
+        upd[c.client == 0, k] = size
+        x[:, t] = _flat_release(eng, rel.release(glob, upd, c, active), glob)[:, k].cpu().numpy()
+    return x
+
+
+def pipeline_release(s: AuditSetting | str, world, replicas, first_seed=1, broken="none"):
+    """What the adversary sees of ``replicas`` releases of the pipeline of
+    ``s`` (a private pre-trial, then the training), in the canary's units
+    (its clipped update C over the expected cohort m: a release is
+    1[canary] + z·noise there): the pre-trial's runs (R, K, T_pre), the
+    training's (R, T), and the noise multipliers z of the K runs and of the
+    training (public numbers: the spec's and the design's)."""
+    s = audit_setting(s) if isinstance(s, str) else s
+    p = s.params
+    pre, train = _pipeline(s, replicas, first_seed, broken)
+    clip = float(p.get("clip", 1.0))
+    size = float(p.get("canary", 10.0)) * clip
+    unit = clip / float(pre.release.cohort[0])
+    K = len(p["sigmas"])
+    x = _released(pre, world, int(p["pretrial_rounds"]), p["features"], size).reshape(replicas, K, -1) / unit
+    u = _released(train, world, int(p["rounds"]), p["features"], size) / unit
+    mech = REGISTRY[s.mechanism]()
+    z = np.array([float(mech.charge(p["q"], sg, p["clients"]).noise_multiplier) for sg in p["sigmas"]])
+    return x, u, z, float(mech.charge(p["q"], p["sigma"], p["clients"]).noise_multiplier)
+
+
+def recovered(x, z):
+    """The recovery attack of issue 44 on a pre-trial's runs x (R, K, T):
+    A = (z_j y_0 − z_0 y_j)/(z_j − z_0) from runs 0 and j, for every j > 0
+    and round, (R, K − 1, T).  Runs that share their noise W (y_k = A +
+    z_k W) give back the noiseless A exactly, whichever pair."""
+    return np.stack([(z[j] * x[:, 0] - z[0] * x[:, j]) / (z[j] - z[0]) for j in range(1, len(z))], axis=1)
+
+
+def _scores_pipeline(s: AuditSetting, world, replicas, first_seed, broken):
+    """The pipeline (docs/theory.md §5.5): a private pre-trial's K runs and
+    the training after it, every release one output, client 0 present or
+    absent.  The scores: the likelihood ratio of the real pipeline (each
+    release 1[canary] + z·N(0, 1), independent: Σ x/z²), the recovery
+    attack's A averaged over its pairs and rounds (exactly 1[canary] where
+    the runs share their noise), and the pre-trial's and the training's
+    likelihood ratios alone."""
+    x, u, z, zt = pipeline_release(s, world, replicas, first_seed, broken)
+    pre = (x / z[None, :, None] ** 2).sum((1, 2))
+    training = u.sum(1) / zt ** 2
+    return {"projection": pre + training, "recovered": recovered(x, z).mean((1, 2)), "pretrial": pre,
+            "training": training}
+
+
+def _pipeline_claim(s: AuditSetting, broken="none") -> float:
+    """The ε the trainer reports for the training after the pre-trial:
+    :func:`paretofl.fl.algorithms.train` with the pre-trial's charges
+    ``spent`` (as ``train --design`` starts every ledger with them): each
+    pre-trial run's own charges, every round of it, composed with the
+    training's.  "pretrial-uncharged": the training's alone."""
+    from .algorithms import train as run
+
+    p = s.params
+    pre, train = _pipeline(s, 1, 0)
+    K = len(p["sigmas"])
+    spent = () if broken == "pretrial-uncharged" else tuple(
+        ch.at(k) for t in range(int(p["pretrial_rounds"])) for ch in pre.charges(t) for k in range(K))
+    _, _, final = run(train, rounds=int(p["rounds"]), delta=p["delta"], spent=spent)
+    return float(final["epsilon"][0])
+
+
 _RUNNERS = {"add-remove": _scores_client, "zero-out": _scores_client, "witness-add-remove": _scores_client,
             "witness-replace": _scores_client, "sample-add": _scores_sample, "sample-replace": _scores_nbafl,
-            "add-remove-run": _scores_run}
+            "add-remove-run": _scores_run, "add-remove-pipeline": _scores_pipeline}
 
 
 def claimed_epsilon(s: AuditSetting | str, broken: str = "none") -> float:
@@ -496,6 +612,8 @@ def claimed_epsilon(s: AuditSetting | str, broken: str = "none") -> float:
     s = audit_setting(s) if isinstance(s, str) else s
     p = s.params
     delta = p.get("delta", 1e-5)
+    if s.canary == "add-remove-pipeline":
+        return _pipeline_claim(s, broken)
     if broken == "amplified-claim":     # the local view charged as the aggregate view's subsampled Gaussian
         return Charge("poisson", p["q"], p["sigma"]).epsilon(delta)
     if broken in ("charged-at-z", "charged-as-before"):   # the sum's z, as if the sensitivity were C

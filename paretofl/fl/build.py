@@ -144,3 +144,22 @@ def assemble(setup: Setup, algorithm: str = "dpfedavg", replicas: int = 1, seeds
     pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds, **kw)
     pol.lower = lower
     return Run(setup, eng, pol)
+
+
+def assemble_pretrial(setup: Setup, q: float, replicas, private: bool, mechanism: str, device: str = "cpu",
+                      lower: str | None = None, **options) -> Run:
+    """A pre-trial's job as its sweep trains it (:func:`paretofl.pretrial.sweep.run_job`)
+    and the audit of the pipeline releases it (:mod:`paretofl.fl.audit`):
+    one replica per (σ, seed) of ``replicas``, client-level DP-FedAvg of
+    ``mechanism`` at rate ``q``, σ per replica.  A ``private`` pre-trial is
+    a release on the clients' data: every replica's generators come from the
+    operating system's entropy, so runs at one seed share no noise (two that
+    did, y₁ = A + z₁W and y₂ = A + z₂W, would give back the noiseless A);
+    a public one is a simulation, its replicas at one seed sharing their
+    draws (σ = 0, the reference, sees the draws every σ sees)."""
+    import numpy as np
+
+    replicas = [(float(s), int(seed)) for s, seed in replicas]
+    return assemble(setup, "dpfedavg", len(replicas), seeds=[seed for _, seed in replicas], device=device,
+                    lower=lower, secure=bool(private), mechanism=mechanism,
+                    sigma=np.array([s for s, _ in replicas]), client_rate=q, **options)

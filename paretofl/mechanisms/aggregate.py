@@ -72,6 +72,10 @@ def expected_cohort(q, n_clients, cohort=None):
 
 _AUDIT = dict(sigma=1.1, q=0.5, clients=4, samples=20, features=50)
 _GROUPS = dict(sigma=1.2 / math.sqrt(2.02), clients=4, samples=20, features=50, rates=(0.01, 1.0))
+#: the pipeline (docs/theory.md §5.5): a private pre-trial of three noise levels at one seed, two rounds each,
+#: then a training of two rounds; every client every round (q = 1, m = 4: z = 2 sigma); delta = 1e-3
+_PIPELINE = dict(clients=4, q=1.0, sigmas=(0.75, 1.0, 1.5), pretrial_rounds=2, sigma=3.0, rounds=2, clip=1.0,
+                 delta=1e-3, features=2, samples=4)
 
 
 @register
@@ -115,6 +119,15 @@ class ClientAggregate(Mechanism):
         AuditSetting("client-aggregate/groups-loose", "client-aggregate", "add-remove",
                      "the same; the canary client in the group sampled at 1", dict(_GROUPS, group_of=(1, 0, 0, 1)),
                      (NOISE_DIV10, NO_CLIP)),
+        AuditSetting("client-aggregate/pipeline", "client-aggregate", "add-remove-pipeline",
+                     "a private pre-trial (sigma = 0.75, 1, 1.5 at one seed, 2 rounds each) and the training after "
+                     "it (sigma = 3, 2 rounds), all 8 releases as one; N = 4, every client every round; claimed: "
+                     "the two composed; delta = 1e-3", dict(_PIPELINE),
+                     (NOISE_DIV10, NO_CLIP,
+                      Break("shared-noise", "the pre-trial's runs at one seed share their random generator, as "
+                                            "before issue 44: y1 = A + z1 W, y2 = A + z2 W give back A"),
+                      Break("pretrial-uncharged", "the training's epsilon alone claimed: the pre-trial's spend "
+                                                  "dropped", claim=True))),
     )
 
     def __init__(self, clip_quantile=None, clip_lr=0.2, count_noise=None):

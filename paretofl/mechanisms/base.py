@@ -155,7 +155,11 @@ class AuditSetting:
       the clients present;
     * "witness-replace": every client sends a, one of them -a instead;
     * "sample-add": one client's data with or without a canary sample;
-    * "sample-replace": the canary sample in place of an ordinary one.
+    * "sample-replace": the canary sample in place of an ordinary one;
+    * "add-remove-run": add-remove over a whole run of T rounds (noise
+      correlated across rounds);
+    * "add-remove-pipeline": add-remove over a private pre-trial's runs and
+      the training after it, all released together.
 
     ``params`` are the setting's numbers (clients, q, sigma, clip, samples,
     features, delta, ``canary``: the canary update's norm before clipping

@@ -106,22 +106,18 @@ def identity(spec: Spec) -> dict:
 def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
     """Train one job and return its rows (one per replica × T of the job);
     ``on_rows(rows)`` receives each T's rows as soon as they are evaluated."""
-    import numpy as np
     import torch
 
     from ..fl.algorithms import History, train
-    from ..fl.build import assemble
+    from ..fl.build import assemble_pretrial
     from ..mechanisms import get as mechanism_of
     from ..theory.privacy import asymptotic_epsilon
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but no CUDA device is available")
-    setup = prepared(spec)
-    sig = np.array([s for s, _ in job.replicas])
-    pol = assemble(setup, "dpfedavg", len(job.replicas), seeds=[seed for _, seed in job.replicas],
-                   device=spec.device, lower=LOWER_CHUNK, secure=spec.private,
-                   mechanism=MECHANISM, sigma=sig, clip=spec.clip, lr=spec.lr, client_rate=job.q,
-                   local_epochs=spec.local_epochs, batch_size=spec.batch_size).policy
+    pol = assemble_pretrial(prepared(spec), job.q, job.replicas, spec.private, MECHANISM, device=spec.device,
+                            lower=LOWER_CHUNK, clip=spec.clip, lr=spec.lr, local_epochs=spec.local_epochs,
+                            batch_size=spec.batch_size).policy
     wanted = set(job.rounds)
     n = spec.clients
     rows, hist = [], History()
