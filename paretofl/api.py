@@ -171,13 +171,15 @@ def pretrial_spend(fit=None, store=None):
     (:class:`paretofl.pretrial.private.Spend`; None for a public one),
     re-derived from the store's spend log wherever the store is there, and
     refused where a file disagrees with it (docs/theory.md §4.D)."""
+    from pathlib import Path
+
     from .pretrial import private
 
     if (fit is None) == (store is None):
         raise ValueError("give fit or store")
     if store is not None:
         return private.of_store(store)
-    return private.of_fit(fit, recommendation.read_fit(fit))
+    return private.of_fit(str(Path(fit).resolve()), recommendation.read_fit(fit))
 
 
 def load_design(path) -> Design:
@@ -185,7 +187,7 @@ def load_design(path) -> Design:
     every privacy figure from its released parameters, and
     :func:`check_design` its private pre-trial's spend from that
     pre-trial's store."""
-    return check_design(Design.load(path), where=f"design file {path}")
+    return check_design(Design.load(path), where=f"design file {path}", near=path)
 
 
 def unit_text(mechanism: str) -> str:
@@ -193,15 +195,17 @@ def unit_text(mechanism: str) -> str:
     return mechanism_of(mechanism).unit_text
 
 
-def check_design(d: Design, where: str = "the design") -> Design:
+def check_design(d: Design, where: str = "the design", near=None) -> Design:
     """Re-derive what a design claims before anything uses it: its figures
     from its parameters (:func:`paretofl.recommendation.check_claims`), and
     the private pre-trial it composes with from that pre-trial's store where
     the store is there (refused where the store charged more than the design
     composes, or where κ came from a private pre-trial whose spend the design
     left out); where the store is absent, the pre-trial's part is marked as
-    taken from the file (``details["pretrial"]["verified"]`` False)."""
-    from pathlib import Path
+    taken from the file (``details["pretrial"]["verified"]`` False).  The
+    files it names are looked for where they were recorded, then beside
+    ``near`` (the design file)."""
+    from .pretrial.private import locate
 
     if not isinstance(d, Design):
         raise ValueError(f"{where} must be a paretofl Design (Design.load(path) reads a saved one), got "
@@ -210,13 +214,11 @@ def check_design(d: Design, where: str = "the design") -> Design:
     pre = d.details.get("pretrial")
     source = d.kappa_source[4:] if isinstance(d.kappa_source, str) and d.kappa_source.startswith("fit ") else None
     store = (pre or {}).get("store") or (d.kappa_source if d.utility_model in ("bound", "bend") else None)
-    found = None
-    if store is not None and Path(store).is_file():
+    found, store, f = None, locate(store, near), locate((pre or {}).get("fit") or source, near)
+    if store is not None:
         found = pretrial_spend(store=store)
-    elif (pre or {}).get("fit") or source:
-        f = (pre or {}).get("fit") or source
-        if Path(f).is_file():
-            found = pretrial_spend(fit=f)
+    elif f is not None:
+        found = pretrial_spend(fit=f)
     if found is not None:
         from .theory.privacy import charges_from_data, compose_epsilon
 

@@ -499,10 +499,18 @@ def _design_groups(a):
 
 def cmd_export(a):
     """export DESIGN.json --to flower|opacus: a saved design in a framework's terms."""
+    if a.to is None and not a.statement:
+        raise ValueError("give --to flower|opacus|jax-privacy (the framework), or --statement (the design's privacy "
+                         "statement), or both")
+    given = [f for f, v in (("--clip", a.clip), ("--client-size", a.client_size), ("--batch-size", a.batch_size),
+                            ("--local-steps", a.local_steps)) if v is not None]
+    if a.to is None and given:
+        raise ValueError(f"{', '.join(given)} only apply with --to (the framework they are for)")
     d = api.load_design(a.design)
     a.export = a.to
     out, lines = {"design_file": a.design}, [f"{a.design}: {d}"]
-    _export(a, d, out, lines)
+    if a.to is not None:
+        _export(a, d, out, lines)
     if a.statement:
         out["statement"] = d.statement()
         lines += [out["statement"], ""]
@@ -676,7 +684,18 @@ def cmd_fit(a):
 def cmd_plot(a):
     paths = api.pretrial_figures(a.results, a.fit, a.out_dir, fmt=a.format.lower(), max_rounds=a.max_rounds,
                                  epsilon=a.epsilon)
-    _emit({"plots": paths}, a.json, "\n".join(f"plot written to {p}" for p in paths))
+    lines = [f"plot written to {p}" for p in paths]
+    try:
+        spend = api.pretrial_spend(store=a.results)
+    except ValueError as exc:            # a store no design may be made from: still plotted, and said
+        spend = None
+        lines.append(f"note: {exc}")
+    out = {"plots": paths, "pretrial_epsilon": None if spend is None else spend.epsilon}
+    if spend is not None:
+        lines.append(f"note: this private pre-trial spent epsilon {spend.epsilon:.4g} on the clients' data "
+                     f"({api.unit_text(api.names()['default_mechanism'])}, all its runs composed, from "
+                     f"{spend.source}); each point's epsilon in the figures is its own run's alone")
+    _emit(out, a.json, "\n".join(lines))
 
 
 def cmd_validate(a):
@@ -826,7 +845,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("export", help="a saved design (design --out) in Flower's or Opacus's own parameters")
     s.add_argument("design", help="the design file (.json) written by design --out")
-    s.add_argument("--to", choices=("flower", "opacus", "jax-privacy"), required=True,
+    s.add_argument("--to", choices=("flower", "opacus", "jax-privacy"),
                    help="the framework (jax-privacy: a bandmf design's correlated noise)")
     s.add_argument("--clip", type=FLOAT, help="flower: the clipping norm C (default: the design's); opacus: the "
                                                "per-sample norm, required")

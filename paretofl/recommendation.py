@@ -46,6 +46,7 @@ from .theory.privacy import (
     DEFAULT_ORDERS,
     RDPAccountant,
     check_delta,
+    compose_epsilon,
     max_steps,
     rdp_curve,
     rdp_to_epsilon,
@@ -87,13 +88,17 @@ def shipped_fit(name: str = "lr_fmnist") -> Path:
 class InfeasibleBudget(ValueError):
     """No allowed (q, T, σ) meets the budget; carries the smallest ε reachable."""
 
-    def __init__(self, epsilon: float, min_epsilon: float, where: dict):
+    def __init__(self, epsilon: float, min_epsilon: float, where: dict, prior_epsilon: float | None = None):
         self.epsilon, self.min_epsilon, self.where = epsilon, min_epsilon, where
-        super().__init__(
-            f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any allowed (q, T, sigma) "
-            f"reaches is {min_epsilon:.4g} (q={where['q']:g}, T=1, sigma={where['sigma']:g}); "
-            "raise epsilon or sigma_max, or lower q"
-        )
+        if prior_epsilon is not None and prior_epsilon >= epsilon:
+            why = (f"budget epsilon={epsilon:g} cannot be met: the private pre-trial alone spent epsilon "
+                   f"{prior_epsilon:.4g}; raise epsilon above it, with room for the training")
+        else:
+            why = (f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any allowed (q, T, sigma) "
+                   f"reaches is {min_epsilon:.4g} (q={where['q']:g}, T=1, sigma={where['sigma']:g}"
+                   + (f", after the private pre-trial's {prior_epsilon:.4g}" if prior_epsilon is not None else "")
+                   + "); raise epsilon or sigma_max, or lower q")
+        super().__init__(why)
 
 
 def read_fit(path) -> dict:
@@ -106,8 +111,10 @@ def read_fit(path) -> dict:
     try:
         data = json.loads(p.read_text())
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"fit file {p} is not JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FIT_FORMAT:
+        raise ValueError(f"fit file {p} is not a paretofl fit: not JSON ({exc})") from None
+    # a file of another kind is refused; one with no format at all is read for its kappa alone (a hand-written
+    # {"kappa": ...}: the same as --kappa)
+    if not isinstance(data, dict) or data.get("format", FIT_FORMAT) != FIT_FORMAT:
         kind = data.get("format") if isinstance(data, dict) else None
         what = ("a design file: give it to train --design or export, and to design the fit it was made from"
                 if kind == DESIGN_FORMAT else f"not a paretofl fit (format {FIT_FORMAT!r} expected, got {kind!r})")
@@ -372,6 +379,8 @@ def account_design(d: Design) -> dict:
     prior = tuple(charges_from_data(pre.get("charges") if isinstance(pre, dict) else None)) if pre is not None else ()
     out = {"pretrial": compose_epsilon(prior, d.delta) if prior else None, "groups": None}
     if d.groups:
+        if pre is not None:
+            raise ValueError("a group design composes no private pre-trial (design refuses the two together)")
         from .budgets import group_epsilons
 
         out["groups"] = group_epsilons(d.mechanism, d.groups, d.group_of, d.sigma, d.delta, d.rounds)
@@ -597,7 +606,8 @@ def search(p: Problem, utility) -> tuple:
     if best is None:
         eps1 = [accts[qq].epsilon(p.sigma_max * accts[qq].zf, 1, p.delta, p.orders) for qq in p.qs]
         k = int(np.argmin(eps1))
-        raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max})
+        pre = compose_epsilon(p.prior, p.delta) if p.prior else None
+        raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max}, pre)
     (u, T, sig), qb = best
     return (u, T, sig, qb), per_q
 
@@ -841,6 +851,8 @@ def design(
         raise ValueError("give one of kappa, fit or a fitted utility model (from_store)")
     kappa, kappa_source = utility.kappa, utility.source
 
+    spend = pretrial if pretrial is not None else _private_pretrial(fit, n)
+    _check_pretrial_fits(spend, n, mech, budgets)
     if budgets is not None:
         from .budgets import Budgets, design_groups, read_budgets
 
@@ -862,10 +874,6 @@ def design(
         recipe_from_spec(d, q, spec)
         return d
 
-    spend = pretrial if pretrial is not None else _private_pretrial(fit, n)
-    if spend is not None and int(spend.clients) != n:
-        raise ValueError(f"the private pre-trial behind kappa ran on {spend.clients} clients: it protects those, so "
-                         f"it designs only for them, not for {n} (run it on your federation's own clients)")
     prior = tuple(spend.charges) if spend is not None else ()
     job = _Job(n, float(epsilon), delta, t_cap, q, q_min, 1.0 if q_max is None else q_max, sigma_min, sigma_max,
                tuple(orders), utility, capped_by_time=len(caps) == 2 and caps[1] < caps[0], prior=prior)
@@ -883,6 +891,32 @@ def design(
         _kappa_range(d, job, _kappa_ci(kappa if kappa_source == "given" else None, fit))
     recipe_from_spec(d, q, spec)
     return d
+
+
+def _check_pretrial_fits(spend, n: int, mech, budgets) -> None:
+    """A private pre-trial's charges compose with a training only where one
+    accountant can hold both, under one neighbouring relation: its own
+    clients, one budget (a group design would have to compose it into every
+    group), paretofl's own accountant (Flower's cannot be told of it), and
+    add/remove or zero-out neighbours (its charges are add/remove; under
+    replace-one a sum moves by 2C).  Anything else is refused in one line."""
+    if spend is None:
+        return
+    if int(spend.clients) != n:
+        raise ValueError(f"the private pre-trial behind κ ran on {spend.clients} clients: it protects those, so it "
+                         f"designs only for them, not for {n} (run it on your federation's own clients)")
+    why = None
+    if budgets is not None:
+        why = "per-client budgets: each group would have to carry the pre-trial's spend, which is not designed yet"
+    elif mech.framework != "paretofl":
+        why = (f"{mech.name} runs in Flower, whose accountant cannot be told of the pre-trial's subsampled runs"
+               + (", and whose replace-one neighbours would double its charges' sensitivity"
+                  if mech.relation.startswith("replace-one") else ""))
+    elif mech.relation.startswith("replace-one"):
+        why = f"{mech.name} protects replace-one neighbours, under which the pre-trial's add/remove charges do not hold"
+    if why is not None:
+        raise ValueError(f"a private pre-trial's spend cannot be composed with this design ({why}): design with "
+                         "mechanism client-aggregate, client-local or bandmf and one budget, or borrow κ")
 
 
 @dataclass(frozen=True)

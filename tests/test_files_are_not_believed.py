@@ -25,6 +25,11 @@ DESIGN_READERS = {
     "--statement": ["export", "FILE", "--to", "flower", "--statement"],
     "train --design": ["train", "--design", "FILE", "--replicas", "1"],
 }
+#: a design with a private pre-trial runs in paretofl's trainer (Flower's accountant cannot hold the pre-trial)
+PRIVATE_READERS = {
+    "--statement": ["export", "FILE", "--statement"],
+    "train --design": ["train", "--design", "FILE", "--replicas", "1"],
+}
 
 
 def _edit(path, change):
@@ -137,8 +142,7 @@ def private(tmp_path_factory):
     f = paretofl.fit(str(d / "p.sqlite"), bootstrap=0)
     f.blocking = []          # the runs' noise is the OS's: whether this tiny grid learned varies run to run
     f.save(d / "p_fit.json")
-    design = paretofl.design(40, 12.0, delta=1e-4, max_rounds=30, sigma_min=0.05, fit=str(d / "p_fit.json"),
-                             framework="flower")
+    design = paretofl.design(40, 12.0, delta=1e-4, max_rounds=30, sigma_min=0.05, fit=str(d / "p_fit.json"))
     design.dataset, design.model = "digits", "lr"
     design.save(d / "design.json")
     return d
@@ -156,7 +160,7 @@ PRIVATE_CLASSES = {
 def test_a_private_design_is_read_back_with_its_pre_trial_re_derived(private, capsys):
     d = paretofl.api.load_design(private / "design.json")
     assert d.details["pretrial"]["verified"]
-    assert main(["export", str(private / "design.json"), "--to", "flower", "--statement"]) == 0
+    assert main(["export", str(private / "design.json"), "--statement"]) == 0
     assert "spend log" in capsys.readouterr().out
 
 
@@ -166,7 +170,7 @@ def test_every_tampered_private_design_is_refused(private, tmp_path, capsys):
         path = tmp_path / f"{name.replace(' ', '_')}.json"
         path.write_text((private / "design.json").read_text())
         _edit(path, change)
-        for reader, argv in DESIGN_READERS.items():
+        for reader, argv in PRIVATE_READERS.items():
             _refused(capsys, [str(path) if a == "FILE" else a for a in argv], match)
             tried[name] += 1
     # the charges cut and epsilon edited to match: the store's spend log still says what was spent
@@ -177,7 +181,7 @@ def test_every_tampered_private_design_is_refused(private, tmp_path, capsys):
     train_alone = paretofl.recommendation.Design(**{k: v for k, v in d.items() if k not in ("format", "framework")})
     d["epsilon"] = paretofl.recommendation.account_design(train_alone)["epsilon"]
     path.write_text(json.dumps(d))
-    for reader, argv in DESIGN_READERS.items():
+    for reader, argv in PRIVATE_READERS.items():
         _refused(capsys, [str(path) if a == "FILE" else a for a in argv], "under-reported")
         tried["pre-trial removed, epsilon made to match"] += 1
     print("tampered private designs tried, per class:", dict(tried))
@@ -186,10 +190,12 @@ def test_every_tampered_private_design_is_refused(private, tmp_path, capsys):
 #: tampered fit classes
 FIT_CLASSES = {
     "private fit marked public": (_set(private=False), None),
-    "private fields removed": (_drop("private", "private_charges", "private_epsilon"), None),
+    "private fields removed": (_drop("private", "private_charges", "private_epsilon"), "missing or damaged"),
     "a charge's sigma raised": (lambda d: d["private_charges"][0].update(
         noise_multiplier=2 * d["private_charges"][0]["noise_multiplier"]), "spent"),
-    "charges deleted": (_set(private_charges=[]), None),
+    "charges deleted": (_set(private_charges=[]), "lists no charges"),
+    "marked public throughout": (lambda d: (d.update(private=False, private_charges=[], private_epsilon=None),
+                                            d["spec"].pop("private")), "without privacy"),   # its spec: subset all
     "epsilon edited": (_set(private_epsilon=0.01), "charges compose to"),
 }
 
@@ -201,7 +207,7 @@ def test_every_tampered_private_fit_is_re_derived_or_refused(private, tmp_path, 
     and marked unverified."""
     truth = paretofl.api.pretrial_spend(store=str(private / "p.sqlite")).epsilon
     tried = Counter()
-    argv = ["design", "--clients", "40", "--budget", "12", "--delta", "1e-4", "--max-rounds", "30", "--framework", "flower",
+    argv = ["design", "--clients", "40", "--budget", "12", "--delta", "1e-4", "--max-rounds", "30",
             "--sigma-min", "0.05", "--json", "--fit"]
     for name, (change, match) in FIT_CLASSES.items():
         path = tmp_path / f"{name.replace(' ', '_')}.json"

@@ -412,7 +412,7 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
         n_runs=res.n_runs, n_seeds=int(n_seeds), n_front=len(idx), n_fit=len(fit_idx),
         within_fraction=within, distance=distance,
         clients=res.clients, q=sorted({float(x) for x in res.q}), epsilon_model=epsilon, reference=reference,
-        bootstrap=bootstrap, kappa_ci_method=method, front=front, results=res.path, spec=res.base,
+        bootstrap=bootstrap, kappa_ci_method=method, front=front, results=str(Path(res.path).resolve()), spec=res.base,
         problems=(probs := _problems(res, kappa, kappa_ci, slope, distance, bootstrap, fit_idx)),
         blocking=[p for p in probs if p.startswith(FIT_BLOCKING)], notes=_notes(res),
         private=res.private, private_charges=_plain_charges(res.charges),

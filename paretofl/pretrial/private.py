@@ -78,13 +78,29 @@ class Spend:
     store: str | None = None
 
 
+def _unprotected(base: dict, where) -> None:
+    """A pre-trial that trained on the clients' own data without privacy
+    (subset rest or all, not private: a noise-free reference among its
+    runs) released their data: nothing designed from it can be private."""
+    if not base.get("private") and base.get("subset", "public") != "public":
+        raise ValueError(f"{where} trained on the clients' own data (subset {base.get('subset')!r}) without privacy, "
+                         "a run without noise among them: its runs released that data, so no design from it is "
+                         "private; run it with private = true and an epsilon, or on the public share "
+                         "(subset = \"public\")")
+
+
 def of_store(path) -> Spend | None:
     """A results store's spend (None for a public pre-trial), re-derived
-    from its spend log (:meth:`Store.spend`, refused where it was changed)."""
+    from its spend log (:meth:`Store.spend`, refused where it was changed);
+    a store of the clients' own data trained without privacy is refused."""
+    from pathlib import Path
+
     from .store import Store
 
+    path = str(Path(path).resolve())
     st = Store(path)
     try:
+        _unprotected(st.base, path)
         if not st.private:
             return None
         log, base = st.spend(), st.base
@@ -95,7 +111,26 @@ def of_store(path) -> Spend | None:
     if not ch:
         raise ValueError(f"{path} is a private pre-trial that has charged no run yet: run it (paretofl pretrial) "
                          "before designing with it")
-    return Spend(ch, compose_epsilon(ch, delta), delta, clients, f"the spend log of {path}", True, store=str(path))
+    return Spend(ch, compose_epsilon(ch, delta), delta, clients, f"the spend log of {path}", True, store=path)
+
+
+def locate(recorded, near=None):
+    """Where a file a fit or design names is: its recorded path (absolute,
+    or from the working folder), else beside ``near`` (the file that names
+    it, by its relative path or its name); None where it is nowhere."""
+    from pathlib import Path
+
+    if not isinstance(recorded, str) or not recorded:
+        return None
+    p = Path(recorded)
+    cands = [p]
+    if near is not None:
+        base = Path(near).resolve().parent
+        cands += [base / p, base / p.name] if not p.is_absolute() else [base / p.name]
+    for c in cands:
+        if c.is_file():
+            return str(c.resolve())
+    return None
 
 
 def _fit_says_private(data: dict) -> bool:
@@ -106,58 +141,55 @@ def _fit_says_private(data: dict) -> bool:
 
 def of_fit(path, data: dict) -> Spend | None:
     """The spend of the pre-trial behind a fit file (``data``, its JSON),
-    None for a public one.  Where the fit's results store is there, its
-    spend log decides (a fit marked public whose store is private is
-    private; a store that charged more since the fit is charged in full),
-    and a fit that claims more than its store logged is not that store's;
-    where the store is absent, the fit's own charges are taken, checked
-    against its own ε, and marked unverified."""
-    from pathlib import Path
-
-    store = data.get("results")
+    None for a public one.  The fit's results store, where it is found (its
+    recorded path, or beside the fit), decides: it must be the fit's own
+    (the same spec), its spend log is charged in full (a store that charged
+    more since the fit, a fit marked public whose store is private), and a
+    fit that claims more than the log, or lost the charges it recorded, is
+    refused.  Where the store is absent, the fit's own charges are taken,
+    checked against its own ε, and marked unverified."""
     spec = data.get("spec") if isinstance(data.get("spec"), dict) else None
-    here = isinstance(store, str) and Path(store).is_file()
+    _unprotected(spec or {}, f"the pre-trial behind {path}")
+    store = locate(data.get("results"), near=path)
     from_store = None
-    if here:
+    if store is not None:
         from .store import Store
 
         st = Store(store)
         try:
-            same = spec is not None and st.base == spec
+            base = st.base
         finally:
             st.close()
-        if same:
+        if (spec is None or base != spec) and (base.get("private") or (spec or {}).get("private")):
+            raise ValueError(f"{path} names the store {store}, which holds another pre-trial than the one it was "
+                             "fitted on (their specs differ): run \"paretofl fit\" on the store again, or move the "
+                             "fit beside its own store")
+        if spec is not None and base == spec:
             from_store = of_store(store)
-    if from_store is None and not _fit_says_private(data):
+    says = _fit_says_private(data)
+    if from_store is None and not says:
         return None
-    claimed = None
-    if _fit_says_private(data):
+    claimed, delta, clients = None, None, None
+    if says:
         try:
             claimed = tuple(charges_from_data(data.get("private_charges")))
-            delta = float((spec or {}).get("delta", data.get("delta", 1e-5)))
+            delta = float((spec or {}).get("delta", 1e-5))
             clients = int(data["clients"])
         except (KeyError, TypeError, ValueError) as exc:
-            if from_store is None:
-                raise ValueError(f"fit {path} is from a private pre-trial but what it spent is missing or damaged "
-                                 f"({exc}): fit its store again (paretofl fit STORE)") from None
-        else:
-            if not claimed:
-                if from_store is None:
-                    raise ValueError(f"fit {path} is from a private pre-trial but lists no charges: fit its store "
-                                     "again (paretofl fit STORE)")
-            else:
-                eps = compose_epsilon(claimed, delta)
-                said = data.get("private_epsilon")
-                if not isinstance(said, (int, float)) or not abs(float(said) - eps) <= 1e-6 * max(1.0, eps):
-                    raise ValueError(f"fit {path} says its private pre-trial spent epsilon {said!r}, but its charges "
-                                     f"compose to {eps:.6g}: the file was changed; fit the store again")
+            raise ValueError(f"{path} is the fit of a private pre-trial but what it spent is missing or damaged "
+                             f"({exc}): run \"paretofl fit\" on its store again") from None
+        if not claimed:
+            raise ValueError(f"{path} is the fit of a private pre-trial but lists no charges: run \"paretofl fit\" "
+                             "on its store again")
+        eps = compose_epsilon(claimed, delta)
+        said = data.get("private_epsilon")
+        if not isinstance(said, (int, float)) or not abs(float(said) - eps) <= 1e-6 * max(1.0, eps):
+            raise ValueError(f"{path} says its private pre-trial spent epsilon {said!r}, but its charges compose to "
+                             f"{eps:.6g}: the file was changed; run \"paretofl fit\" on its store again")
     if from_store is not None:
         if claimed and compose_epsilon(claimed, from_store.delta) > from_store.epsilon * (1 + 1e-9):
-            raise ValueError(f"fit {path} says its pre-trial spent more than the spend log of its store {store}: "
-                             "the fit is not that store's; fit the store again")
+            raise ValueError(f"{path} says its pre-trial spent more than the spend log of its store {store}: that "
+                             "store is not the one it was fitted on; run \"paretofl fit\" on the store again")
         return replace(from_store, fit=str(path))
-    if not here:
-        where = f"the fit {path}, unverified: its store {store} is absent"
-    else:
-        where = f"the fit {path}, unverified: {store} is not the store it was fitted on"
+    where = f"the fit {path}, unverified: its store {data.get('results')} is not there"
     return Spend(claimed, compose_epsilon(claimed, delta), delta, clients, where, False, fit=str(path))

@@ -159,9 +159,13 @@ class Spec:
         num("local_epochs", 0, 1000, integer=True)
         num("batch_size", 0, 1_000_000, integer=True)
         num("delta", 0, 0.5)
-        if isinstance(self.clients, int) and self.delta >= 1 / self.clients:
-            bad(f"delta = {self.delta:g} is not below 1/{self.clients} (one over the clients protected): publishing "
-                f"one client's data outright meets it; use delta well below, e.g. {1 / self.clients ** 2:.0e}")
+        if isinstance(self.clients, int):      # the one check every delta meets (theory.privacy.check_delta)
+            from ..theory.privacy import check_delta
+
+            try:
+                check_delta(self.delta, self.clients)
+            except ValueError as exc:
+                bad(str(exc))
         num("chunk", 0, 100_000, integer=True)
         from ..mechanisms import get as mechanism_of
 

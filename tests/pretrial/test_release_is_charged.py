@@ -11,6 +11,7 @@ noise they differ by about the noise itself.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 
@@ -223,9 +224,9 @@ def test_training_a_design_of_a_private_store_starts_from_its_spend(shipped_priv
     assert d.details["pretrial"]["verified"]
     r = paretofl.train(design=d, replicas=1)
     assert r.epsilon == pytest.approx(d.epsilon, rel=1e-9) and r.epsilon > d.details["pretrial"]["training_epsilon"]
-    # the same fit marked public, its charges removed: its store still says what was spent
+    # the same fit marked public: its spec and its store still say what was spent
     data = json.loads(fit_path.read_text())
-    data.update(private=False, private_charges=[], private_epsilon=None)
+    data.update(private=False)
     fit_path.write_text(json.dumps(data))
     again = paretofl.design(n, budget, delta=delta, max_rounds=5, sigma_min=0.05, fit=str(fit_path))
     assert again.epsilon == pytest.approx(d.epsilon, rel=1e-12) and again.details["pretrial"]["verified"]
@@ -271,3 +272,100 @@ def test_a_private_store_never_spends_past_its_epsilon_across_sweeps(tmp_path):
         run_sweep(second, tmp_path / "p.sqlite", progress=False)
     assert "\n" not in str(e.value)
     assert of_store(tmp_path / "p.sqlite").epsilon == before
+
+
+# ---------------------------------------------------------------------------
+# what an attacker found on a fresh clone (each a class, fixed in one place)
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def shipped_fit_file(shipped_private, tmp_path_factory):
+    path, n, delta = shipped_private
+    f = paretofl.fit(str(path), bootstrap=0)
+    out = path.parent / "private_fit.json"
+    f.save(out)
+    return out, n, delta, f.private_epsilon
+
+
+@pytest.mark.parametrize("kw,why", [
+    (dict(framework="flower"), "Flower"),
+    (dict(framework="flower-accounted"), "Flower"),
+    (dict(budgets="BUDGETS", epsilon=None), "per-client budgets"),
+])
+def test_a_private_pre_trial_is_composed_only_where_one_accountant_can_hold_it(shipped_fit_file, tmp_path, kw, why):
+    """Group designs, Flower's two modes (its own accountant; replace-one)
+    would print an ε without the pre-trial's spend, or under the wrong
+    relation: refused in one line."""
+    fit_path, n, delta, pre = shipped_fit_file
+    if kw.get("budgets") == "BUDGETS":
+        (tmp_path / "b.csv").write_text(f"share,epsilon\n0.5,{2 * pre:g}\n0.5,{4 * pre:g}\n")
+        kw = dict(kw, budgets=str(tmp_path / "b.csv"))
+    args = dict(n_clients=n, epsilon=2 * pre, delta=delta, max_rounds=60, sigma_min=0.05, fit=str(fit_path))
+    args.update(kw)
+    with pytest.raises(ValueError, match=why) as e:
+        paretofl.design(**args)
+    assert "cannot be composed" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_pre_trial_on_the_clients_data_without_privacy_designs_nothing(tmp_path):
+    """subset rest or all without private = true: its runs (a noise-free
+    reference among them) released the clients' data; every reader refuses."""
+    spec = Spec.from_dict(dict(dataset="digits", model="lr", subset="all", public_fraction=1.0, clients=N, q=[1.0],
+                               sigmas=[1.0, 2.0], rounds=[2, 4], seeds=1, clip=1.0, lr=0.5, delta=1e-4))
+    run_sweep(spec, tmp_path / "rest.sqlite", progress=False)
+    with pytest.raises(ValueError, match="without privacy"):
+        paretofl.design(N, 8.0, delta=1e-4, max_rounds=30, from_store=str(tmp_path / "rest.sqlite"))
+    f = paretofl.fit(str(tmp_path / "rest.sqlite"), bootstrap=0)
+    f.blocking = []
+    f.save(tmp_path / "rest_fit.json")
+    with pytest.raises(ValueError, match="without privacy"):
+        paretofl.design(N, 8.0, delta=1e-4, max_rounds=30, fit=str(tmp_path / "rest_fit.json"))
+
+
+def test_a_fit_finds_its_store_beside_it_wherever_it_is_read_from(shipped_fit_file, tmp_path, monkeypatch):
+    """Recorded paths resolve from the working folder or beside the file
+    that records them: a fit and store moved together, a design read from
+    another folder, are re-derived from the store, not marked unverified."""
+    import shutil
+
+    fit_path, n, delta, pre = shipped_fit_file
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copy(fit_path, moved / "private_fit.json")
+    shutil.copy(fit_path.parent / "private.sqlite", moved / "private.sqlite")
+    data = json.loads((moved / "private_fit.json").read_text())
+    data["results"] = "private.sqlite"                      # relative, as an older fit recorded it
+    (moved / "private_fit.json").write_text(json.dumps(data))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    d = paretofl.design(n, 2 * pre, delta=delta, max_rounds=60, sigma_min=0.05, fit=str(moved / "private_fit.json"))
+    assert d.details["pretrial"]["verified"]
+    d.save(moved / "design.json")
+    # the design's recorded store is absolute: move the folder, read it from elsewhere
+    shutil.move(str(moved), str(tmp_path / "again"))
+    back = paretofl.api.load_design(tmp_path / "again" / "design.json")
+    assert back.details["pretrial"]["verified"] and str(tmp_path / "again") in back.details["pretrial"]["source"]
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda d: d.update(private_charges=[]), "lists no charges"),
+    (lambda d: d.pop("private_charges"), "missing or damaged"),
+    (lambda d: (d.update(private=False, private_charges=[], private_epsilon=None), d["spec"].pop("private")),
+     "another pre-trial|without privacy"),
+    (lambda d: d["spec"].update(lr=0.2), "another pre-trial"),
+])
+def test_a_fit_that_disagrees_with_its_store_is_refused(shipped_fit_file, tmp_path, edit, match):
+    fit_path, n, delta, pre = shipped_fit_file
+    data = json.loads(fit_path.read_text())
+    edit(data)
+    path = tmp_path / "edited_fit.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=match) as e:
+        paretofl.design(n, 2 * pre, delta=delta, max_rounds=60, sigma_min=0.05, fit=str(path))
+    assert "\n" not in str(e.value)
+
+
+def test_a_budget_the_pre_trial_spent_names_the_pre_trial(shipped_fit_file):
+    fit_path, n, delta, pre = shipped_fit_file
+    with pytest.raises(ValueError, match="the private pre-trial alone spent"):
+        paretofl.design(n, 0.9 * pre, delta=delta, max_rounds=60, sigma_min=0.05, fit=str(fit_path))
