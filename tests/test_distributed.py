@@ -175,7 +175,64 @@ def test_mechanism_options_are_checked():
         M.get("distributed").charge(0.1, 1.0, 100) and M.get("distributed").inflation
     with pytest.raises(ValueError, match="dropout"):
         M.get("distributed", dropout=1.0)
-    m = M.get("distributed", bits=12, scaled_clip=10.0, dim=100, dropout=0.2)
+    m = M.get("distributed", bits=12, scaled_clip=10.0, dim=100, dropout=0.2, rounding_beta=0.5)
     assert m.padded == 128
     assert m.error_ratio(5) == pytest.approx(m.inflation ** 2 / 0.8)
     assert m.inflation > 1
+
+
+# ---------------------------------------------------------------- the trainer's release
+def _release(**params):
+    from dataclasses import replace
+
+    from paretofl.fl.audit import _policy, _synthetic
+
+    s = M.audit_setting("distributed")
+    s = replace(s, params=dict(s.params, **params))
+    p = s.params
+    pol = _policy(s, _synthetic(p["samples"] * p["clients"], 12345, p["features"]), p["clients"], 3, 7)
+    return pol
+
+
+def test_release_dequantises_the_mean_and_wraps_with_too_few_bits():
+    """No noise (σ tiny), 20 bits: the dequantised mean is the clipped
+    updates' mean within the rounding's error; 4 bits: the modular sum wraps."""
+    import torch
+
+    pol = _release(sigma=1e-9, scaled_clip=4096.0, clients=4)
+    eng, rel = pol.engine, pol.release
+    glob = [torch.zeros_like(g) for g in eng.init_global()]
+    c = rel.select(np.ones(eng.R, dtype=bool))
+    upd = torch.randn(c.size, eng.net.n_params, generator=torch.Generator().manual_seed(0)) * 0.01
+    clipped, _ = eng.clip_rows(upd, 1.0)
+    want = eng.replica_sum(clipped, c) / torch.as_tensor(c.counts, dtype=clipped.dtype)[:, None]
+    got = eng.flat(rel.release(glob, upd, c, np.ones(eng.R, dtype=bool)))
+    assert not rel.aborted.any()
+    assert float((got - want).abs().max()) < 2.0 / 4096          # rounding: < 1 grid step per client
+    rel.modulus_bits = 4
+    wrapped = eng.flat(rel.release(glob, upd * 100, c, np.ones(eng.R, dtype=bool)))
+    assert float((wrapped - want * 100).abs().max()) > 0.01
+
+
+def test_release_aborts_below_the_dropout_bound_and_noise_carries_the_charge():
+    """Dropout bound 0.5, every client dropping with probability 0.9: rounds
+    with fewer than half of the cohort surviving release nothing; those that
+    release carry at least the charged variance (z Δ / γ per coordinate)."""
+    import torch
+
+    pol = _release(clients=4, dropout=0.5, sigma=1.0, scaled_clip=64.0)
+    eng, rel = pol.engine, pol.release
+    glob = [torch.zeros_like(g) for g in eng.init_global()]
+    rel.drop_rate = 0.9
+    c = rel.select(np.ones(eng.R, dtype=bool))
+    upd = torch.zeros(c.size, eng.net.n_params)
+    out = eng.flat(rel.release(glob, upd, c, np.ones(eng.R, dtype=bool)))
+    for r in range(eng.R):
+        if rel.survived[r] < 2:
+            assert rel.aborted[r] and float(out[r].abs().max()) == 0.0
+    rel.drop_rate = 0.0
+    out = eng.flat(rel.release(glob, upd, c, np.ones(eng.R, dtype=bool)))
+    std = float(out.std()) * 4 * 64.0                              # back to the sum on the grid (k = 4, C = 1)
+    want = math.sqrt(rel.variance(0))
+    assert std >= want * 0.95                                       # 4 noisers of mu/2 each: 2 mu
+    assert std == pytest.approx(want * math.sqrt(2), rel=0.05)

@@ -63,8 +63,8 @@ class DistributedSkellam(Mechanism):
     noise_on = "distributed"
     split = "client"
     designable = True
-    options = ("local_epochs", "batch_size", "bits", "scaled_clip", "dim", "beta", "dropout")
-    constructor_options = ("bits", "scaled_clip", "dim", "beta", "dropout")
+    options = ("local_epochs", "batch_size", "bits", "scaled_clip", "dim", "rounding_beta", "dropout")
+    constructor_options = ("bits", "scaled_clip", "dim", "rounding_beta", "dropout")
     audits = (
         AuditSetting("distributed", "distributed", "zero-out-sum",
                      "N = 2, every client every round, sigma = 1 (z = 1.41), 20 bits, scaled clip 1 over 1024 "
@@ -86,7 +86,7 @@ class DistributedSkellam(Mechanism):
                                             "survived (mu/|S|), with half of them dropping"))),
     )
 
-    def __init__(self, bits=16, scaled_clip=None, dim=None, beta=sk.DEFAULT_BETA, dropout=0.0):
+    def __init__(self, bits=16, scaled_clip=None, dim=None, rounding_beta=sk.DEFAULT_BETA, dropout=0.0):
         if isinstance(bits, bool) or not isinstance(bits, (int, np.integer, float)) or bits != int(bits) \
                 or not 2 <= bits <= sk.MAX_BITS:
             raise ValueError(f"bits must be a whole number in [2, {sk.MAX_BITS}], got {bits!r}")
@@ -96,8 +96,9 @@ class DistributedSkellam(Mechanism):
         if dim is not None and (isinstance(dim, bool) or int(dim) != dim or dim < 1):
             raise ValueError(f"dim (the model's number of weights) must be a positive whole number, got {dim!r}")
         self.dim = None if dim is None else int(dim)
+        beta = rounding_beta
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < 1:
-            raise ValueError(f"beta must be a number in (0, 1), got {beta!r}")
+            raise ValueError(f"rounding_beta must be a number in (0, 1), got {beta!r}")
         self.beta = float(beta)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
@@ -108,7 +109,7 @@ class DistributedSkellam(Mechanism):
                 f"beta={self.beta:.4g}, dropout={self.dropout:g})")
 
     def options_dict(self) -> dict:
-        return {"bits": self.bits, "scaled_clip": self.scaled_clip, "dim": self.dim, "beta": self.beta,
+        return {"bits": self.bits, "scaled_clip": self.scaled_clip, "dim": self.dim, "rounding_beta": self.beta,
                 "dropout": self.dropout}
 
     # ------------------------------------------------------------ the grid
