@@ -52,7 +52,9 @@ def round_conditional(x: torch.Tensor, bound: float, gen: torch.Generator, neare
     frac = x - lo
     out = lo + (torch.rand(x.shape, dtype=x.dtype, device=x.device, generator=gen) < frac).to(x.dtype)
     bad = out.pow(2).sum(1) > bound * bound
-    while bool(bad.any()):
+    for _ in range(200):      # each try fails with probability <= beta; only a vector past its clip fails always
+        if not bool(bad.any()):
+            break
         redo = lo[bad] + (torch.rand(lo[bad].shape, dtype=x.dtype, device=x.device, generator=gen)
                           < frac[bad]).to(x.dtype)
         out[bad] = redo
@@ -86,3 +88,20 @@ def survivors(n: int, drop: float, gen: torch.Generator, device) -> torch.Tensor
 def n_min(selected: int, dropout: float) -> int:
     """⌈(1 − dropout)·|S|⌉ (at least 1): the fewest survivors a round releases with."""
     return max(1, int(np.ceil((1.0 - dropout) * selected - 1e-9)))
+
+
+def break_release(rel, broken: str, params: dict) -> None:
+    """The audit's broken copies of :class:`paretofl.fl.release.DistributedRelease`
+    (the ``distributed`` mechanism's breaks), applied to a built release."""
+    if "drop" in params:
+        rel.drop_rate, rel.keep = float(params["drop"]), 0      # the canary's client (0) always survives
+    if broken == "no-inflation":           # round to nearest, noise set for c as if rounding inflated nothing
+        rel.nearest, rel.calibrated_to = True, rel.scaled
+    elif broken == "fit-to-bits":          # 6 bits: the noise cut to fit them (std 2^5/4), the sum modulo 2^6
+        rel.modulus_bits = 6
+        z = float(rel.sigma[0]) * math.sqrt(float(rel.cohort[0]))
+        rel.calibrated_to = min(rel.calibrated_to, 2.0 ** 5 / 4 / z)
+    elif broken == "fewer-noisers":        # each adds the share of a cohort of 128
+        rel.noise_split = lambda n, need: 128
+    elif broken == "noise-of-all":         # each adds mu/|S| as if every selected client survived
+        rel.noise_split = lambda n, need: n

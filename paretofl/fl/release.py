@@ -474,6 +474,7 @@ class DistributedRelease(SumRelease):
         self.calibrated_to, self.modulus_bits, self.noise_split, self.nearest = self.sensitivity, self.bits, None, False
         self.aborted = np.zeros(engine.R, dtype=bool)
         self.survived = np.zeros(engine.R, dtype=int)
+        self.keep = None                                   # a client that never drops (the audit's canary)
 
     def variance(self, r: int) -> float:
         """μ of replica r: (z·Δ)², z = σ√m, in grid units."""
@@ -503,6 +504,8 @@ class DistributedRelease(SumRelease):
             mu = self.variance(r) if self.sigma[r] > 0 else 0.0
             shares = ints + qz.skellam(ints.shape, mu / split, g, eng.device)
             alive = qz.survivors(n, self.drop_rate, g, eng.device)
+            if self.keep is not None:                      # the audit's canary client survives
+                alive = alive | (c.client[b[r]:b[r + 1]] == self.keep)
             k = int(alive.sum())
             self.survived[r] = k
             if k < need:                                   # secure aggregation aborts: nothing released

@@ -41,11 +41,10 @@ from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, p
 
 __all__ = ["DistributedSkellam"]
 
-#: the audit: two clients, both every round, a small scaled clip over a 1024-coordinate rotation, so that
-#: rounding inflates the sensitivity 17-fold and a break of it shows
-_AUDIT = dict(q=1.0, clients=2, samples=20, features=50, sigma=1.0, bits=20, scaled_clip=1.0, dim=520,
-              dropout=0.0, canary=10.0)
-
+#: the audits: every client every round, z = 3.2 sqrt(2) = 4.5 (zero-out, participation seen), 20 bits, LR on 50
+#: features (520 weights: 1024 rotated coordinates); a scaled clip of 1000 (rounding inflates the sensitivity by
+#: 2 %), or of 16.3 (the canary's rotated coordinates 0.51: rounding to nearest doubles its norm)
+_AUDIT = dict(q=1.0, clients=2, samples=20, features=50, sigma=3.2, bits=20, scaled_clip=1000.0, dropout=0.0)
 
 @register
 class DistributedSkellam(Mechanism):
@@ -67,23 +66,21 @@ class DistributedSkellam(Mechanism):
     constructor_options = ("bits", "scaled_clip", "dim", "rounding_beta", "dropout")
     audits = (
         AuditSetting("distributed", "distributed", "zero-out-sum",
-                     "N = 2, every client every round, sigma = 1 (z = 1.41), 20 bits, scaled clip 1 over 1024 "
-                     "rotated coordinates (520 weights): rounding inflates the sensitivity 17-fold",
+                     "N = 2, every client every round, sigma = 3.2 (z = 4.5), 20 bits, scaled clip 1000",
                      dict(_AUDIT),
                      (NOISE_DIV10, NO_CLIP,
-                      Break("no-inflation", "the noise calibrated to the scaled clip c, as if rounding did not "
-                                            "inflate the sensitivity to Delta (17 c here)"),
-                      Break("wrap", "too few bits: the noise calibrated for 20 bits, the sum taken modulo 2^6, "
-                                    "so it wraps and the noise's magnitude is lost"),
-                      Break("fewer-noisers", "the noise of the whole sum split among 4 clients when 2 take part: "
-                                             "half the variance charged"))),
+                      Break("fit-to-bits", "too few bits (6) for the charged noise: the sum would wrap, so the "
+                                           "noise is cut to fit the modulus (std 2^5/4)"),
+                      Break("fewer-noisers", "each client adds the share of a cohort of 128 (mu/128) when 2 take "
+                                             "part: 1/64 of the variance charged"))),
         AuditSetting("distributed/dropout", "distributed", "zero-out-sum",
-                     "N = 4, every client every round, a dropout bound of 0.5 and half of the clients dropping: "
-                     "the survivors' noise must still carry the charge",
-                     dict(_AUDIT, clients=4, dropout=0.5, drop=0.5, scaled_clip=4.0),
+                     "N = 32, every client every round, a dropout bound of 31/32 and 31/32 of the clients dropping "
+                     "(the canary's client never: the adversary sees who survived): the survivors' noise must carry "
+                     "the charge",
+                     dict(_AUDIT, clients=32, samples=5, sigma=3.2 / 4, dropout=31 / 32, drop=31 / 32),
                      (NOISE_DIV10,
                       Break("noise-of-all", "each client adds its share of the noise as if every selected client "
-                                            "survived (mu/|S|), with half of them dropping"))),
+                                            "survived (mu/|S|)"))),
     )
 
     def __init__(self, bits=16, scaled_clip=None, dim=None, rounding_beta=sk.DEFAULT_BETA, dropout=0.0):
