@@ -61,7 +61,8 @@ class DistributedSkellam(Mechanism):
     selection = "poisson"
     noise_on = "distributed"
     split = "client"
-    designable = True
+    #: not yet: the generic (q, T, sigma) search ignores the quantisation error and the wrap, and needs dim
+    designable = False
     options = ("local_epochs", "batch_size", "bits", "scaled_clip", "dim", "rounding_beta", "dropout")
     constructor_options = ("bits", "scaled_clip", "dim", "rounding_beta", "dropout")
     audits = (
