@@ -15,8 +15,8 @@ from paretofl.theory.ledger import Ledger
 
 
 def test_the_registry_lists_every_mechanism_once_with_what_it_says_of_itself():
-    assert M.names() == ("client-aggregate", "bandmf", "bandmf-amplified", "flower", "flower-accounted",
-                         "client-local", "nbafl", "sample")
+    assert M.names() == ("client-aggregate", "bandmf", "bandmf-amplified", "distributed", "flower",
+                         "flower-accounted", "client-local", "nbafl", "sample")
     assert set(M.names(designable=True)) == {"client-aggregate", "client-local", "flower", "flower-accounted",
                                              "bandmf", "bandmf-amplified"}
     assert "nbafl" not in M.names(trainable=True)
@@ -41,8 +41,9 @@ def test_every_audit_setting_lists_the_noise_and_clipping_breaks():
             continue
         assert "noise/10" in s.break_names(), s.name
         # adaptive clipping's canary fits under C (it must, to move the count):
-        # its clipping is audited by the plain aggregate setting, the same code
-        assert "no-clip" in s.break_names() or s.name == "client-aggregate/adaptive", s.name
+        # its clipping is audited by the plain aggregate setting, the same code (and distributed/dropout's
+        # by the plain distributed setting)
+        assert "no-clip" in s.break_names() or s.name in ("client-aggregate/adaptive", "distributed/dropout"), s.name
     names = [s.name for s in M.audit_settings()]
     assert len(names) == len(set(names))
     assert {"client-aggregate/adaptive", "client-local/groups", "flower", "flower-accounted"} <= set(names)

@@ -349,6 +349,9 @@ def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none",
         rel.group_sigmas[:] = rel.group_sigmas.min()
     if broken == "count-uncharged":   # the sum noised at the full charge, the count on top
         rel.update_factor[:] = 1.0
+    if s.mechanism == "distributed":     # its broken copies (and the simulated dropout) set on its release
+        from .quantise import break_release
+        break_release(rel, broken, p)
     return pol
 
 
@@ -411,6 +414,8 @@ def _scores_client(s: AuditSetting, world, replicas, first_seed, broken):
         upd = pol.local_updates(glob, c)
         upd[c.client == 0] = 0.0
         upd[c.client == 0, k] = size             # 10 C before clipping (only present in the "in" world)
+        if world == "out" and s.canary == "zero-out-sum":
+            upd[c.client == 0] = 0.0             # zero-out: client 0 takes part, sending nothing
     new = rel.release(glob, upd, c, active)
     release = _flat_release(eng, new, glob)
     scores = {"projection": release[:, k].cpu().numpy(), "norm": release.pow(2).sum(1).cpu().numpy()}
@@ -599,7 +604,8 @@ def _pipeline_claim(s: AuditSetting, broken="none") -> float:
     return float(final["epsilon"][0])
 
 
-_RUNNERS = {"add-remove": _scores_client, "zero-out": _scores_client, "witness-add-remove": _scores_client,
+_RUNNERS = {"add-remove": _scores_client, "zero-out": _scores_client, "zero-out-sum": _scores_client,
+            "witness-add-remove": _scores_client,
             "witness-replace": _scores_client, "sample-add": _scores_sample, "sample-replace": _scores_nbafl,
             "add-remove-run": _scores_run, "add-remove-pipeline": _scores_pipeline}
 

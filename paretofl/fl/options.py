@@ -78,6 +78,13 @@ class DPFedAvgConfig:
                                              "updates (default: max(expected cohort / 20, noise multiplier z))")
     bands: int = option(1, "bandmf, bandmf-amplified: b, the strategy's bands and the number of client groups "
                            "that take turns (client_rate is then the share a round: 1/b for bandmf)")
+    bits: int = option(16, "distributed: secure aggregation sums modulo 2^bits")
+    scaled_clip: float | None = option(None, "distributed: c = gamma C, the clipping norm on the integer grid "
+                                             "(default 2^(bits-1)/64)")
+    dim: int | None = option(None, "distributed: the model's number of weights a design assumed (checked)")
+    rounding_beta: float = option(0.6065306597126334, "distributed: conditional rounding's bias beta (exp(-1/2))")
+    dropout: float = option(0.0, "distributed: the share of a cohort that may drop; each client's noise is set "
+                                 "so that the rest carry the charge")
 
     def __post_init__(self):
         check_choice("mechanism", self.mechanism, DPFEDAVG_MECHANISMS)
@@ -176,7 +183,7 @@ class NbAFLConfig:
 
 #: DP-FedAvg's options that only some mechanisms use (the rest every one does)
 _SPECIFIC = ("batch_rate", "local_steps", "batch_divisor", "local_epochs", "batch_size", "clip_quantile", "clip_lr",
-             "count_noise", "bands")
+             "count_noise", "bands", "bits", "scaled_clip", "dim", "rounding_beta", "dropout")
 _ADAPTIVE = ("clip_lr", "count_noise")
 #: the options each DP-FedAvg mechanism does not use (DP-SGD's batches, or
 #: client-level SGD's epochs): given, they are refused, never ignored

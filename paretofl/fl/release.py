@@ -32,7 +32,8 @@ import torch
 from ..mechanisms import Mechanism
 from .engine import Cohort, Engine
 
-__all__ = ["Release", "SumRelease", "CorrelatedRelease", "UpdateRelease", "GradientRelease", "make_release",
+__all__ = ["Release", "SumRelease", "CorrelatedRelease", "UpdateRelease", "GradientRelease", "DistributedRelease",
+           "make_release",
            "cohort_bound", "ClientGroups"]
 
 
@@ -438,9 +439,88 @@ class CorrelatedRelease(SumRelease):
         return eng.R * (self.bands - 1) * eng.net.n_params * (torch.finfo(eng.dtype).bits // 8)
 
 
+class DistributedRelease(SumRelease):
+    """Distributed DP with Skellam noise and secure aggregation (the
+    ``distributed`` mechanism; docs/theory.md §8), simulated in integers.
+    Each cohort client clips its update to C, rotates it (randomised
+    Hadamard over d' coordinates, the replica's signs drawn each round: the
+    round's public seed), scales it by γ = c/C, rounds it conditionally to
+    L2 norm <= Δ₂, adds Skellam noise of variance μ/n_min (μ = (zΔ)²,
+    n_min = ⌈(1 − dropout)|S|⌉) and holds its share modulo 2^bits.  Each
+    client then survives with probability 1 − ``drop_rate`` (0 by default:
+    the simulation's dropout, separate from the bound the noise is set
+    for); fewer than n_min survivors abort the round (the model stays).
+    Otherwise the survivors' shares are summed modulo 2^bits, centred,
+    divided by γ, rotated back and divided by the survivors' count.  Every
+    draw comes from its replica's own generator."""
+
+    def __init__(self, mechanism, engine, sigma, clip, client_rate, groups=None, sizes=None):
+        from ..theory import skellam as sk
+
+        if groups is not None:
+            raise ValueError("per-client budgets apply to client-aggregate or client-local, not distributed")
+        super().__init__(mechanism, engine, sigma, clip, client_rate, None, sizes)
+        d = engine.net.n_params
+        if mechanism.dim is not None and mechanism.dim != d:
+            raise ValueError(f"the distributed mechanism was set for dim = {mechanism.dim} weights, the model has "
+                             f"{d}: its sensitivity (and the charge) depend on it")
+        self.dim, self.padded = d, sk.padded_dim(d)
+        self.bits, self.scaled = mechanism.bits, mechanism.scaled_clip
+        self.l2 = sk.rounded_l2_bound(self.scaled, self.padded, mechanism.beta)
+        self.sensitivity = sk.effective_sensitivity(self.scaled, self.padded, mechanism.beta)
+        self.dropout, self.drop_rate = mechanism.dropout, 0.0
+        # what broken copies change (paretofl.fl.audit): the sensitivity the noise is set for, the modulus,
+        # the clients the noise is split among, the rounding
+        self.calibrated_to, self.modulus_bits, self.noise_split, self.nearest = self.sensitivity, self.bits, None, False
+        self.aborted = np.zeros(engine.R, dtype=bool)
+        self.survived = np.zeros(engine.R, dtype=int)
+        self.keep = None                                   # a client that never drops (the audit's canary)
+
+    def variance(self, r: int) -> float:
+        """μ of replica r: (z·Δ)², z = σ√m, in grid units."""
+        z = float(self.sigma[r]) * math.sqrt(float(self.cohort[r]))
+        return (z * self.calibrated_to) ** 2
+
+    def release(self, glob, updates, c: Cohort, active):
+        from . import quantise as qz
+
+        eng = self.engine
+        clipped = self.clip_updates(updates, c).to(torch.float64)
+        flat = eng.flat(glob)
+        out = flat.clone()
+        b = c.bounds
+        for r in range(eng.R):
+            g = eng.gens[r]
+            n = int(c.counts[r])
+            signs = (torch.rand(self.padded, dtype=torch.float64, device=eng.device, generator=g) < 0.5) * 2.0 - 1.0
+            if n == 0 or not active[r]:
+                self.aborted[r], self.survived[r] = n > 0, 0
+                continue
+            gamma = self.scaled / float(self.clip[r])
+            x = qz.rotate(clipped[b[r]:b[r + 1]], signs[None, :], self.padded) * gamma
+            ints = qz.round_conditional(x, self.l2, g, nearest=self.nearest).to(torch.int64)
+            need = qz.n_min(n, self.dropout)
+            split = need if self.noise_split is None else self.noise_split(n, need)
+            mu = self.variance(r) if self.sigma[r] > 0 else 0.0
+            shares = ints + qz.skellam(ints.shape, mu / split, g, eng.device)
+            alive = qz.survivors(n, self.drop_rate, g, eng.device)
+            if self.keep is not None:                      # the audit's canary client survives
+                alive = alive | (c.client[b[r]:b[r + 1]] == self.keep)
+            k = int(alive.sum())
+            self.survived[r] = k
+            if k < need:                                   # secure aggregation aborts: nothing released
+                self.aborted[r] = True
+                continue
+            self.aborted[r] = False
+            total = qz.modular_sum(shares[alive], self.modulus_bits).to(torch.float64) / gamma
+            mean = qz.unrotate(total[None, :], signs[None, :], self.dim)[0] / k
+            out[r] = flat[r] + mean.to(flat.dtype)
+        return eng.unflat(out, glob)
+
+
 #: the trainer's release for each place a mechanism puts its noise
 RELEASES = {"sum": SumRelease, "correlated-sum": CorrelatedRelease, "update": UpdateRelease,
-            "gradient": GradientRelease}
+            "gradient": GradientRelease, "distributed": DistributedRelease}
 
 
 def make_release(mechanism: Mechanism, engine: Engine, **settings) -> Release:

@@ -9,10 +9,11 @@ No torch here.
 
 from __future__ import annotations
 
-from . import aggregate, bandmf, flower, local, nbafl, sample  # noqa: F401  (each registers its mechanism)
+from . import aggregate, bandmf, distributed, flower, local, nbafl, sample  # noqa: F401  (each registers its mechanism)
 from .aggregate import ClientAggregate, adaptive_update_multiplier
 from .bandmf import BandMF, BandMFAmplified
 from .base import REGISTRY, AuditSetting, Break, Mechanism, Noise, get, names
+from .distributed import DistributedSkellam
 from .flower import Flower, FlowerAccounted
 from .local import ClientLocal
 from .nbafl import NbAFLMechanism
@@ -24,7 +25,7 @@ DEFAULT = "client-aggregate"
 
 __all__ = ["DEFAULT", "Mechanism", "Noise", "AuditSetting", "Break", "REGISTRY", "get", "names", "audit_settings",
            "audit_setting", "statement", "ClientAggregate", "ClientLocal", "SampleDPSGD", "NbAFLMechanism",
-           "Flower", "FlowerAccounted", "BandMF", "BandMFAmplified", "adaptive_update_multiplier"]
+           "Flower", "FlowerAccounted", "BandMF", "BandMFAmplified", "DistributedSkellam", "adaptive_update_multiplier"]
 
 
 def audit_settings(mechanism: str | None = None) -> list[AuditSetting]:

@@ -46,6 +46,7 @@ __all__ = [
     "rdp_subsampled_gaussian",
     "rdp_attributed_gaussian",
     "rdp_fixed_size_gaussian",
+    "rdp_attributed_integer",
     "rdp_curve",
     "rdp_to_epsilon",
     "conversion_offset",
@@ -521,12 +522,24 @@ def rdp_fixed_size_gaussian(q: float, noise_multiplier, orders: Sequence[float] 
     return out[0] if scalar else out
 
 
+def rdp_attributed_integer(q: float, noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
+    """:func:`rdp_attributed_gaussian` read at ⌈α⌉: the per-step RDP of a
+    release whose own RDP is bounded by a Gaussian's α/(2σ²) at integer
+    orders only (Skellam noise, Agarwal et al. 2021, Theorem 3.5), taken
+    part in with probability ``q``, the participation seen.  Rényi
+    divergence does not decrease with the order, so D_α <= D_⌈α⌉ <= the
+    mixture's closed form at ⌈α⌉: valid at every order, equal at integers."""
+    a = np.ceil(_check_orders(orders))
+    return rdp_attributed_gaussian(q, noise_multiplier, a)
+
+
 #: sampling schemes the accountant knows: what the observer can see of who took part
 SAMPLINGS: dict[str, Callable] = {
     "poisson": rdp_subsampled_gaussian,       # hidden Poisson sample (add/remove)
     "attributed": rdp_attributed_gaussian,    # participation seen (local view)
     "fixed-size": rdp_fixed_size_gaussian,    # hidden sample of fixed size (replace-one)
     "none": lambda q, z, orders=DEFAULT_ORDERS: rdp_gaussian(z, orders),   # no amplification (q ignored)
+    "attributed-integer": rdp_attributed_integer,   # participation seen, a bound at integer orders (Skellam)
 }
 
 

@@ -128,9 +128,19 @@ SLOW_TO_SHOW = ("amplified-claim", "charged-at-z", "charged-as-before", "uncentr
 #: settings whose release is many releases (a pipeline of eight): fewer runs, still enough to catch their breaks
 #: (the shared noise separates the worlds exactly: 1,500 evaluated runs a world show 6.0 against the claim 4.84)
 RUNS = {"client-aggregate/pipeline": 6000}
+#: settings whose runs cost minutes each on a 2-core CPU (the distributed mechanism's integer shares of a padded,
+#: rotated update for every client): run by make test-slow
+SLOW_SETTINGS = ("distributed", "distributed/dropout")
 
 
-@pytest.mark.parametrize("setting", SETTINGS)
+def _slow(*values):
+    """A case as it is, or marked slow where its setting is one of :data:`SLOW_SETTINGS`."""
+    if values[0] in SLOW_SETTINGS:
+        return pytest.param(*values, marks=pytest.mark.slow)
+    return values[0] if len(values) == 1 else values
+
+
+@pytest.mark.parametrize("setting", [_slow(s) for s in SETTINGS])
 def test_every_registered_setting_passes(setting):
     real = A.audit(setting, runs=RUNS.get(setting, 20000))
     assert 0 < real.epsilon_claimed < (200 if setting == "nbafl/paper" else 6.0)   # NbAFL's paper: what it guarantees
@@ -155,7 +165,7 @@ def test_groups_are_audited_each_against_its_own_claim():
         compute_epsilon(p["q"], p["sigmas"][0], 1, 1e-5, "attributed"), rel=1e-9)
 
 
-@pytest.mark.parametrize("setting,broken", CASES)
+@pytest.mark.parametrize("setting,broken", [_slow(*c) for c in CASES])
 def test_broken_copies_are_caught(setting, broken):
     """Every broken copy of every setting is caught: noise ÷ 10 and skipped
     clipping, and per mechanism the flaw it had before its fix or that
