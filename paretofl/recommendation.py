@@ -240,12 +240,6 @@ class Design:
             return np.full(self.n_clients, self.q)
         return np.array([self.groups[g]["q"] for g in self.group_of])
 
-    def client_sigmas(self) -> np.ndarray:
-        """Each client's noise multiplier (N,): its group's σ where it has one."""
-        if not self.groups:
-            return np.full(self.n_clients, self.sigma)
-        return np.array([self.groups[g]["sigma"] for g in self.group_of])
-
     def to_dict(self) -> dict:
         """Every field, and the derived ``framework``."""
         return {**asdict(self), "framework": self.framework}

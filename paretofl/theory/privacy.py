@@ -368,15 +368,6 @@ def rdp_attributed_gaussian(q: float, noise_multiplier, orders: Sequence[float] 
     return out[0] if scalar else out
 
 
-def _log_sub(x: float, y: float) -> float:
-    """log(e^x - e^y) for x >= y."""
-    if y == -np.inf:
-        return x
-    if x <= y:
-        return -np.inf
-    return x + math.log(-math.expm1(y - x))
-
-
 _WOR_TOP = 257          # forward differences up to this order (Theorem 27's exact terms for α <= 256)
 _WOR_LOG_B = None      # log b[n, p]: (k(k-1))^n = Σ_p b[n, p] k^(p), k^(p) the falling factorial
 _EPS = float(np.finfo(float).eps)
