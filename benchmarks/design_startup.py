@@ -1,7 +1,12 @@
-"""Whole-process time of `paretofl design` (median of 5 runs per scenario),
-and a check that it never imports torch.
+"""Whole-process time of `paretofl design` for every designable mechanism
+(median of 5 runs per scenario, after one untimed run), and a check that no
+scenario imports torch or flwr.
 
-    make bench            # or: .venv/bin/python benchmarks/design_startup.py [--json]
+    make bench            # or: .venv/bin/python benchmarks/design_startup.py [--json] [--runs K] [--only TEXT]
+
+``--only TEXT`` runs the scenarios whose name contains TEXT.  The untimed
+run of each scenario goes through ``python -c`` and reports which heavy
+packages the process imported.
 """
 
 import json
@@ -13,43 +18,64 @@ import time
 from pathlib import Path
 
 PAR = str(Path(sys.executable).with_name("paretofl"))
+BASE = ["--clients", "100", "--budget", "2", "--max-rounds", "500"]
 SCENARIOS = {
-    "N=100, q searched (demo)": ["--clients", "100", "--budget", "2", "--max-rounds", "500"],
-    "N=100, q=0.1 fixed": ["--clients", "100", "--budget", "2", "--max-rounds", "500", "--q", "0.1"],
+    "N=100, q searched (demo)": BASE,
+    "N=100, q=0.1 fixed": [*BASE, "--q", "0.1"],
     "N=10, q searched": ["--clients", "10", "--budget", "2", "--max-rounds", "200"],
     "N=1000, q=0.05 fixed, eps=1": ["--clients", "1000", "--budget", "1", "--max-rounds", "2000", "--q", "0.05"],
     "N=1000, q searched, eps=1": ["--clients", "1000", "--budget", "1", "--max-rounds", "2000"],
     "N=100, budgets 1/2/8 (3 groups)": ["--clients", "100", "--budgets", "BUDGETS", "--max-rounds", "200"],
+    "N=100, client-local": [*BASE, "--mechanism", "client-local"],
+    "N=100, bandmf": [*BASE, "--mechanism", "bandmf"],
+    "N=100, bandmf-amplified": [*BASE, "--mechanism", "bandmf-amplified"],
+    "N=100, --framework flower": [*BASE, "--framework", "flower"],
+    "N=100, --framework flower-accounted": [*BASE, "--framework", "flower-accounted"],
+    "N=100, nbafl (C=1, m=600)": [*BASE, "--mechanism", "nbafl", "--clip", "1", "--client-size", "600"],
+    "N=100, auto": [*BASE, "--mechanism", "auto"],
     "N=10^4, bandmf, cohort <= 100": ["--clients", "10000", "--budget", "2", "--max-rounds", "1000",
                                       "--q-max", "0.01", "--mechanism", "bandmf"],
     "N=10^4, auto, cohort <= 100": ["--clients", "10000", "--budget", "2", "--max-rounds", "1000",
                                     "--q-max", "0.01", "--mechanism", "auto"],
 }
+HEAVY = ("torch", "flwr", "matplotlib", "scipy", "opacus", "pandas")
+
+
+def imported(args) -> list[str]:
+    """The heavy packages one in-process design imports."""
+    code = (f"import sys; from paretofl.cli import main; main(['design', *{args!r}, '--json']); "
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return json.loads(r.stderr.strip().splitlines()[-1].replace("'", '"'))
 
 
 def main():
     as_json = "--json" in sys.argv
-    res = {}
+    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
+    res, heavy = {}, {}
     budgets = Path(tempfile.mkdtemp()) / "budgets.csv"
     budgets.write_text("share,epsilon\n0.6,1\n0.3,2\n0.1,8\n")
     for name, args in SCENARIOS.items():
+        if only not in name:
+            continue
         args = [str(budgets) if a == "BUDGETS" else a for a in args]
+        heavy[name] = imported(args)
         times = []
-        for _ in range(5):
+        for _ in range(runs):
             t = time.perf_counter()
             subprocess.run([PAR, "design", *args, "--json"], check=True, capture_output=True)
             times.append(time.perf_counter() - t)
         res[name] = statistics.median(times)
-    code = ("import sys; from paretofl.cli import main; main(['design','--clients','100','--budget','2',"
-            "'--max-rounds','500','--json']); sys.exit(3 if 'torch' in sys.modules else 0)")
-    torch_free = subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+        if not as_json:
+            print(f"  {name:<38} {res[name]:6.2f} s   (best {min(times):.2f} s)  imports: "
+                  f"{', '.join(heavy[name]) or 'none of ' + '/'.join(HEAVY)}", flush=True)
     if as_json:
-        print(json.dumps({"median_seconds": res, "imports_torch": not torch_free}))
+        print(json.dumps({"median_seconds": res, "heavy_imports": heavy}))
         return
-    print("paretofl design, whole process, median of 5 runs:")
-    for name, t in res.items():
-        print(f"  {name:<32} {t:6.2f} s")
-    print(f"imports torch: {'no' if torch_free else 'YES'}")
+    torchy = sorted({m for v in heavy.values() for m in v} & {"torch", "flwr"})
+    print(f"paretofl design, whole process, median of {runs} runs; imports torch or flwr: "
+          f"{', '.join(torchy) if torchy else 'no'}")
 
 
 if __name__ == "__main__":
