@@ -3,13 +3,18 @@
 scenario imports torch or flwr.
 
     make bench            # or: .venv/bin/python benchmarks/design_startup.py [--json] [--runs K] [--only TEXT]
+                          #     [--no-bytecode]
 
 ``--only TEXT`` runs the scenarios whose name contains TEXT.  The untimed
 run of each scenario goes through ``python -c`` and reports which heavy
-packages the process imported.
+packages the process imported.  Python's compiled bytecode is kept (in a
+temporary PYTHONPYCACHEPREFIX, written by the untimed run), as an installed
+package has it, even where PYTHONDONTWRITEBYTECODE is set; ``--no-bytecode``
+compiles paretofl's sources on every start instead (about 0.1-0.2 s more).
 """
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -41,11 +46,11 @@ SCENARIOS = {
 HEAVY = ("torch", "flwr", "matplotlib", "scipy", "opacus", "pandas")
 
 
-def imported(args) -> list[str]:
+def imported(args, env) -> list[str]:
     """The heavy packages one in-process design imports."""
     code = (f"import sys; from paretofl.cli import main; main(['design', *{args!r}, '--json']); "
             f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
-    r = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
     return json.loads(r.stderr.strip().splitlines()[-1].replace("'", '"'))
 
 
@@ -54,27 +59,32 @@ def main():
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
     res, heavy = {}, {}
+    env = dict(os.environ)
+    if "--no-bytecode" not in sys.argv:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp()
     budgets = Path(tempfile.mkdtemp()) / "budgets.csv"
     budgets.write_text("share,epsilon\n0.6,1\n0.3,2\n0.1,8\n")
     for name, args in SCENARIOS.items():
         if only not in name:
             continue
         args = [str(budgets) if a == "BUDGETS" else a for a in args]
-        heavy[name] = imported(args)
+        heavy[name] = imported(args, env)
         times = []
         for _ in range(runs):
             t = time.perf_counter()
-            subprocess.run([PAR, "design", *args, "--json"], check=True, capture_output=True)
+            subprocess.run([PAR, "design", *args, "--json"], check=True, capture_output=True, env=env)
             times.append(time.perf_counter() - t)
         res[name] = statistics.median(times)
         if not as_json:
             print(f"  {name:<38} {res[name]:6.2f} s   (best {min(times):.2f} s)  imports: "
                   f"{', '.join(heavy[name]) or 'none of ' + '/'.join(HEAVY)}", flush=True)
     if as_json:
-        print(json.dumps({"median_seconds": res, "heavy_imports": heavy}))
+        print(json.dumps({"median_seconds": res, "heavy_imports": heavy, "bytecode": "--no-bytecode" not in sys.argv}))
         return
     torchy = sorted({m for v in heavy.values() for m in v} & {"torch", "flwr"})
-    print(f"paretofl design, whole process, median of {runs} runs; imports torch or flwr: "
+    print(f"paretofl design, whole process, median of {runs} runs, bytecode "
+          f"{'compiled on every start' if '--no-bytecode' in sys.argv else 'kept'}; imports torch or flwr: "
           f"{', '.join(torchy) if torchy else 'no'}")
 
 

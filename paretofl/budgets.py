@@ -32,7 +32,16 @@ import numpy as np
 
 from .mechanisms import DEFAULT
 from .mechanisms import get as mechanism_of
-from .theory.privacy import DEFAULT_ORDERS, Charge, calibrate_noise, check_rate, conversion_offset, max_steps, rdp_curve
+from .theory.privacy import (
+    DEFAULT_ORDERS,
+    Charge,
+    calibrate_noise,
+    check_rate,
+    conversion_offset,
+    max_steps,
+    rdp_curve,
+    sorted_unique,
+)
 
 __all__ = ["Budgets", "read_budgets", "design_groups"]
 
@@ -168,7 +177,7 @@ def read_budgets(path, n_clients: int | None = None) -> Budgets:
 def _t_grid(t_cap: int) -> np.ndarray:
     if t_cap <= 300:
         return np.arange(1, t_cap + 1)
-    return np.unique(np.concatenate([np.arange(1, 50), np.geomspace(50, t_cap, 250).astype(int), [t_cap]]))
+    return sorted_unique(np.concatenate([np.arange(1, 50), np.geomspace(50, t_cap, 250).astype(int), [t_cap]]))
 
 
 def _group_charge(mech, q, z) -> Charge:
@@ -307,8 +316,8 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
                      max_rounds=t_cap, sigma_min=sigma_min, sigma_max=sigma_max, groups=groups,
                      group_of=budgets.group_of.tolist())
     elif mech.noise_on == "update":
-        cand = np.unique(np.concatenate([np.arange(1, min(n, 24) + 1),
-                                         np.geomspace(1, n, 24).round()])) / n
+        cand = sorted_unique(np.concatenate([np.arange(1, min(n, 24) + 1),
+                                             np.geomspace(1, n, 24).round()])) / n
         cand = cand[cand <= q_max * (1 + 1e-12)]
         ss = np.geomspace(1e-2, 1e4, 200)
         best = None

@@ -409,6 +409,22 @@ def _wor_log_b() -> np.ndarray:
     return _WOR_LOG_B
 
 
+_WOR_BINOMIALS: dict = {}
+
+
+def _wor_binomials(top: int) -> tuple:
+    """For m = 2..top (rows) and i = 0..top: i <= m, log C(m, i) (-inf
+    where i > m) and (-1)^(m-i); they do not depend on σ."""
+    if top not in _WOR_BINOMIALS:
+        ms = np.arange(2, top + 1)
+        i = np.arange(top + 1)
+        inside = i[None, :] <= ms[:, None]
+        log_binom = np.where(inside, _log_binom(np.where(inside, ms[:, None], i[None, :]), i[None, :]), -np.inf)
+        signs = np.where((ms[:, None] - i[None, :]) % 2 == 0, 1.0, -1.0)
+        _WOR_BINOMIALS[top] = (inside, log_binom, signs)
+    return _WOR_BINOMIALS[top]
+
+
 def _wor_diffs_upper(z: float, top: int) -> np.ndarray:
     """Upper bounds on log Δ^m g(0), m = 0..top, g(k) = exp(k(k-1)/(2σ²)) =
     e^{(k-1)ε(k)} of the Gaussian mechanism: the forward differences of
@@ -437,34 +453,47 @@ def _wor_diffs_upper(z: float, top: int) -> np.ndarray:
     N = b.shape[0] - 1
     # the alternating sums of every m at once, one row each (i <= m); each
     # row is summed on its own below, so each sum is the one a row alone gives
-    ms = np.arange(2, top + 1)
     i = np.arange(top + 1)
-    inside = i[None, :] <= ms[:, None]
-    vals = _log_binom(np.where(inside, ms[:, None], i[None, :]), i[None, :]) + c * i * (i - 1.0)
-    vals = np.where(inside, vals, -np.inf)
+    inside, log_binom, signs = _wor_binomials(top)
+    vals = log_binom + c * i * (i - 1.0)        # -inf outside
     top_v = vals.max(axis=1)
     mags = np.exp(vals - top_v[:, None])
-    signed = np.where((ms[:, None] - i[None, :]) % 2 == 0, 1.0, -1.0) * mags
+    signed = signs * mags
     big = np.where(inside, np.abs(vals), 0.0).max(axis=1)
     add = np.add.reduce
+    series_, top_v, big, lf_n = series.tolist(), top_v.tolist(), big.tolist(), float(lf[N + 1])
     for m in range(2, top + 1):
         lam = c * m * (m - 1)
-        up = series[m]
+        up = series_[m]
         if lam < N + 2:
-            tail = m * math.log(2) + (N + 1) * math.log(lam) - lf[N + 1] - math.log1p(-lam / (N + 2))
+            tail = m * math.log(2) + (N + 1) * math.log(lam) - lf_n - math.log1p(-lam / (N + 2))
             up = float(np.logaddexp(up, tail))
         else:
-            up = np.inf
+            up = math.inf
         # alternating sum with its rounding error
         r = m - 2
         s = float(add(signed[r, : m + 1]))
-        err = (m + 2) * _EPS * float(add(mags[r, : m + 1])) * (8.0 + 2.0 * float(big[r]))
+        err = (m + 2) * _EPS * float(add(mags[r, : m + 1])) * (8.0 + 2.0 * big[r])
         if s + err > 0:
             up = min(up, top_v[r] + math.log(s + err))
         out[m] = up
     out = out + 1e-12 * (1.0 + np.abs(out))   # a last ulp of slack on the logs
     out[0], out[1] = 0.0, -np.inf             # Δg(0) = g(1) - g(0) = 0
     return out
+
+
+_WOR_DIFFS: dict = {}
+
+
+def _wor_diffs(z: float) -> np.ndarray:
+    """:func:`_wor_diffs_upper` up to _WOR_TOP, remembered for the last few
+    thousand noise multipliers (each difference is computed on its own, so
+    the first m + 1 are those asked up to m)."""
+    if z not in _WOR_DIFFS:
+        if len(_WOR_DIFFS) >= 4096:
+            _WOR_DIFFS.clear()
+        _WOR_DIFFS[z] = _wor_diffs_upper(z, _WOR_TOP)
+    return _WOR_DIFFS[z]
 
 
 def _wor_log_a(q: float, z: float, alphas, diffs: np.ndarray) -> dict:
@@ -541,7 +570,7 @@ def rdp_fixed_size_gaussian(q: float, noise_multiplier, orders: Sequence[float] 
         if q == 1.0:
             out[i] = a / (2.0 * zi * zi)
             continue
-        diffs = _wor_diffs_upper(float(zi), min(_WOR_TOP, int(math.ceil(a.max())) + 1))
+        diffs = _wor_diffs(float(zi))[: min(_WOR_TOP, int(math.ceil(a.max())) + 1) + 1]
         ks = {math.floor(al) for al in a} | {math.ceil(al) for al in a}
         log_a = {1: 0.0, **_wor_log_a(q, float(zi), [k for k in ks if k > 1], diffs)}
         for j, al in enumerate(a):
@@ -593,6 +622,14 @@ def rdp_to_epsilon(orders, rdp, delta: float, conversion: str = "improved") -> t
     return float(max(eps[idx], 0.0)), float(a[idx])
 
 
+def sorted_unique(a) -> np.ndarray:
+    """``np.unique(a)`` (flattened, sorted, each value once) without NumPy
+    2's import of numpy.ma that its first call makes (a few ms of every
+    ``paretofl design``)."""
+    a = np.sort(np.asarray(a).ravel())
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size else a
+
+
 def _legal(a: np.ndarray) -> np.ndarray:
     """Orders the curves accept: fractional ones above _FRAC_MAX rounded."""
     a = np.where(a > _FRAC_MAX, np.round(a), a)
@@ -607,7 +644,7 @@ def best_epsilon(total_rdp: Callable[[np.ndarray], np.ndarray], delta: float, co
     α = 1 + 1e-6).  Every order gives a valid bound, so searching can only
     lower ε towards the RDP optimum, never below it.  Returns (ε, order)."""
     delta = check_delta(delta)
-    a = np.unique(_check_orders(orders))
+    a = sorted_unique(_check_orders(orders))
     e = np.asarray(total_rdp(a), dtype=float) + conversion_offset(a, delta, conversion)
     e = np.where(np.isnan(e), np.inf, e)
     for _ in range(24 if refine else 0):
@@ -624,7 +661,7 @@ def best_epsilon(total_rdp: Callable[[np.ndarray], np.ndarray], delta: float, co
             new = 1 + np.geomspace(lo - 1, hi - 1, 10)[1:-1]
             interior = (hi - 1) / (lo - 1) < 1.05     # a narrow bracket: stop once it gains nothing
         new = _legal(new)
-        new = new[~np.isin(new, a)]
+        new = new[~np.any(new[:, None] == a[None, :], axis=1)]     # not np.isin: see sorted_unique
         if new.size == 0:
             break
         en = np.asarray(total_rdp(new), dtype=float) + conversion_offset(new, delta, conversion)
@@ -791,39 +828,40 @@ _LAZY_FIRST_MAX = 512
 def _lazy_rdp(sampling, q, z: np.ndarray, a: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The RDP curves :func:`_max_steps_grid` needs for the most steps,
     max_α head_α / RDP(α) (``head`` = ε - c_α), without computing every
-    order: every 8th order up to 512 first; then, every 4th, every 2nd, every order,
-    only those whose room could still reach the best so far.  RDP(α) does
-    not decrease with α, so the room at an order not computed is at most
-    head_α over the RDP at the computed order below it (less a margin for
-    round-off); an order is left out only where that bound is below the
-    best room of every σ (or its head is not positive and every best is),
-    so the most steps and the best order are those of all orders.  Returns
-    (rdp, known): the orders left out are NaN in rdp and False in known.
-    Orders not increasing, or a best room that is not finite: every order
-    is computed."""
+    order: every 8th order up to 512 first; then, every 4th, every 2nd,
+    every order, only those whose room could still reach the best so far.
+    RDP(α) does not decrease with α, so the room at an order not computed
+    is at most head_α over the RDP at the computed order below it (less a
+    margin for round-off); an order is left out of a σ's curve only where
+    that bound is below the σ's best room (or its head is not positive and
+    the best is), so the most steps and the best order are those of all
+    orders.  Returns (rdp, known), both (len(z), len(a)): what is left out
+    is NaN in rdp and False in known.  Orders not increasing, or a best
+    room that is not finite: every order is computed."""
     n = a.size
-    every = np.ones(n, dtype=bool)
+    idx = np.arange(n)
     if n <= 2 * _LAZY_STRIDES[0] or np.any(np.diff(a) <= 0):
-        return _rdp_columns(sampling, q, z, a, every), every
-    known = (np.arange(n) % _LAZY_STRIDES[0] == 0) & (a <= _LAZY_FIRST_MAX)    # the large orders cost the most
-    rdp = _rdp_columns(sampling, q, z, a, known)
+        every = np.ones(n, dtype=bool)
+        return _rdp_columns(sampling, q, z, a, every), np.ones((z.size, n), dtype=bool)
+    first = (idx % _LAZY_STRIDES[0] == 0) & (a <= _LAZY_FIRST_MAX)    # the large orders cost the most
+    rdp = _rdp_columns(sampling, q, z, a, first)
+    known = np.repeat(first[None, :], z.size, axis=0)
     for stride in _LAZY_STRIDES[1:]:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             room = np.where(known, head / rdp, -np.inf)
         best = np.max(np.where(np.isnan(room), -1.0, room), axis=1)
-        if not np.all(np.isfinite(best)):
-            need = ~known
-        else:
-            # the RDP at the computed order at or below each order, less its round-off
-            below = np.maximum.accumulate(np.where(known, np.arange(n), -1))
-            lower = rdp[:, below] * (1 - 1e-9) - 1e-12
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                bound = np.where(lower > 0, head / lower, np.inf)
-            bound = np.where(head <= 0, np.where(best[:, None] > 0, -np.inf, np.inf), bound)
-            need = ~known & np.any(~(bound < best[:, None]), axis=0) & (np.arange(n) % stride == 0)
-        if need.any():
-            rdp[:, need] = _rdp_columns(sampling, q, z, a, need)[:, need]
-            known |= need
+        # the RDP at the computed order at or below each order, less its round-off
+        below = np.maximum.accumulate(np.where(known, idx, -1), axis=1)
+        lower = np.take_along_axis(rdp, below, axis=1) * (1 - 1e-9) - 1e-12
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            bound = np.where(lower > 0, head / lower, np.inf)
+        bound = np.where(head <= 0, np.where(best[:, None] > 0, -np.inf, np.inf), bound)
+        need = ~known & ~(bound < best[:, None]) & (idx % stride == 0)
+        need |= ~known & ~np.isfinite(best)[:, None]
+        rows, cols = need.any(axis=1), need.any(axis=0)
+        if rows.any():
+            rdp[np.ix_(rows, cols)] = _rdp_columns(sampling, q, z[rows], a, cols)[:, cols]
+            known[np.ix_(rows, cols)] = True
         if known.all():
             break
     return rdp, known
@@ -849,15 +887,18 @@ def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversi
         a = np.concatenate([a, new])
         c = conversion_offset(a, delta, conversion) + _prior_rdp(prior, a)
         rdp = np.concatenate([rdp, np.atleast_2d(rdp_curve(sampling, q, noise_multiplier, new))], axis=1)
-        known = np.concatenate([known, np.ones(new.size, dtype=bool)])
+        known = np.concatenate([known, np.ones((z.size, new.size), dtype=bool)], axis=1)
     t = np.floor(np.max(room, axis=-1) * (1 + 1e-12))
     t = np.clip(t, 0, 1e15)
     # guard the floor against round-off: the answer must satisfy ε(T) <= target
     with np.errstate(invalid="ignore", over="ignore"):
         over = np.min(np.where(known, rdp * t[:, None] + c, np.inf), axis=-1) > target_epsilon
     if np.any(over & (t > 0)) and not known.all():     # an order left out may hold it: compute them all
-        rest = ~known[:n_first]
-        rdp[:, :n_first][:, rest] = _rdp_columns(sampling, q, z, a[:n_first], rest)[:, rest]
+        rest = ~known[:, :n_first]
+        rows, cols = rest.any(axis=1), rest.any(axis=0)
+        part = _rdp_columns(sampling, q, z[rows], a[:n_first], cols)[:, cols]
+        rdp[np.ix_(rows, np.flatnonzero(cols))] = np.where(rest[np.ix_(rows, cols)], part,
+                                                           rdp[np.ix_(rows, np.flatnonzero(cols))])
         with np.errstate(invalid="ignore", over="ignore"):
             over = np.min(rdp * t[:, None] + c, axis=-1) > target_epsilon
     t = np.where(over & (t > 0), t - 1, t)
