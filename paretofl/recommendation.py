@@ -705,14 +705,14 @@ def _kappa_range(d: Design, job: _Job, ci) -> None:
             d.notes.append("kappa was given: the design is only as good as it" + cost)
         return
     ends = []
-    for k in ci:
+    for k in ci:       # the search alone: the rest of a design (its closed-form map, notes) is not said of these
         j = _Job(**{**job.__dict__, "utility": ClosedForm(k, "its interval")})
         try:
-            p = _design_point(j, mech, [d.q])
+            (_, rounds, sigma, _), *_ = _searched(j, mech, [d.q])
         except (InfeasibleBudget, ValueError):
             return
-        ends.append(p)
-    rounds, sigmas = sorted(p.rounds for p in ends), sorted(p.sigma for p in ends)
+        ends.append((rounds, sigma))
+    rounds, sigmas = sorted(r for r, _ in ends), sorted(s for _, s in ends)
     d.details = dict(d.details, kappa_range={"kappa_ci": list(ci), "rounds": rounds, "sigma": sigmas})
     d.notes.append(f"over kappa's 95 % interval [{ci[0]:.3g}, {ci[1]:.3g}] the design at this q would run T = "
                    f"{rounds[0]}-{rounds[1]} rounds at sigma {sigmas[0]:.3g}-{sigmas[1]:.3g}" + cost)
@@ -945,6 +945,22 @@ class _Job:
     prior: tuple = ()            # a private pre-trial's charges, composed with the training's
 
 
+def _searched(job: _Job, mech, qs=None) -> tuple:
+    """The search of :func:`_design_point`: ((u, T, σ, q), each q's best u,
+    the problem, the point's exact ε), the point checked against the budget."""
+    n, epsilon = job.n, job.epsilon
+    if qs is None:
+        qs = _q_candidates(n, job.q, job.q_min, job.q_max)
+    for qq in qs:
+        mech.check_rate(qq, n)           # e.g. qN >= 1, or a whole number of clients for Flower
+    p = Problem(n, epsilon, job.delta, job.t_cap, qs, job.sigma_min, job.sigma_max, mech, job.orders, job.prior)
+    (u, T, sig, qb), per_q = search(p, job.utility)
+    eps_exact = p.epsilon_of(qb, sig, T)
+    if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
+        raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
+    return (u, T, sig, qb), per_q, p, eps_exact
+
+
 def _design_point(job: _Job, mech, qs=None) -> Design:
     """The best (q, T, σ) for one configured mechanism (``qs``: the cohort
     sizes to search; by default those the job allows)."""
@@ -952,14 +968,8 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
     kappa, kappa_source = utility.kappa, utility.source
     if qs is None:
         qs = _q_candidates(n, job.q, job.q_min, job.q_max)
-    for qq in qs:
-        mech.check_rate(qq, n)           # e.g. qN >= 1, or a whole number of clients for Flower
-    p = Problem(n, epsilon, job.delta, job.t_cap, qs, job.sigma_min, job.sigma_max, mech, job.orders, job.prior)
-    (u, T, sig, qb), per_q = search(p, utility)
+    (u, T, sig, qb), per_q, p, eps_exact = _searched(job, mech, qs)
     acct = p.unit_charge(qb)
-    eps_exact = p.epsilon_of(qb, sig, T)
-    if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
-        raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
     cf, case, distance, relation = None, "", {}, math.nan
     if p.ratios is None:                   # Theorem 3's map: Gu et al.'s bound as it is
         cf = _closed_form_for_q(qb, n, epsilon, job.delta, job.t_cap, job.sigma_min, job.sigma_max, kappa,

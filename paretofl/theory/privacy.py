@@ -289,21 +289,37 @@ def _log_a_frac(q: float, z: np.ndarray, alphas: np.ndarray, need=None) -> np.nd
     """
     out = np.full((z.size, alphas.size), np.nan)
     cols = np.arange(alphas.size) if need is None else np.flatnonzero(need)
-    log_q = None
+    amax = float(np.max(alphas))
     for j, zj in enumerate(z):
-        h = min(_QUAD_STEP, 0.3 * float(zj))
-        top = _QUAD_TAIL + float(np.max(alphas)) / float(zj)
-        u = np.arange(-_QUAD_TAIL, top + h, h)                    # (n_u,)
-        w = _log_w(q, u / zj - 1.0 / (2.0 * zj * zj))              # log(1-q+q e^y)
+        w, log_phi = _frac_grid(q, float(zj), amax)
         aw = alphas[cols, None] * w[None, :]                       # (n_a, n_u)
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            log_abs = np.where(aw > 0, aw + np.log(-np.expm1(-aw)), np.log(-np.expm1(aw)))
-        log_phi = -0.5 * u**2 - 0.5 * math.log(2 * math.pi) + math.log(h)
+            # log|(…)^α - 1|: aw + log(1 - e^-aw) for aw > 0, log(1 - e^aw) for aw <= 0
+            log_abs = np.log(-np.expm1(-np.abs(aw))) + np.maximum(aw, 0.0)
         log_s, s = _lse(log_abs + log_phi, axis=1, b=np.sign(aw))
         # A_α - 1 >= 0 (Jensen); a negative sum is round-off around zero
         out[j, cols] = np.where(s > 0, np.logaddexp(0.0, log_s), 0.0)
-    del log_q
     return out
+
+
+_FRAC_GRIDS: dict = {}
+
+
+def _frac_grid(q: float, z: float, amax: float) -> tuple:
+    """:func:`_log_a_frac`'s quadrature grid for one noise multiplier (the
+    orders up to ``amax``): log(1-q+q e^y) and the log weights at its
+    points, remembered for the last few thousand."""
+    key = (q, z, amax)
+    if key not in _FRAC_GRIDS:
+        if len(_FRAC_GRIDS) >= 4096:
+            _FRAC_GRIDS.clear()
+        h = min(_QUAD_STEP, 0.3 * z)
+        top = _QUAD_TAIL + amax / z
+        u = np.arange(-_QUAD_TAIL, top + h, h)                    # (n_u,)
+        w = _log_w(q, u / z - 1.0 / (2.0 * z * z))                 # log(1-q+q e^y)
+        log_phi = -0.5 * u**2 - 0.5 * math.log(2 * math.pi) + math.log(h)
+        _FRAC_GRIDS[key] = (w, log_phi)
+    return _FRAC_GRIDS[key]
 
 
 def rdp_gaussian(noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
