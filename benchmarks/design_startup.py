@@ -3,7 +3,7 @@
 scenario imports torch or flwr.
 
     make bench            # or: .venv/bin/python benchmarks/design_startup.py [--json] [--runs K] [--only TEXT]
-                          #     [--no-bytecode]
+                          #     [--no-bytecode] [--before DIR]
 
 ``--only TEXT`` runs the scenarios whose name contains TEXT.  The untimed
 run of each scenario goes through ``python -c`` and reports which heavy
@@ -11,6 +11,9 @@ packages the process imported.  Python's compiled bytecode is kept (in a
 temporary PYTHONPYCACHEPREFIX, written by the untimed run), as an installed
 package has it, even where PYTHONDONTWRITEBYTECODE is set; ``--no-bytecode``
 compiles paretofl's sources on every start instead (about 0.1-0.2 s more).
+``--before DIR`` times another checkout of paretofl (``git worktree add DIR
+REV``) beside this one, run for run in turn, and prints both: on a machine
+whose speed drifts, only such a ratio means much.
 """
 
 import json
@@ -54,15 +57,34 @@ def imported(args, env) -> list[str]:
     return json.loads(r.stderr.strip().splitlines()[-1].replace("'", '"'))
 
 
+def _timed(args, env, runs, other_env=None) -> tuple[list, list]:
+    """Whole-process times of ``runs`` designs; with ``other_env``, each run
+    of this checkout follows one of the other."""
+    times, other = [], []
+    for _ in range(runs):
+        for e, out in ((other_env, other), (env, times)):
+            if e is None:
+                continue
+            t = time.perf_counter()
+            subprocess.run([PAR, "design", *args, "--json"], check=True, capture_output=True, env=e)
+            out.append(time.perf_counter() - t)
+    return times, other
+
+
 def main():
     as_json = "--json" in sys.argv
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
-    res, heavy = {}, {}
+    before = sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None
+    res, heavy, res_before = {}, {}, {}
     env = dict(os.environ)
     if "--no-bytecode" not in sys.argv:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp()
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    other_env = None
+    if before is not None:
+        other_env = {**env, "PYTHONPATH": str(Path(before).resolve())}
     budgets = Path(tempfile.mkdtemp()) / "budgets.csv"
     budgets.write_text("share,epsilon\n0.6,1\n0.3,2\n0.1,8\n")
     for name, args in SCENARIOS.items():
@@ -70,17 +92,19 @@ def main():
             continue
         args = [str(budgets) if a == "BUDGETS" else a for a in args]
         heavy[name] = imported(args, env)
-        times = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            subprocess.run([PAR, "design", *args, "--json"], check=True, capture_output=True, env=env)
-            times.append(time.perf_counter() - t)
+        if other_env is not None:
+            imported(args, other_env)          # its bytecode written, untimed
+        times, other = _timed(args, env, runs, other_env)
         res[name] = statistics.median(times)
+        if other:
+            res_before[name] = statistics.median(other)
         if not as_json:
-            print(f"  {name:<38} {res[name]:6.2f} s   (best {min(times):.2f} s)  imports: "
+            was = f"  before {res_before[name]:6.2f} s  ({res_before[name] / res[name]:4.1f}x)" if other else ""
+            print(f"  {name:<38} {res[name]:6.2f} s   (best {min(times):.2f} s){was}  imports: "
                   f"{', '.join(heavy[name]) or 'none of ' + '/'.join(HEAVY)}", flush=True)
     if as_json:
-        print(json.dumps({"median_seconds": res, "heavy_imports": heavy, "bytecode": "--no-bytecode" not in sys.argv}))
+        print(json.dumps({"median_seconds": res, "median_seconds_before": res_before or None, "heavy_imports": heavy,
+                          "bytecode": "--no-bytecode" not in sys.argv}))
         return
     torchy = sorted({m for v in heavy.values() for m in v} & {"torch", "flwr"})
     print(f"paretofl design, whole process, median of {runs} runs, bytecode "
