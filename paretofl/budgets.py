@@ -39,8 +39,9 @@ from .theory.privacy import (
     check_rate,
     conversion_offset,
     max_steps,
-    rdp_curve,
+    rdp_for_most_steps,
     sorted_unique,
+    within,
 )
 
 __all__ = ["Budgets", "read_budgets", "design_groups"]
@@ -210,7 +211,7 @@ def _largest_rate(mech, eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e
 
     def meets(q):
         ch = _group_charge(mech, q, z)
-        return float(np.min(T * np.asarray(rdp_curve(ch.sampling, q, ch.noise_multiplier, orders)) + off)) <= eps
+        return within(eps, q, ch.noise_multiplier, T, off, orders, ch.sampling)
 
     if meets(hi):
         return hi
@@ -242,12 +243,15 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
         qs = np.geomspace(q_max * 1e-3, q_max, 24)
         zs = np.geomspace(max(0.05, sigma_min), max(sigma_max * math.sqrt(n), 0.1), 40)
         # the per-round RDP of every (q, z) once; each group's most rounds from it
-        rdp = np.stack([np.atleast_2d(rdp_curve(c.sampling, float(qq), c.noise_multiplier, orders))
-                        for qq in qs for c in [_group_charge(mech, float(qq), zs)]])                # (Q, Z, A)
         off = conversion_offset(np.asarray(orders, dtype=float), delta)
+        room = eps[:, None] - off[None, :]                                                        # (G, A)
+        # only the orders that can hold some group's most rounds (the others cannot change the max)
+        got = [rdp_for_most_steps(room, float(qq), c.noise_multiplier, orders, c.sampling)
+               for qq in qs for c in [_group_charge(mech, float(qq), zs)]]
+        rdp, known = np.stack([r for r, _ in got]), np.stack([k for _, k in got])                # (Q, Z, A)
         with np.errstate(divide="ignore", invalid="ignore"):
-            room = eps[:, None] - off[None, :]                                                    # (G, A)
             steps = np.where(room[:, None, None, :] > 0, np.floor(room[:, None, None, :] / rdp[None]), -1)
+        steps = np.where(known[None], steps, -np.inf)
         tmax = np.nan_to_num(steps.max(axis=-1), nan=-1, posinf=1e12)                             # (G, Q, Z)
         # each group's largest rate for (z, T): the last grid q whose most rounds
         # reach T, then log-log interpolated towards the next (T_max falls with q)

@@ -851,9 +851,10 @@ def _lazy_rdp(sampling, q, z: np.ndarray, a: np.ndarray, head: np.ndarray) -> tu
     margin for round-off); an order is left out of a σ's curve only where
     that bound is below the σ's best room (or its head is not positive and
     the best is), so the most steps and the best order are those of all
-    orders.  Returns (rdp, known), both (len(z), len(a)): what is left out
-    is NaN in rdp and False in known.  Orders not increasing, or a best
-    room that is not finite: every order is computed."""
+    orders.  ``head`` may be (G, len(a)): the orders any of the G need.
+    Returns (rdp, known), both (len(z), len(a)): what is left out is NaN in
+    rdp and False in known.  Orders not increasing, or a best room that is
+    not finite: every order is computed."""
     n = a.size
     idx = np.arange(n)
     if n <= 2 * _LAZY_STRIDES[0] or np.any(np.diff(a) <= 0):
@@ -862,18 +863,19 @@ def _lazy_rdp(sampling, q, z: np.ndarray, a: np.ndarray, head: np.ndarray) -> tu
     first = (idx % _LAZY_STRIDES[0] == 0) & (a <= _LAZY_FIRST_MAX)    # the large orders cost the most
     rdp = _rdp_columns(sampling, q, z, a, first)
     known = np.repeat(first[None, :], z.size, axis=0)
+    heads = np.atleast_2d(head)[:, None, :]        # (G, 1, A): several heads (budgets) share the orders
     for stride in _LAZY_STRIDES[1:]:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            room = np.where(known, head / rdp, -np.inf)
-        best = np.max(np.where(np.isnan(room), -1.0, room), axis=1)
+            room = np.where(known, heads / rdp, -np.inf)
+        best = np.max(np.where(np.isnan(room), -1.0, room), axis=2)[..., None]           # (G, Z, 1)
         # the RDP at the computed order at or below each order, less its round-off
         below = np.maximum.accumulate(np.where(known, idx, -1), axis=1)
         lower = np.take_along_axis(rdp, below, axis=1) * (1 - 1e-9) - 1e-12
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            bound = np.where(lower > 0, head / lower, np.inf)
-        bound = np.where(head <= 0, np.where(best[:, None] > 0, -np.inf, np.inf), bound)
-        need = ~known & ~(bound < best[:, None]) & (idx % stride == 0)
-        need |= ~known & ~np.isfinite(best)[:, None]
+            bound = np.where(lower > 0, heads / lower, np.inf)
+        bound = np.where(heads <= 0, np.where(best > 0, -np.inf, np.inf), bound)
+        need = ~known & np.any(~(bound < best) | ~np.isfinite(best), axis=0) & (idx % stride == 0)
+        need |= ~known & np.any(~np.isfinite(best), axis=0)
         rows, cols = need.any(axis=1), need.any(axis=0)
         if rows.any():
             rdp[np.ix_(rows, cols)] = _rdp_columns(sampling, q, z[rows], a, cols)[:, cols]
@@ -881,6 +883,47 @@ def _lazy_rdp(sampling, q, z: np.ndarray, a: np.ndarray, head: np.ndarray) -> tu
         if known.all():
             break
     return rdp, known
+
+
+def rdp_for_most_steps(heads, q: float, noise_multiplier, orders, sampling: str = "poisson"):
+    """The RDP curves (len(noise_multiplier), len(orders)) that the most
+    steps max_α heads[g, α] / RDP(α) of every row g need (:func:`_lazy_rdp`),
+    and a mask of the orders computed: the others (NaN) cannot hold the
+    maximum of any row and noise multiplier."""
+    z, _ = _check_noise(noise_multiplier)
+    return _lazy_rdp(sampling, check_rate(q), z, _check_orders(orders), np.asarray(heads, dtype=float))
+
+
+def within(target_epsilon: float, q: float, noise_multiplier: float, steps: int, offset, orders,
+           sampling: str = "poisson") -> bool:
+    """``min_α steps·RDP(α) + offset_α <= target`` (the answer on the grid of
+    orders), computing the orders lazily: every 8th up to 512 first, then
+    only those that could still meet it (RDP does not decrease with α, so
+    an order's value is at least steps·RDP at the computed order below it,
+    plus its offset); yes as soon as one does.  The answer is that of all
+    orders (each computed exactly as with all asked)."""
+    a = np.asarray(orders, dtype=float)
+    off = np.asarray(offset, dtype=float)
+    z, _ = _check_noise(noise_multiplier)
+    n, idx = a.size, np.arange(a.size)
+    if n <= 2 * _LAZY_STRIDES[0] or np.any(np.diff(a) <= 0):
+        return float(np.min(steps * _rdp_columns(sampling, q, z, a, np.ones(n, dtype=bool))[0] + off)) <= target_epsilon
+    known = (idx % _LAZY_STRIDES[0] == 0) & (a <= _LAZY_FIRST_MAX)
+    rdp = _rdp_columns(sampling, q, z, a, known)[0]
+    for stride in (*_LAZY_STRIDES[1:], None):
+        vals = steps * rdp[known] + off[known]
+        if np.any(np.isnan(vals)):              # as np.min: NaN anywhere is no
+            return False
+        if float(np.min(vals)) <= target_epsilon:
+            return True
+        if stride is None or known.all():
+            return False
+        below = np.maximum.accumulate(np.where(known, idx, -1))
+        lower = np.maximum(rdp[below] * (1 - 1e-9) - 1e-12, 0.0)
+        need = ~known & ~(steps * lower + off > target_epsilon) & (idx % stride == 0)
+        if need.any():
+            rdp[need] = _rdp_columns(sampling, q, z, a, need)[0, need]
+            known |= need
 
 
 def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling, prior=()):
