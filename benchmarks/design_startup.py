@@ -1,6 +1,6 @@
 """Whole-process time of `paretofl design` for every designable mechanism
-(median of 5 runs per scenario, after one untimed run), and a check that no
-scenario imports torch or flwr.
+(median of 5 runs per scenario, after one untimed run; wall and CPU time),
+and a check that no scenario imports torch or flwr.
 
     make bench            # or: .venv/bin/python benchmarks/design_startup.py [--json] [--runs K] [--only TEXT]
                           #     [--no-bytecode] [--before DIR]
@@ -18,6 +18,7 @@ whose speed drifts, only such a ratio means much.
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -58,16 +59,21 @@ def imported(args, env) -> list[str]:
 
 
 def _timed(args, env, runs, other_env=None) -> tuple[list, list]:
-    """Whole-process times of ``runs`` designs; with ``other_env``, each run
-    of this checkout follows one of the other."""
+    """Whole-process (wall, CPU) times of ``runs`` designs; with
+    ``other_env``, each run of this checkout follows one of the other.  The
+    CPU time (user + system of the process) is what the run costs where
+    others share the machine: its wall time then waits for the cores."""
     times, other = [], []
     for _ in range(runs):
         for e, out in ((other_env, other), (env, times)):
             if e is None:
                 continue
+            c = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             subprocess.run([PAR, "design", *args, "--json"], check=True, capture_output=True, env=e)
-            out.append(time.perf_counter() - t)
+            wall = time.perf_counter() - t
+            d = resource.getrusage(resource.RUSAGE_CHILDREN)
+            out.append((wall, d.ru_utime - c.ru_utime + d.ru_stime - c.ru_stime))
     return times, other
 
 
@@ -95,16 +101,19 @@ def main():
         if other_env is not None:
             imported(args, other_env)          # its bytecode written, untimed
         times, other = _timed(args, env, runs, other_env)
-        res[name] = statistics.median(times)
+        res[name] = [statistics.median(x) for x in zip(*times)]
         if other:
-            res_before[name] = statistics.median(other)
+            res_before[name] = [statistics.median(x) for x in zip(*other)]
         if not as_json:
-            was = f"  before {res_before[name]:6.2f} s  ({res_before[name] / res[name]:4.1f}x)" if other else ""
-            print(f"  {name:<38} {res[name]:6.2f} s   (best {min(times):.2f} s){was}  imports: "
+            (w, c), was = res[name], ""
+            if other:
+                wb, cb = res_before[name]
+                was = f"   before: wall {wb:6.2f} s, CPU {cb:6.2f} s ({cb / c:4.1f}x)"
+            print(f"  {name:<38} wall {w:6.2f} s, CPU {c:6.2f} s{was}   imports: "
                   f"{', '.join(heavy[name]) or 'none of ' + '/'.join(HEAVY)}", flush=True)
     if as_json:
-        print(json.dumps({"median_seconds": res, "median_seconds_before": res_before or None, "heavy_imports": heavy,
-                          "bytecode": "--no-bytecode" not in sys.argv}))
+        print(json.dumps({"median_wall_cpu_seconds": res, "median_wall_cpu_seconds_before": res_before or None,
+                          "heavy_imports": heavy, "bytecode": "--no-bytecode" not in sys.argv}))
         return
     torchy = sorted({m for v in heavy.values() for m in v} & {"torch", "flwr"})
     print(f"paretofl design, whole process, median of {runs} runs, bytecode "
