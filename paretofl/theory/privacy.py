@@ -837,6 +837,8 @@ def _rdp_columns(sampling, q, z: np.ndarray, a: np.ndarray, need: np.ndarray) ->
 
 #: the passes of :func:`_lazy_rdp`: every 8th order first, then every 4th, 2nd and each of those still needed
 _LAZY_STRIDES = (8, 4, 2, 1)
+#: samplings whose RDP is a formula per order: every order at once costs less than choosing
+_CLOSED_FORM_SAMPLINGS = ("none", "attributed")
 #: the first pass computes no order above this (an integer order α costs α terms): the RDP below bounds them
 _LAZY_FIRST_MAX = 512
 
@@ -852,12 +854,13 @@ def _lazy_rdp(sampling, q, z: np.ndarray, a: np.ndarray, head: np.ndarray) -> tu
     that bound is below the σ's best room (or its head is not positive and
     the best is), so the most steps and the best order are those of all
     orders.  ``head`` may be (G, len(a)): the orders any of the G need.
+    Samplings with a closed-form RDP: every order at once.
     Returns (rdp, known), both (len(z), len(a)): what is left out is NaN in
     rdp and False in known.  Orders not increasing, or a best room that is
     not finite: every order is computed."""
     n = a.size
     idx = np.arange(n)
-    if n <= 2 * _LAZY_STRIDES[0] or np.any(np.diff(a) <= 0):
+    if n <= 2 * _LAZY_STRIDES[0] or np.any(np.diff(a) <= 0) or sampling in _CLOSED_FORM_SAMPLINGS:
         every = np.ones(n, dtype=bool)
         return _rdp_columns(sampling, q, z, a, every), np.ones((z.size, n), dtype=bool)
     first = (idx % _LAZY_STRIDES[0] == 0) & (a <= _LAZY_FIRST_MAX)    # the large orders cost the most
