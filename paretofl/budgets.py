@@ -32,7 +32,17 @@ import numpy as np
 
 from .mechanisms import DEFAULT
 from .mechanisms import get as mechanism_of
-from .theory.privacy import DEFAULT_ORDERS, Charge, calibrate_noise, check_rate, conversion_offset, max_steps, rdp_curve
+from .theory.privacy import (
+    DEFAULT_ORDERS,
+    Charge,
+    calibrate_noise,
+    check_rate,
+    conversion_offset,
+    max_steps,
+    rdp_for_most_steps,
+    sorted_unique,
+    within,
+)
 
 __all__ = ["Budgets", "read_budgets", "design_groups"]
 
@@ -168,7 +178,7 @@ def read_budgets(path, n_clients: int | None = None) -> Budgets:
 def _t_grid(t_cap: int) -> np.ndarray:
     if t_cap <= 300:
         return np.arange(1, t_cap + 1)
-    return np.unique(np.concatenate([np.arange(1, 50), np.geomspace(50, t_cap, 250).astype(int), [t_cap]]))
+    return sorted_unique(np.concatenate([np.arange(1, 50), np.geomspace(50, t_cap, 250).astype(int), [t_cap]]))
 
 
 def _group_charge(mech, q, z) -> Charge:
@@ -201,7 +211,7 @@ def _largest_rate(mech, eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e
 
     def meets(q):
         ch = _group_charge(mech, q, z)
-        return float(np.min(T * np.asarray(rdp_curve(ch.sampling, q, ch.noise_multiplier, orders)) + off)) <= eps
+        return within(eps, q, ch.noise_multiplier, T, off, orders, ch.sampling)
 
     if meets(hi):
         return hi
@@ -233,12 +243,15 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
         qs = np.geomspace(q_max * 1e-3, q_max, 24)
         zs = np.geomspace(max(0.05, sigma_min), max(sigma_max * math.sqrt(n), 0.1), 40)
         # the per-round RDP of every (q, z) once; each group's most rounds from it
-        rdp = np.stack([np.atleast_2d(rdp_curve(c.sampling, float(qq), c.noise_multiplier, orders))
-                        for qq in qs for c in [_group_charge(mech, float(qq), zs)]])                # (Q, Z, A)
         off = conversion_offset(np.asarray(orders, dtype=float), delta)
+        room = eps[:, None] - off[None, :]                                                        # (G, A)
+        # only the orders that can hold some group's most rounds (the others cannot change the max)
+        got = [rdp_for_most_steps(room, float(qq), c.noise_multiplier, orders, c.sampling)
+               for qq in qs for c in [_group_charge(mech, float(qq), zs)]]
+        rdp, known = np.stack([r for r, _ in got]), np.stack([k for _, k in got])                # (Q, Z, A)
         with np.errstate(divide="ignore", invalid="ignore"):
-            room = eps[:, None] - off[None, :]                                                    # (G, A)
             steps = np.where(room[:, None, None, :] > 0, np.floor(room[:, None, None, :] / rdp[None]), -1)
+        steps = np.where(known[None], steps, -np.inf)
         tmax = np.nan_to_num(steps.max(axis=-1), nan=-1, posinf=1e12)                             # (G, Q, Z)
         # each group's largest rate for (z, T): the last grid q whose most rounds
         # reach T, then log-log interpolated towards the next (T_max falls with q)
@@ -307,8 +320,8 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
                      max_rounds=t_cap, sigma_min=sigma_min, sigma_max=sigma_max, groups=groups,
                      group_of=budgets.group_of.tolist())
     elif mech.noise_on == "update":
-        cand = np.unique(np.concatenate([np.arange(1, min(n, 24) + 1),
-                                         np.geomspace(1, n, 24).round()])) / n
+        cand = sorted_unique(np.concatenate([np.arange(1, min(n, 24) + 1),
+                                             np.geomspace(1, n, 24).round()])) / n
         cand = cand[cand <= q_max * (1 + 1e-12)]
         ss = np.geomspace(1e-2, 1e4, 200)
         best = None

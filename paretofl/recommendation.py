@@ -30,7 +30,6 @@ import heapq
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +49,7 @@ from .theory.privacy import (
     max_steps,
     rdp_curve,
     rdp_to_epsilon,
+    sorted_unique,
 )
 
 __all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
@@ -82,7 +82,7 @@ FIT_FORMAT = "paretofl-fit-1"
 def shipped_fit(name: str = "lr_fmnist") -> Path:
     """Path of a fit shipped with the package (``paretofl/data/NAME_fit.json``):
     ``lr_fmnist`` (the default κ) or ``lenet_fmnist``."""
-    return Path(str(resources.files("paretofl") / "data" / f"{name}_fit.json"))
+    return Path(__file__).parent / "data" / f"{name}_fit.json"   # not importlib.resources: 10 ms of start-up
 
 
 class InfeasibleBudget(ValueError):
@@ -246,12 +246,6 @@ class Design:
         if not self.groups:
             return np.full(self.n_clients, self.q)
         return np.array([self.groups[g]["q"] for g in self.group_of])
-
-    def client_sigmas(self) -> np.ndarray:
-        """Each client's noise multiplier (N,): its group's σ where it has one."""
-        if not self.groups:
-            return np.full(self.n_clients, self.sigma)
-        return np.array([self.groups[g]["sigma"] for g in self.group_of])
 
     def to_dict(self) -> dict:
         """Every field, and the derived ``framework``."""
@@ -721,14 +715,14 @@ def _kappa_range(d: Design, job: _Job, ci) -> None:
             d.notes.append("kappa was given: the design is only as good as it" + cost)
         return
     ends = []
-    for k in ci:
+    for k in ci:       # the search alone: the rest of a design (its closed-form map, notes) is not said of these
         j = _Job(**{**job.__dict__, "utility": ClosedForm(k, "its interval")})
         try:
-            p = _design_point(j, mech, [d.q])
+            (_, rounds, sigma, _), *_ = _searched(j, mech, [d.q])
         except (InfeasibleBudget, ValueError):
             return
-        ends.append(p)
-    rounds, sigmas = sorted(p.rounds for p in ends), sorted(p.sigma for p in ends)
+        ends.append((rounds, sigma))
+    rounds, sigmas = sorted(r for r, _ in ends), sorted(s for _, s in ends)
     d.details = dict(d.details, kappa_range={"kappa_ci": list(ci), "rounds": rounds, "sigma": sigmas})
     d.notes.append(f"over kappa's 95 % interval [{ci[0]:.3g}, {ci[1]:.3g}] the design at this q would run T = "
                    f"{rounds[0]}-{rounds[1]} rounds at sigma {sigmas[0]:.3g}-{sigmas[1]:.3g}" + cost)
@@ -985,6 +979,22 @@ class _Job:
     prior: tuple = ()            # a private pre-trial's charges, composed with the training's
 
 
+def _searched(job: _Job, mech, qs=None) -> tuple:
+    """The search of :func:`_design_point`: ((u, T, σ, q), each q's best u,
+    the problem, the point's exact ε), the point checked against the budget."""
+    n, epsilon = job.n, job.epsilon
+    if qs is None:
+        qs = _q_candidates(n, job.q, job.q_min, job.q_max)
+    for qq in qs:
+        mech.check_rate(qq, n)           # e.g. qN >= 1, or a whole number of clients for Flower
+    p = Problem(n, epsilon, job.delta, job.t_cap, qs, job.sigma_min, job.sigma_max, mech, job.orders, job.prior)
+    (u, T, sig, qb), per_q = search(p, job.utility)
+    eps_exact = p.epsilon_of(qb, sig, T)
+    if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
+        raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
+    return (u, T, sig, qb), per_q, p, eps_exact
+
+
 def _design_point(job: _Job, mech, qs=None) -> Design:
     """The best (q, T, σ) for one configured mechanism (``qs``: the cohort
     sizes to search; by default those the job allows)."""
@@ -992,14 +1002,8 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
     kappa, kappa_source = utility.kappa, utility.source
     if qs is None:
         qs = _q_candidates(n, job.q, job.q_min, job.q_max)
-    for qq in qs:
-        mech.check_rate(qq, n)           # e.g. qN >= 1, or a whole number of clients for Flower
-    p = Problem(n, epsilon, job.delta, job.t_cap, qs, job.sigma_min, job.sigma_max, mech, job.orders, job.prior)
-    (u, T, sig, qb), per_q = search(p, utility)
+    (u, T, sig, qb), per_q, p, eps_exact = _searched(job, mech, qs)
     acct = p.unit_charge(qb)
-    eps_exact = p.epsilon_of(qb, sig, T)
-    if eps_exact > epsilon * (1 + 1e-12):  # never report a point past the budget
-        raise RuntimeError(f"internal error: design point spends epsilon {eps_exact} > budget {epsilon}")
     cf, case, distance, relation = None, "", {}, math.nan
     if p.ratios is None:                   # Theorem 3's map: Gu et al.'s bound as it is
         cf = _closed_form_for_q(qb, n, epsilon, job.delta, job.t_cap, job.sigma_min, job.sigma_max, kappa,
@@ -1345,7 +1349,7 @@ def _one_new_value(acct, ta, tb, t_cap) -> bool:
     """Do the T values a σ interval spans hold one new value only, where T
     moves in steps (rounds_for(k) = b·k, capped at t_cap)."""
     k = np.arange(1, int(tb // acct.rounds_for(1)) + 2)
-    values = np.unique(np.minimum(t_cap, acct.rounds_for(k)))
+    values = sorted_unique(np.minimum(t_cap, acct.rounds_for(k)))
     return int(np.sum((values > max(ta, 0)) & (values < tb))) == 0
 
 
@@ -1388,7 +1392,7 @@ def _q_candidates(n, q, q_min, q_max):
     if m.size == 0:
         raise ValueError(f"no cohort size m with q = m/N in [{lo:g}, {q_max:g}] for N = {n}")
     if m.size > 24:  # keep the search short: 24 cohort sizes, geometric, ends included
-        m = np.unique(np.round(np.geomspace(m[0], m[-1], 24)).astype(int))
+        m = sorted_unique(np.round(np.geomspace(m[0], m[-1], 24)).astype(int))
     return [float(k) / n for k in m]
 
 

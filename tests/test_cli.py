@@ -108,10 +108,16 @@ def test_design_for_a_million_clients_is_small():
 
 
 def test_design_and_account_do_not_import_torch():
+    """Neither torch nor flwr, for any mechanism designed (a Flower design
+    is accounted by paretofl; Flower is imported only by export and train)."""
     code = ("import sys; from paretofl.cli import main; "
             "main(['design','--clients','20','--budget','3','--max-rounds','50','--q','0.5','--kappa','0.1']); "
+            "[main(['design','--clients','20','--budget','3','--max-rounds','20','--kappa','0.1', *x]) for x in "
+            "(['--framework','flower'],['--framework','flower-accounted'],['--mechanism','bandmf'],"
+            "['--mechanism','client-local'],['--mechanism','nbafl','--clip','1','--client-size','100'])]; "
             "main(['account','--sigma','1','--q','0.1','--steps','10']); "
-            "sys.exit(3 if 'torch' in sys.modules else 0)")
+            "heavy = [m for m in ('torch', 'flwr') if m in sys.modules]; "
+            "sys.exit(f'imported {heavy}' if heavy else 0)")
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
 

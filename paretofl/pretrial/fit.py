@@ -467,13 +467,6 @@ def _utility_summary(path, reference) -> dict:
     return {"utility_models": {k: m.to_dict() for k, m in r["models"].items()}, "preferred_model": r["preferred"]}
 
 
-def write_fit(result, path) -> None:
-    """Write a :class:`Fit` (or its dict) as JSON."""
-    if isinstance(result, dict):
-        result = Fit(**{k: v for k, v in result.items() if k in Fit.__dataclass_fields__})
-    result.save(path)
-
-
 # --------------------------------------------------------------------------
 # utility models over (σ²/q, T): the bound, and one that can bend
 # --------------------------------------------------------------------------

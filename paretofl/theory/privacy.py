@@ -220,16 +220,18 @@ def _log_binom(n, k):
     return lf[n] - lf[np.clip(k, 0, None)] - lf[np.clip(n - k, 0, None)]
 
 
-def _log_a_int(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+def _log_a_int(q: float, z: np.ndarray, alphas: np.ndarray, need=None) -> np.ndarray:
     """log A_α for integer orders (theory (5.1)): a finite binomial sum,
 
     ``A_α = Σ_k C(α,k) (1-q)^(α-k) q^k exp((k²-k)/(2σ²))``,
 
     in log space.  Orders are summed in blocks of similar size (each padded to
     its own largest order) so that an order of 10⁵ does not pad the others.
-    Returns an array of shape (len(z), len(alphas)).
+    Returns an array of shape (len(z), len(alphas)).  ``need`` (a mask):
+    only those orders, each exactly as without it (the blocks are those of
+    all ``alphas``); the others are NaN.
     """
-    out = np.empty((z.size, alphas.size))
+    out = np.full((z.size, alphas.size), np.nan)
     order = np.argsort(alphas)
     start = 0
     while start < len(order):
@@ -238,8 +240,13 @@ def _log_a_int(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
         while stop < len(order) and alphas[order[stop]] <= max(64.0, 2.0 * top):
             stop += 1
         idx = order[start:stop]
+        amax = int(alphas[idx].max())
+        start = stop
+        if need is not None:
+            idx = idx[need[idx]]
+            if idx.size == 0:
+                continue
         A = alphas[idx]
-        amax = int(A.max())
         k = np.arange(amax + 1, dtype=float)
         with np.errstate(invalid="ignore"):
             base = _log_binom(A[:, None], k[None, :]) + k * math.log(q) + (A[:, None] - k) * math.log1p(-q)
@@ -250,7 +257,6 @@ def _log_a_int(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
                 out[j, idx] = _lse(base + quad[j][None, :], axis=1)[0]
         else:
             out[:, idx] = _lse(base[None, :, :] + quad[:, None, :], axis=2)[0]
-        start = stop
     return out
 
 
@@ -267,7 +273,7 @@ def _log_w(q: float, y: np.ndarray) -> np.ndarray:
     return np.where(y < 700.0, small, large)
 
 
-def _log_a_frac(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
+def _log_a_frac(q: float, z: np.ndarray, alphas: np.ndarray, need=None) -> np.ndarray:
     """log A_α for fractional orders, by quadrature of its definition.
 
     ``A_α = E_{u~N(0,1)}[(1 + q·expm1(u/σ - 1/(2σ²)))^α]`` (Mironov, Talwar,
@@ -279,23 +285,42 @@ def _log_a_frac(q: float, z: np.ndarray, alphas: np.ndarray) -> np.ndarray:
     first-order term has mean zero), in log space with signs.  The grid is
     built per noise multiplier, so that a small σ in a batch does not
     stretch the others' grids.  Returns an array (len(z), len(alphas)).
+    ``need`` (a mask): only those orders, each on the grid all ``alphas``
+    give; the others are NaN.
     """
-    out = np.empty((z.size, alphas.size))
-    log_q = None
+    out = np.full((z.size, alphas.size), np.nan)
+    cols = np.arange(alphas.size) if need is None else np.flatnonzero(need)
+    amax = float(np.max(alphas))
     for j, zj in enumerate(z):
-        h = min(_QUAD_STEP, 0.3 * float(zj))
-        top = _QUAD_TAIL + float(np.max(alphas)) / float(zj)
-        u = np.arange(-_QUAD_TAIL, top + h, h)                    # (n_u,)
-        w = _log_w(q, u / zj - 1.0 / (2.0 * zj * zj))              # log(1-q+q e^y)
-        aw = alphas[:, None] * w[None, :]                          # (n_a, n_u)
+        w, log_phi = _frac_grid(q, float(zj), amax)
+        aw = alphas[cols, None] * w[None, :]                       # (n_a, n_u)
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            log_abs = np.where(aw > 0, aw + np.log(-np.expm1(-aw)), np.log(-np.expm1(aw)))
-        log_phi = -0.5 * u**2 - 0.5 * math.log(2 * math.pi) + math.log(h)
+            # log|(…)^α - 1|: aw + log(1 - e^-aw) for aw > 0, log(1 - e^aw) for aw <= 0
+            log_abs = np.log(-np.expm1(-np.abs(aw))) + np.maximum(aw, 0.0)
         log_s, s = _lse(log_abs + log_phi, axis=1, b=np.sign(aw))
         # A_α - 1 >= 0 (Jensen); a negative sum is round-off around zero
-        out[j] = np.where(s > 0, np.logaddexp(0.0, log_s), 0.0)
-    del log_q
+        out[j, cols] = np.where(s > 0, np.logaddexp(0.0, log_s), 0.0)
     return out
+
+
+_FRAC_GRIDS: dict = {}
+
+
+def _frac_grid(q: float, z: float, amax: float) -> tuple:
+    """:func:`_log_a_frac`'s quadrature grid for one noise multiplier (the
+    orders up to ``amax``): log(1-q+q e^y) and the log weights at its
+    points, remembered for the last few thousand."""
+    key = (q, z, amax)
+    if key not in _FRAC_GRIDS:
+        if len(_FRAC_GRIDS) >= 4096:
+            _FRAC_GRIDS.clear()
+        h = min(_QUAD_STEP, 0.3 * z)
+        top = _QUAD_TAIL + amax / z
+        u = np.arange(-_QUAD_TAIL, top + h, h)                    # (n_u,)
+        w = _log_w(q, u / z - 1.0 / (2.0 * z * z))                 # log(1-q+q e^y)
+        log_phi = -0.5 * u**2 - 0.5 * math.log(2 * math.pi) + math.log(h)
+        _FRAC_GRIDS[key] = (w, log_phi)
+    return _FRAC_GRIDS[key]
 
 
 def rdp_gaussian(noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
@@ -326,14 +351,16 @@ def rdp_subsampled_gaussian(q: float, noise_multiplier, orders: Sequence[float] 
     return out[0] if scalar else out
 
 
-def _rdp_matrix(q: float, z: np.ndarray, a: np.ndarray) -> np.ndarray:
+def _rdp_matrix(q: float, z: np.ndarray, a: np.ndarray, need=None) -> np.ndarray:
+    """The RDP of the orders ``a`` (or of those ``need`` marks, each
+    exactly as when all are asked; the others NaN)."""
     out = np.empty((z.size, a.size))
     if q == 1.0:
         out[:] = a[None, :] / (2.0 * z[:, None] ** 2)
         return out
     is_int = a == np.floor(a)
     if is_int.any():
-        out[:, is_int] = _log_a_int(q, z, a[is_int]) / (a[is_int] - 1.0)
+        out[:, is_int] = _log_a_int(q, z, a[is_int], None if need is None else need[is_int]) / (a[is_int] - 1.0)
     frac = ~is_int
     if frac.any():
         # below σ = 0.02 the quadrature grid grows as 1/σ²; there ε is
@@ -342,7 +369,8 @@ def _rdp_matrix(q: float, z: np.ndarray, a: np.ndarray) -> np.ndarray:
         out[:, frac] = np.inf
         ok = z >= _QUAD_MIN_SIGMA
         if ok.any():
-            out[np.ix_(ok, frac)] = _log_a_frac(q, z[ok], a[frac]) / (a[frac] - 1.0)
+            got = _log_a_frac(q, z[ok], a[frac], None if need is None else need[frac])
+            out[np.ix_(ok, frac)] = got / (a[frac] - 1.0)
     return np.maximum(out, 0.0)  # RDP is non-negative; clears -1e-17 round-off
 
 
@@ -367,15 +395,6 @@ def rdp_attributed_gaussian(q: float, noise_multiplier, orders: Sequence[float] 
     out = _log_w(q, y) / (a[None, :] - 1.0)
     out = np.maximum(out, 0.0)
     return out[0] if scalar else out
-
-
-def _log_sub(x: float, y: float) -> float:
-    """log(e^x - e^y) for x >= y."""
-    if y == -np.inf:
-        return x
-    if x <= y:
-        return -np.inf
-    return x + math.log(-math.expm1(y - x))
 
 
 _WOR_TOP = 257          # forward differences up to this order (Theorem 27's exact terms for α <= 256)
@@ -407,6 +426,22 @@ def _wor_log_b() -> np.ndarray:
     return _WOR_LOG_B
 
 
+_WOR_BINOMIALS: dict = {}
+
+
+def _wor_binomials(top: int) -> tuple:
+    """For m = 2..top (rows) and i = 0..top: i <= m, log C(m, i) (-inf
+    where i > m) and (-1)^(m-i); they do not depend on σ."""
+    if top not in _WOR_BINOMIALS:
+        ms = np.arange(2, top + 1)
+        i = np.arange(top + 1)
+        inside = i[None, :] <= ms[:, None]
+        log_binom = np.where(inside, _log_binom(np.where(inside, ms[:, None], i[None, :]), i[None, :]), -np.inf)
+        signs = np.where((ms[:, None] - i[None, :]) % 2 == 0, 1.0, -1.0)
+        _WOR_BINOMIALS[top] = (inside, log_binom, signs)
+    return _WOR_BINOMIALS[top]
+
+
 def _wor_diffs_upper(z: float, top: int) -> np.ndarray:
     """Upper bounds on log Δ^m g(0), m = 0..top, g(k) = exp(k(k-1)/(2σ²)) =
     e^{(k-1)ε(k)} of the Gaussian mechanism: the forward differences of
@@ -433,31 +468,52 @@ def _wor_diffs_upper(z: float, top: int) -> np.ndarray:
     series = _lse(b + (n * math.log(c) - lf[: b.shape[0]])[:, None], axis=0)[0] + lf[: top + 1]
     series = series + 4 * _WOR_TOP * _EPS                      # the table's own rounding
     N = b.shape[0] - 1
+    # the alternating sums of every m at once, one row each (i <= m); each
+    # row is summed on its own below, so each sum is the one a row alone gives
+    i = np.arange(top + 1)
+    inside, log_binom, signs = _wor_binomials(top)
+    vals = log_binom + c * i * (i - 1.0)        # -inf outside
+    top_v = vals.max(axis=1)
+    mags = np.exp(vals - top_v[:, None])
+    signed = signs * mags
+    big = np.where(inside, np.abs(vals), 0.0).max(axis=1)
+    add = np.add.reduce
+    series_, top_v, big, lf_n = series.tolist(), top_v.tolist(), big.tolist(), float(lf[N + 1])
     for m in range(2, top + 1):
         lam = c * m * (m - 1)
-        up = series[m]
+        up = series_[m]
         if lam < N + 2:
-            tail = m * math.log(2) + (N + 1) * math.log(lam) - lf[N + 1] - math.log1p(-lam / (N + 2))
+            tail = m * math.log(2) + (N + 1) * math.log(lam) - lf_n - math.log1p(-lam / (N + 2))
             up = float(np.logaddexp(up, tail))
         else:
-            up = np.inf
+            up = math.inf
         # alternating sum with its rounding error
-        i = np.arange(m + 1)
-        vals = _log_binom(np.full(m + 1, m), i) + c * i * (i - 1.0)
-        top_v = vals.max()
-        mags = np.exp(vals - top_v)
-        signs = np.where((m - i) % 2 == 0, 1.0, -1.0)
-        s = float(np.sum(signs * mags))
-        err = (m + 2) * _EPS * float(mags.sum()) * (8.0 + 2.0 * float(np.abs(vals).max()))
+        r = m - 2
+        s = float(add(signed[r, : m + 1]))
+        err = (m + 2) * _EPS * float(add(mags[r, : m + 1])) * (8.0 + 2.0 * big[r])
         if s + err > 0:
-            up = min(up, top_v + math.log(s + err))
+            up = min(up, top_v[r] + math.log(s + err))
         out[m] = up
     out = out + 1e-12 * (1.0 + np.abs(out))   # a last ulp of slack on the logs
     out[0], out[1] = 0.0, -np.inf             # Δg(0) = g(1) - g(0) = 0
     return out
 
 
-def _wor_log_a(q: float, z: float, alpha: int, diffs: np.ndarray) -> float:
+_WOR_DIFFS: dict = {}
+
+
+def _wor_diffs(z: float) -> np.ndarray:
+    """:func:`_wor_diffs_upper` up to _WOR_TOP, remembered for the last few
+    thousand noise multipliers (each difference is computed on its own, so
+    the first m + 1 are those asked up to m)."""
+    if z not in _WOR_DIFFS:
+        if len(_WOR_DIFFS) >= 4096:
+            _WOR_DIFFS.clear()
+        _WOR_DIFFS[z] = _wor_diffs_upper(z, _WOR_TOP)
+    return _WOR_DIFFS[z]
+
+
+def _wor_log_a(q: float, z: float, alphas, diffs: np.ndarray) -> dict:
     """log of Wang, Balle, Kasiviswanathan 2019, Theorem 27's bound on
     E[(p/p')^α] for sampling without replacement, for the Gaussian mechanism
     (ε(j) = j/(2σ²), replace-one neighbours, sensitivity 1):
@@ -465,15 +521,25 @@ def _wor_log_a(q: float, z: float, alpha: int, diffs: np.ndarray) -> float:
     1 + q² C(α,2) min{4(e^{ε(2)} - 1), 2e^{ε(2)}}
       + Σ_{j=3..α} q^j C(α,j) min{4 (Δ^{2⌊j/2⌋} g(0) · Δ^{2⌈j/2⌉} g(0))^{1/2}, 2e^{(j-1)ε(j)}}
 
+    for each integer order α >= 2 of ``alphas``; returns {α: log A_α}.
     ``diffs`` from :func:`_wor_diffs_upper` (up to order 256 at least where
     used; beyond it only the second term of each min is used, which is
-    larger, hence still a bound)."""
+    larger, hence still a bound).  The orders share their terms' arrays
+    (blocks of similar size, each padded to its largest order); each
+    order's sum is taken over its own terms alone."""
     eps2 = 1.0 / (z * z)
     log_f2m1 = eps2 + math.log(-math.expm1(-eps2))
-    first = 2 * math.log(q) + float(_log_binom(alpha, 2)) + min(math.log(4) + log_f2m1, eps2 + math.log(2))
-    if alpha < 3:
-        return float(np.logaddexp(0.0, first))
-    j = np.arange(3, alpha + 1)
+    pick = min(math.log(4) + log_f2m1, eps2 + math.log(2))
+    ks = sorted({int(k) for k in alphas})
+    out = {}
+    for k in ks:
+        if k < 3:
+            out[k] = float(np.logaddexp(0.0, 2 * math.log(q) + float(_log_binom(k, 2)) + pick))
+    ks = [k for k in ks if k >= 3]
+    if not ks:
+        return out
+    # the terms j = 3..max α that do not depend on α
+    j = np.arange(3, ks[-1] + 1)
     second = math.log(2) + (j - 1.0) * j / (2.0 * z * z)
     lo_i, hi_i = 2 * (j // 2), 2 * ((j + 1) // 2)
     ok = hi_i < len(diffs)
@@ -481,11 +547,26 @@ def _wor_log_a(q: float, z: float, alpha: int, diffs: np.ndarray) -> float:
     hi = np.where(ok, diffs[np.minimum(hi_i, len(diffs) - 1)], np.inf)
     with np.errstate(invalid="ignore"):
         diff_term = math.log(4) + 0.5 * (lo + hi)
-    s = np.minimum(np.where(np.isnan(diff_term), np.inf, diff_term), second)
-    s = s + j * math.log(q) + _log_binom(np.full(j.size, alpha), j)
-    t = np.concatenate([[0.0, first], s])
-    m = t.max()
-    return float(m + math.log(np.exp(t - m).sum()))
+    shared = np.minimum(np.where(np.isnan(diff_term), np.inf, diff_term), second) + j * math.log(q)
+    start = 0
+    while start < len(ks):
+        stop = start
+        while stop < len(ks) and ks[stop] <= max(64, 2 * ks[start]):
+            stop += 1
+        block = np.array(ks[start:stop])
+        top = int(block[-1])
+        jj = j[: top - 2]
+        inside = jj[None, :] <= block[:, None]
+        t = np.full((block.size, top), -np.inf)
+        t[:, 0] = 0.0
+        t[:, 1] = 2 * math.log(q) + _log_binom(block, 2) + pick
+        t[:, 2:] = np.where(inside, shared[: top - 2] + _log_binom(np.where(inside, block[:, None], jj), jj), -np.inf)
+        m = t.max(axis=1)
+        e = np.exp(t - m[:, None])
+        for r, k in enumerate(block):
+            out[int(k)] = float(m[r] + math.log(np.add.reduce(e[r, :k])))
+        start = stop
+    return out
 
 
 def rdp_fixed_size_gaussian(q: float, noise_multiplier, orders: Sequence[float] = DEFAULT_ORDERS):
@@ -506,18 +587,13 @@ def rdp_fixed_size_gaussian(q: float, noise_multiplier, orders: Sequence[float] 
         if q == 1.0:
             out[i] = a / (2.0 * zi * zi)
             continue
-        cache = {}
-        diffs = _wor_diffs_upper(float(zi), min(_WOR_TOP, int(math.ceil(a.max())) + 1))
-
-        def log_a(k):
-            if k not in cache:
-                cache[k] = 0.0 if k == 1 else _wor_log_a(q, float(zi), k, diffs)
-            return cache[k]
-
+        diffs = _wor_diffs(float(zi))[: min(_WOR_TOP, int(math.ceil(a.max())) + 1) + 1]
+        ks = {math.floor(al) for al in a} | {math.ceil(al) for al in a}
+        log_a = {1: 0.0, **_wor_log_a(q, float(zi), [k for k in ks if k > 1], diffs)}
         for j, al in enumerate(a):
             f, c = math.floor(al), math.ceil(al)
             t = al - f
-            out[i, j] = ((1 - t) * log_a(f) + t * log_a(c)) / (al - 1.0) if f != c else log_a(int(al)) / (al - 1.0)
+            out[i, j] = ((1 - t) * log_a[f] + t * log_a[c]) / (al - 1.0) if f != c else log_a[int(al)] / (al - 1.0)
     out = np.maximum(out, 0.0)
     return out[0] if scalar else out
 
@@ -575,6 +651,14 @@ def rdp_to_epsilon(orders, rdp, delta: float, conversion: str = "improved") -> t
     return float(max(eps[idx], 0.0)), float(a[idx])
 
 
+def sorted_unique(a) -> np.ndarray:
+    """``np.unique(a)`` (flattened, sorted, each value once) without NumPy
+    2's import of numpy.ma that its first call makes (a few ms of every
+    ``paretofl design``)."""
+    a = np.sort(np.asarray(a).ravel())
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size else a
+
+
 def _legal(a: np.ndarray) -> np.ndarray:
     """Orders the curves accept: fractional ones above _FRAC_MAX rounded."""
     a = np.where(a > _FRAC_MAX, np.round(a), a)
@@ -589,7 +673,7 @@ def best_epsilon(total_rdp: Callable[[np.ndarray], np.ndarray], delta: float, co
     α = 1 + 1e-6).  Every order gives a valid bound, so searching can only
     lower ε towards the RDP optimum, never below it.  Returns (ε, order)."""
     delta = check_delta(delta)
-    a = np.unique(_check_orders(orders))
+    a = sorted_unique(_check_orders(orders))
     e = np.asarray(total_rdp(a), dtype=float) + conversion_offset(a, delta, conversion)
     e = np.where(np.isnan(e), np.inf, e)
     for _ in range(24 if refine else 0):
@@ -606,7 +690,7 @@ def best_epsilon(total_rdp: Callable[[np.ndarray], np.ndarray], delta: float, co
             new = 1 + np.geomspace(lo - 1, hi - 1, 10)[1:-1]
             interior = (hi - 1) / (lo - 1) < 1.05     # a narrow bracket: stop once it gains nothing
         new = _legal(new)
-        new = new[~np.isin(new, a)]
+        new = new[~np.any(new[:, None] == a[None, :], axis=1)]     # not np.isin: see sorted_unique
         if new.size == 0:
             break
         en = np.asarray(total_rdp(new), dtype=float) + conversion_offset(new, delta, conversion)
@@ -752,16 +836,125 @@ def _prior_rdp(prior, orders) -> np.ndarray:
     return out
 
 
+def _rdp_columns(sampling, q, z: np.ndarray, a: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """The per-step RDP at the orders ``need`` marks (the others NaN), each
+    exactly as :func:`rdp_curve` gives it with all of ``a`` asked."""
+    if sampling == "poisson":
+        check_rate(q)
+        with np.errstate(over="ignore", under="ignore"):
+            return _rdp_matrix(q, z, a, need)
+    out = np.full((z.size, a.size), np.nan)
+    out[:, need] = np.atleast_2d(rdp_curve(sampling, q, z, a[need]))   # order by order: no order changes another
+    return out
+
+
+#: the passes of :func:`_lazy_rdp`: every 8th order first, then every 4th, 2nd and each of those still needed
+_LAZY_STRIDES = (8, 4, 2, 1)
+#: samplings whose RDP is a formula per order: every order at once costs less than choosing
+_CLOSED_FORM_SAMPLINGS = ("none", "attributed")
+#: the first pass computes no order above this (an integer order α costs α terms): the RDP below bounds them
+_LAZY_FIRST_MAX = 512
+
+
+def _lazy_rdp(sampling, q, z: np.ndarray, a: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The RDP curves :func:`_max_steps_grid` needs for the most steps,
+    max_α head_α / RDP(α) (``head`` = ε - c_α), without computing every
+    order: every 8th order up to 512 first; then, every 4th, every 2nd,
+    every order, only those whose room could still reach the best so far.
+    RDP(α) does not decrease with α, so the room at an order not computed
+    is at most head_α over the RDP at the computed order below it (less a
+    margin for round-off); an order is left out of a σ's curve only where
+    that bound is below the σ's best room (or its head is not positive and
+    the best is), so the most steps and the best order are those of all
+    orders.  ``head`` may be (G, len(a)): the orders any of the G need.
+    Samplings with a closed-form RDP: every order at once.
+    Returns (rdp, known), both (len(z), len(a)): what is left out is NaN in
+    rdp and False in known.  Orders not increasing, or a best room that is
+    not finite: every order is computed."""
+    n = a.size
+    idx = np.arange(n)
+    if n <= 2 * _LAZY_STRIDES[0] or np.any(np.diff(a) <= 0) or sampling in _CLOSED_FORM_SAMPLINGS:
+        every = np.ones(n, dtype=bool)
+        return _rdp_columns(sampling, q, z, a, every), np.ones((z.size, n), dtype=bool)
+    first = (idx % _LAZY_STRIDES[0] == 0) & (a <= _LAZY_FIRST_MAX)    # the large orders cost the most
+    rdp = _rdp_columns(sampling, q, z, a, first)
+    known = np.repeat(first[None, :], z.size, axis=0)
+    heads = np.atleast_2d(head)[:, None, :]        # (G, 1, A): several heads (budgets) share the orders
+    for stride in _LAZY_STRIDES[1:]:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            room = np.where(known, heads / rdp, -np.inf)
+        best = np.max(np.where(np.isnan(room), -1.0, room), axis=2)[..., None]           # (G, Z, 1)
+        # the RDP at the computed order at or below each order, less its round-off
+        below = np.maximum.accumulate(np.where(known, idx, -1), axis=1)
+        lower = np.take_along_axis(rdp, below, axis=1) * (1 - 1e-9) - 1e-12
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            bound = np.where(lower > 0, heads / lower, np.inf)
+        bound = np.where(heads <= 0, np.where(best > 0, -np.inf, np.inf), bound)
+        need = ~known & np.any(~(bound < best) | ~np.isfinite(best), axis=0) & (idx % stride == 0)
+        need |= ~known & np.any(~np.isfinite(best), axis=0)
+        rows, cols = need.any(axis=1), need.any(axis=0)
+        if rows.any():
+            rdp[np.ix_(rows, cols)] = _rdp_columns(sampling, q, z[rows], a, cols)[:, cols]
+            known[np.ix_(rows, cols)] = True
+        if known.all():
+            break
+    return rdp, known
+
+
+def rdp_for_most_steps(heads, q: float, noise_multiplier, orders, sampling: str = "poisson"):
+    """The RDP curves (len(noise_multiplier), len(orders)) that the most
+    steps max_α heads[g, α] / RDP(α) of every row g need (:func:`_lazy_rdp`),
+    and a mask of the orders computed: the others (NaN) cannot hold the
+    maximum of any row and noise multiplier."""
+    z, _ = _check_noise(noise_multiplier)
+    return _lazy_rdp(sampling, check_rate(q), z, _check_orders(orders), np.asarray(heads, dtype=float))
+
+
+def within(target_epsilon: float, q: float, noise_multiplier: float, steps: int, offset, orders,
+           sampling: str = "poisson") -> bool:
+    """``min_α steps·RDP(α) + offset_α <= target`` (the answer on the grid of
+    orders), computing the orders lazily: every 8th up to 512 first, then
+    only those that could still meet it (RDP does not decrease with α, so
+    an order's value is at least steps·RDP at the computed order below it,
+    plus its offset); yes as soon as one does.  The answer is that of all
+    orders (each computed exactly as with all asked)."""
+    a = np.asarray(orders, dtype=float)
+    off = np.asarray(offset, dtype=float)
+    z, _ = _check_noise(noise_multiplier)
+    n, idx = a.size, np.arange(a.size)
+    if n <= 2 * _LAZY_STRIDES[0] or np.any(np.diff(a) <= 0):
+        return float(np.min(steps * _rdp_columns(sampling, q, z, a, np.ones(n, dtype=bool))[0] + off)) <= target_epsilon
+    known = (idx % _LAZY_STRIDES[0] == 0) & (a <= _LAZY_FIRST_MAX)
+    rdp = _rdp_columns(sampling, q, z, a, known)[0]
+    for stride in (*_LAZY_STRIDES[1:], None):
+        vals = steps * rdp[known] + off[known]
+        if np.any(np.isnan(vals)):              # as np.min: NaN anywhere is no
+            return False
+        if float(np.min(vals)) <= target_epsilon:
+            return True
+        if stride is None or known.all():
+            return False
+        below = np.maximum.accumulate(np.where(known, idx, -1))
+        lower = np.maximum(rdp[below] * (1 - 1e-9) - 1e-12, 0.0)
+        need = ~known & ~(steps * lower + off > target_epsilon) & (idx % stride == 0)
+        if need.any():
+            rdp[need] = _rdp_columns(sampling, q, z, a, need)[0, need]
+            known |= need
+
+
 def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling, prior=()):
     _check_positive(target_epsilon, "target_epsilon")
     delta = check_delta(delta)
     a = _check_orders(orders)
-    rdp = np.atleast_2d(rdp_curve(sampling, q, noise_multiplier, a))
+    z, _ = _check_noise(noise_multiplier)
     c = conversion_offset(a, delta, conversion) + _prior_rdp(prior, a)
+    n_first = a.size
+    rdp, known = _lazy_rdp(sampling, q, z, a, target_epsilon - c)
     for _ in range(8):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             room = (target_epsilon - c) / rdp
         room = np.where(np.isnan(room), -1.0, room)
+        room = np.where(known, room, -np.inf)    # left out: below the best (_lazy_rdp)
         at_top = (np.argmax(room, axis=1) == len(a) - 1) & (np.max(room, axis=1) >= 1)
         if not at_top.any() or a[-1] >= MAX_ORDER or len(orders) != len(DEFAULT_ORDERS):
             break
@@ -769,11 +962,20 @@ def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversi
         a = np.concatenate([a, new])
         c = conversion_offset(a, delta, conversion) + _prior_rdp(prior, a)
         rdp = np.concatenate([rdp, np.atleast_2d(rdp_curve(sampling, q, noise_multiplier, new))], axis=1)
+        known = np.concatenate([known, np.ones((z.size, new.size), dtype=bool)], axis=1)
     t = np.floor(np.max(room, axis=-1) * (1 + 1e-12))
     t = np.clip(t, 0, 1e15)
     # guard the floor against round-off: the answer must satisfy ε(T) <= target
     with np.errstate(invalid="ignore", over="ignore"):
-        over = np.min(rdp * t[:, None] + c, axis=-1) > target_epsilon
+        over = np.min(np.where(known, rdp * t[:, None] + c, np.inf), axis=-1) > target_epsilon
+    if np.any(over & (t > 0)) and not known.all():     # an order left out may hold it: compute them all
+        rest = ~known[:, :n_first]
+        rows, cols = rest.any(axis=1), rest.any(axis=0)
+        part = _rdp_columns(sampling, q, z[rows], a[:n_first], cols)[:, cols]
+        rdp[np.ix_(rows, np.flatnonzero(cols))] = np.where(rest[np.ix_(rows, cols)], part,
+                                                           rdp[np.ix_(rows, np.flatnonzero(cols))])
+        with np.errstate(invalid="ignore", over="ignore"):
+            over = np.min(rdp * t[:, None] + c, axis=-1) > target_epsilon
     t = np.where(over & (t > 0), t - 1, t)
     t = t.astype(np.int64)
     return t if np.ndim(noise_multiplier) else int(t[0])

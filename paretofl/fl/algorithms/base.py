@@ -40,14 +40,6 @@ class History:
             self._file.close()
             self._file = None
 
-    def to_csv(self, path):
-        if not self.rows:
-            return
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(self.rows[0]))
-            w.writeheader()
-            w.writerows(self.rows)
-
 
 class Policy:
     """Base class of the algorithms.

@@ -1,0 +1,84 @@
+"""The designs' numbers did not move when `paretofl design` was made faster
+(issue 47).
+
+``tests/data/designs_before_issue47.json`` was written by this module's
+``__main__`` from the code before the speed work (commit 3457379): a spread
+of designs, every designable mechanism among them, as ``Design.to_dict()``.
+Today's code must give every number in them — q, T, σ, ε, the bound, κ's
+interval, the bands searched, the DP-FedAvg design beside a banded one, each
+group's rate and σ — to 1e-12 relative, and the same notes and sources.
+
+    PYTHONPATH=<the old checkout> python tests/test_design_numbers_kept.py   # rewrites the data
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data" / "designs_before_issue47.json"
+
+#: (name, positional args, keyword args); budgets as (shares, epsilons)
+DESIGNS = [
+    ("default", (100, 2), dict(max_rounds=500)),
+    ("fixed-q", (100, 2), dict(max_rounds=500, q=0.1)),
+    ("n10", (10, 2), dict(max_rounds=200)),
+    ("n1000-eps1-fixed-q", (1000, 1), dict(max_rounds=2000, q=0.05)),
+    ("small-delta", (100, 1), dict(delta=1e-6, max_rounds=50)),
+    ("kappa-given", (100, 8), dict(max_rounds=1000, q_max=0.3, kappa=3)),
+    ("client-local", (50, 4), dict(max_rounds=100, mechanism="client-local")),
+    ("flower", (100, 2), dict(max_rounds=200, framework="flower")),
+    ("flower-q", (60, 3), dict(max_rounds=40, q=0.5, mechanism="flower")),
+    ("flower-accounted", (60, 4), dict(max_rounds=40, q_max=0.5, framework="flower-accounted")),
+    ("bandmf", (100, 2), dict(max_rounds=500, mechanism="bandmf")),
+    ("bandmf-amplified", (100, 2), dict(max_rounds=200, mechanism="bandmf-amplified")),
+    ("auto", (100, 2), dict(max_rounds=300, mechanism="auto")),
+    ("adaptive-clipping", (100, 2), dict(max_rounds=100, q=0.2, mechanism_options={"clip_quantile": 0.5})),
+    ("budgets", (100, None), dict(max_rounds=200, budgets=([0.6, 0.3, 0.1], [1, 2, 8]))),
+]
+
+
+def _design(args, kwargs):
+    import paretofl
+    from paretofl.budgets import Budgets
+
+    kwargs = dict(kwargs)
+    if "budgets" in kwargs:
+        shares, eps = kwargs["budgets"]
+        kwargs["budgets"] = Budgets.shares(shares, eps, args[0])
+    return paretofl.design(*args, **kwargs).to_dict()
+
+
+def _compare(got, want, where):
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), f"{where}: keys {sorted(got)} != {sorted(want)}"
+        for k in want:
+            _compare(got[k], want[k], f"{where}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: {got!r} != {want!r}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            _compare(g, w, f"{where}[{i}]")
+    elif isinstance(want, float) and not isinstance(want, bool):
+        if math.isnan(want):
+            assert isinstance(got, float) and math.isnan(got), f"{where}: {got!r} != nan"
+        else:
+            assert got == pytest.approx(want, rel=1e-12, abs=0), f"{where}: {got!r} != {want!r}"
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
+@pytest.mark.parametrize("name,args,kwargs", DESIGNS, ids=[d[0] for d in DESIGNS])
+def test_design_numbers_kept(name, args, kwargs):
+    want = json.loads(DATA.read_text())[name]
+    got = json.loads(json.dumps(_design(args, kwargs)))
+    _compare(got, want, name)
+
+
+if __name__ == "__main__":
+    out = {name: _design(args, kwargs) for name, args, kwargs in DESIGNS}
+    DATA.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {len(out)} designs to {DATA}", file=sys.stderr)
