@@ -25,8 +25,8 @@ _FLOAT = {
                  "(docs/theory.md section 5.4), which paretofl's training adds to the delta it reports wherever "
                  "it exceeds a millionth of delta.{here} Not covered: noise computed in floating point lies on a "
                  "grid (Mironov 2012), and the generator is PyTorch's (a Mersenne Twister on CPU, Philox on "
-                 "CUDA), not a cryptographic one; beyond the truncation above, the guarantee is that of the ideal "
-                 "Gaussian mechanism."),
+                 "CUDA), not a cryptographic one: apart from the truncation's delta, the guarantee above is that of "
+                 "the ideal Gaussian mechanism."),
     "flower": ("Floating point: Flower draws the noise with NumPy's generator in floating point; noise on a "
                "grid (Mironov 2012) and a generator that is not cryptographic are not covered: the guarantee "
                "above is that of the ideal Gaussian mechanism."),
