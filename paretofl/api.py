@@ -580,7 +580,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
                               else "rounds")
     return TrainResult(
         accuracy=mean(fin["accuracy"]), test_loss=mean(fin["test_loss"]), epsilon=float(np.max(fin["epsilon"])),
-        delta=delta, rounds=int(np.max(fin["rounds"])),
+        delta=float(fin["delta"]), rounds=int(np.max(fin["rounds"])),
         per_replica={k: np.asarray(fin[k]).tolist() for k in ("accuracy", "test_loss", "epsilon", "rounds")},
         seconds=float(fin["seconds"]), algorithm=algorithm, dataset=_label(dataset), model=setup.model.name,
         options={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in asdict(config).items()},

@@ -12,6 +12,11 @@ client-level mechanism.  The tests recompute them with today's code:
   replica within a tolerance, the rounds and the ε to rounding (see
   :func:`test_full_cohort_training_within_float_tolerance`).
 
+The trainings' test losses and accuracies (not their rounds or ε) were
+written again when the noise sampler changed (issue 44 item 6: float64
+Box–Muller, docs/theory.md §5.4), which changes every noise value: from
+the code of that change, everything else kept as written from be088ac.
+
 Only the designs listed in :data:`CORRECTED` may differ, and only by
 charging more: Flower's accounted mode with fewer than all clients a round
 under-reported before (issue 35: an added client can displace a sampled

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..theory.float_noise import NOISE_CELL_BITS, NOISE_LEVELS
 from .data import Dataset
 from .models import Model
 
@@ -201,6 +202,7 @@ class Engine:
         self._cpu_gens = [torch.Generator().manual_seed(s) for s in cpu_seeds]
         del gen_seeds, cpu_seeds
         self._everyone = None
+        self.pairs = np.zeros(self.R, dtype=np.int64)   # Box–Muller pairs drawn, per replica
 
     # ------------------------------------------------------------ cohorts
     def everyone(self) -> Cohort:
@@ -284,19 +286,16 @@ class Engine:
         """Standard normal draws (R, *shape), each replica from its own
         generator: every DP mechanism's noise comes from here.
 
-        Each value is (Z₁ + Z₂)/√2 of two of PyTorch's normals, as Opacus
-        draws noise in its secure mode.  PyTorch's float32 ``normal_`` is
-        Box–Muller on 24-bit uniforms, so on CPU |Z| never exceeds
-        √(48 ln 2) ≈ 5.768 (1.5·10⁹ draws here: largest 5.7681, 8 beyond
-        5.7 where a Gaussian gives 18).  Noise that is bounded fails where a
-        neighbour's output lands beyond the bound, with probability about
-        q·P(Z > 5.768 − 1/z) per step at noise multiplier z: over paper
-        002's 317 steps (z = 1.1, q = 0.015) 2.8·10⁻⁶, a quarter of
-        δ = 10⁻⁵, and more than δ at z ≤ 0.8 with q·T ≥ 50 — outside the
-        accountant's ε.  The sum reaches 8.16 with a tail no heavier than the
-        Gaussian's: the same term is 4·10⁻¹³ a step at z = 1 and 4·10⁻¹⁰ at
-        z = 0.5.  It costs a second draw (and what floating-point noise
-        leaves open beyond its range, Mironov 2012, stays open)."""
+        Each value is one normal of :func:`gaussian_pairs`: Box–Muller on
+        float64 uniforms of the replica's own generator, computed in
+        float64 and rounded to the engine's dtype.  Its magnitude is bounded
+        by NOISE_BOUND ≈ 37.47 (u₁ ≥ 2⁻¹⁰¹³, its lowest cell re-drawn, see
+        :func:`gaussian_pairs`), and it is the ideal Gaussian's value except
+        with probability 2⁻¹⁰¹³ a pair: over a run that draws n pairs the
+        truncation adds at most (1 + e^ε)·n·2⁻¹⁰¹³ to δ
+        (:func:`paretofl.theory.float_noise.float_delta`, docs/theory.md
+        §5.4).  What floating-point noise leaves open beyond its range (its
+        values lie on a grid, Mironov 2012) stays open."""
         return self._normals([shape_per_replica], np.ones(self.R, dtype=int))[0].reshape(
             self.R, *shape_per_replica)
 
@@ -304,33 +303,36 @@ class Engine:
         """Standard normals as :meth:`normal` draws them, (K, *tail) for each
         tail, K = Σ counts: replica r draws (counts[r], *tail) for each
         tail, in order, from its own generator (where ``drawing[r]``; zeros
-        elsewhere).  A generator draws serially, so where a replica draws
-        at least SPREAD_NOISE_VALUES values the replicas go on the CPU's
-        threads, one per task (replicas are independent: the values do not
-        depend on the threads; tested).  Measured in one process, old and
-        new code alternated, on the benchmark's 4 replicas: LeNet's step
-        285 → 273–277 ms, its noise (1.2M values a replica) 21 → 14 ms.
-        LR's (157k a replica) stays serial: drawn in tasks, its step went
-        7.7 → 8.2 ms — the threads' hand-over cost more than it saved."""
+        elsewhere): ⌈m/2⌉ Box–Muller pairs for a block of m values, the
+        cosines first, then the sines.  A generator draws serially, so where
+        a replica draws at least SPREAD_NOISE_VALUES values the replicas go
+        on the CPU's threads, one per task (replicas are independent: the
+        values do not depend on the threads; tested).  ``self.pairs`` (R,)
+        counts the pairs each replica has drawn."""
         counts = np.asarray(counts, dtype=int)
         drawing = self._drawing(drawing)
         b = np.concatenate([[0], np.cumsum(counts)])
         K = int(b[-1])
         sizes = [math.prod(t) for t in tails]
-        # a replica's pair of draws lies in one block: its Z₁ then its Z₂
-        pairs = [torch.empty(2 * K * p, device=self.device, dtype=self.dtype) for p in sizes]
         outs = [torch.zeros((K, *t), device=self.device, dtype=self.dtype) for t in tails]
-        c = math.sqrt(0.5)
 
         def draw(r):
-            n = int(counts[r])
-            for z, o, p, t in zip(pairs, outs, sizes, tails):
-                zr = z[2 * b[r] * p: 2 * b[r + 1] * p].view(2, n, *t)
-                zr.normal_(generator=self.gens[r])
-                torch.add(zr[0], zr[1], out=o[b[r]:b[r + 1]]).mul_(c)
+            g = self.gens[r]
+            for o, p in zip(outs, sizes):
+                m = int(counts[r]) * p
+                if m == 0:
+                    continue
+                h = (m + 1) // 2
+                u = torch.empty((2, h), dtype=torch.float64, device=self.device).uniform_(generator=g)
+                cos, sin = gaussian_pairs(u, lambda k: torch.empty(
+                    k, dtype=torch.float64, device=self.device).uniform_(generator=g))
+                flat = o[b[r]:b[r + 1]].view(-1)
+                flat[:h].copy_(cos)
+                flat[h:].copy_(sin[:m - h])
+                self.pairs[r] += h
 
         live = [r for r in range(self.R) if drawing[r] and counts[r] > 0]
-        if 2 * int(counts.max(initial=0)) * sum(sizes) < SPREAD_NOISE_VALUES:
+        if int(counts.max(initial=0)) * sum(sizes) < SPREAD_NOISE_VALUES:
             for r in live:
                 draw(r)
         else:
@@ -657,7 +659,38 @@ EVAL_BLOCK_BYTES = {"cpu": 64 << 20, "cuda": 1 << 30}
 
 #: normals a replica draws in one call from which the replicas' draws go on
 #: the CPU's threads (see Engine._normals)
-SPREAD_NOISE_VALUES = 1 << 20
+SPREAD_NOISE_VALUES = 1 << 18
+
+def gaussian_pairs(u: torch.Tensor, more) -> tuple[torch.Tensor, torch.Tensor]:
+    """Box–Muller in float64: (R cos θ, R sin θ), R = √(−2 ln u₁), θ = 2π U₂,
+    from ``u`` (2, h) float64 uniforms in [0, 1) (overwritten), u₁ = 1 − U₁
+    in (0, 1].  ``more(k)`` gives k further uniforms of the same generator.
+
+    The tail is not cut at the uniforms' grid: where u₁ ≤ g = 2⁻⁴⁰ (one pair
+    in 10¹²) it is re-drawn as g·(1 − U) — a uniform on (0, 1] given that it
+    is at most g is g times a uniform on (0, 1] — and so on, at most
+    NOISE_LEVELS times; at the last level 1 − U is held at 2⁻⁵³ or more
+    (which a float64 U < 1 gives anyway).  With exact uniforms the u₁ used is
+    max(u, 2^U_MIN_LOG2) of a uniform u on (0, 1]: the pair is the ideal
+    Box–Muller pair (two independent standard normals) except with
+    probability 2^U_MIN_LOG2 = 2⁻¹⁰¹³, and |R| ≤ NOISE_BOUND ≈ 37.47
+    (docs/theory.md §5.4, :func:`paretofl.theory.float_noise.float_delta`)."""
+    g = 2.0 ** -NOISE_CELL_BITS
+    u1 = torch.rsub(u[0], 1.0)                       # exact: U on a 2⁻⁵³ grid
+    low = torch.nonzero(u1 <= g).squeeze(1)
+    level = 1
+    while low.numel():
+        v = torch.rsub(more(low.numel()), 1.0)
+        if level == NOISE_LEVELS:
+            v.clamp_(min=2.0 ** -53)
+        u1[low] = v * 2.0 ** (-NOISE_CELL_BITS * level)   # a power of two: exact, no underflow
+        if level == NOISE_LEVELS:
+            break
+        low, level = low[v <= g], level + 1
+    r = u1.log_().mul_(-2.0).sqrt_()
+    theta = u[1].mul_(2.0 * math.pi)
+    return torch.cos(theta).mul_(r), theta.sin_().mul_(r)
+
 
 #: bytes the largest per-sample tensor of a training step may take over all
 #: models of one chunk, on CUDA (see train_chunk)

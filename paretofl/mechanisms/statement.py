@@ -11,19 +11,22 @@ caveat of docs/theory.md §5.4.
 
 from __future__ import annotations
 
+from ..theory.float_noise import float_delta
 from .base import get
 
 __all__ = ["statement"]
 
 _FLOAT = {
-    "paretofl": ("Floating point: each noise value is the sum of two of PyTorch's float32 normals over sqrt(2) "
-                 "(as Opacus's secure mode draws it); each normal is Box-Muller on 24-bit uniforms, at most 5.768 "
-                 "in magnitude, so the noise is bounded by 8.16 standard deviations. The delta such bounded noise "
-                 "adds is NOT charged: estimated at about P(N(0,1) > 8.16 - 1/z) a release of noise multiplier z "
-                 "(7e-7 at z = 0.3, 4e-10 at z = 0.5, 4e-13 at z = 1), not proven (docs/theory.md section 5.4). "
-                 "Noise computed in floating point lies on a grid (Mironov 2012), which this does not close, and "
-                 "the generator is PyTorch's, not a cryptographic one: the guarantee above is that of the ideal "
-                 "Gaussian mechanism."),
+    "paretofl": ("Floating point: each noise value is a normal computed in double precision by Box-Muller from "
+                 "53-bit uniforms of each replica's own generator (the radius's uniform drawn again within its "
+                 "lowest cell, down to 2^-1013), then rounded to float32. It is bounded by 37.47 standard "
+                 "deviations, and differs from an exact Gaussian draw with probability at most 2^-1013 a pair of "
+                 "values: over a run of n pairs this adds at most (1 + e^epsilon) n 2^-1013 to delta "
+                 "(docs/theory.md section 5.4), which paretofl's training adds to the delta it reports wherever "
+                 "it exceeds a millionth of delta.{here} Not covered: noise computed in floating point lies on a "
+                 "grid (Mironov 2012), and the generator is PyTorch's (a Mersenne Twister on CPU, Philox on "
+                 "CUDA), not a cryptographic one: apart from the truncation's delta, the guarantee above is that of "
+                 "the ideal Gaussian mechanism."),
     "flower": ("Floating point: Flower draws the noise with NumPy's generator in floating point; noise on a "
                "grid (Mironov 2012) and a generator that is not cryptographic are not covered: the guarantee "
                "above is that of the ideal Gaussian mechanism."),
@@ -89,7 +92,8 @@ def statement(d) -> str:
     if d.groups:
         lines += [f"- {x}" for x in _groups(d)]
     lines += [f"- {x}" for x in mech.statement_notes(d)]
-    lines.append(f"- {_FLOAT[mech.framework]}")
+    here = f" Here, at epsilon {d.epsilon:.4g} and up to 1e30 pairs: at most {float_delta(d.epsilon):.1e}."
+    lines.append(f"- {_FLOAT[mech.framework].format(here=here)}")
     if d.delta * d.n_clients >= 0.1:
         lines.append(f"- Note: delta {d.delta:g} is not small against 1/N = {1 / d.n_clients:.3g}.")
     return "\n".join(lines)

@@ -179,10 +179,10 @@ def test_dpsgd_noise_has_the_claimed_mean_and_variance(digits, device):
 
 def test_noise_has_gaussian_tails_past_pytorchs_float32_bound(digits, device):
     """The engine's normals are not capped where PyTorch's float32 normal_
-    is (|Z| <= √(48 ln 2) ≈ 5.768, Box–Muller on 24-bit uniforms): over 10⁹
-    draws a Gaussian passes that bound with probability 1 − e⁻⁸, and its
-    counts beyond 4 and 5 (Gaussian tail masses from math.erfc) come out
-    within 5 standard deviations."""
+    is (|Z| <= √(48 ln 2) ≈ 5.768, Box–Muller on 24-bit uniforms) nor where
+    its (Z₁+Z₂)/√2 of 0.2 was (8.157): over 10⁹ draws a Gaussian passes
+    5.768 with probability 1 − e⁻⁸, and its counts beyond 4 and 5 (Gaussian
+    tail masses from math.erfc) come out within 5 standard deviations."""
     eng = Engine(build_model("lr", digits.shape), digits, [np.arange(100)], 1, seeds=[11], device=device)
     n, chunk = 10**9, 25 * 10**6
     largest, beyond4, beyond5 = 0.0, 0, 0
@@ -200,21 +200,33 @@ def test_noise_has_gaussian_tails_past_pytorchs_float32_bound(digits, device):
 @pytest.mark.parametrize("spread_from", [0, 1 << 40])
 def test_noise_is_each_replicas_own_stream_whether_drawn_on_threads_or_not(digits, spread_from, monkeypatch):
     """Large draws go on the CPU's threads, one replica a task: the values
-    are bit for bit what each replica's generator gives alone, on one
-    thread, drawn in the same order (each noise value from two normals,
-    (Z₁+Z₂)/√2, computed here independently of the engine)."""
-    monkeypatch.setattr(engine_mod, "SPREAD_NOISE_VALUES", spread_from)
-    assert torch.get_num_threads() > 1
+    are what each replica's generator gives alone, drawn in the same order:
+    for a block of m values, ⌈m/2⌉ pairs of float64 uniforms, Box–Muller's
+    cosines then its sines (computed here independently of the engine, in
+    NumPy: to float32 rounding), and bit for bit the same on the threads or
+    not."""
     net, seeds = build_model("lr", digits.shape), [5, 6, 7]
-    eng = Engine(net, digits, [np.arange(50), np.arange(50, 90)], 3, seeds=seeds)
-    params = eng.broadcast(eng.init_global())
-    drawn = eng.noise_like(params) + [eng.normal((33,))]
+    parts = [np.arange(50), np.arange(50, 90)]
+
+    def drawn(spread):
+        monkeypatch.setattr(engine_mod, "SPREAD_NOISE_VALUES", spread)
+        eng = Engine(net, digits, parts, 3, seeds=seeds)
+        params = eng.broadcast(eng.init_global())
+        return eng.noise_like(params) + [eng.normal((33,))], params
+
+    assert torch.get_num_threads() > 1
+    (out, params), (other, _) = drawn(spread_from), drawn(1 << 40 if spread_from == 0 else 0)
+    for a, b in zip(out, other):
+        assert torch.equal(a, b)
     for r, s in enumerate(seeds):
         gen = torch.Generator().manual_seed(s)
-        for z, shape in zip(drawn, [(2, *p.shape[1:]) for p in params] + [(33,)]):
-            pair = torch.empty((2, *shape)).normal_(generator=gen)
-            own = (pair[0] + pair[1]) * math.sqrt(0.5)
-            assert torch.equal(z.reshape(3, *shape)[r], own)
+        for z, shape in zip(out, [(2, *p.shape[1:]) for p in params] + [(33,)]):
+            m = math.prod(shape)
+            h = (m + 1) // 2
+            u = torch.empty((2, h), dtype=torch.float64).uniform_(generator=gen).numpy()
+            rad = np.sqrt(-2 * np.log(1 - u[0]))
+            own = np.concatenate([rad * np.cos(2 * np.pi * u[1]), rad * np.sin(2 * np.pi * u[1])])[:m]
+            np.testing.assert_allclose(z.reshape(3, *shape)[r].numpy().ravel(), own, rtol=2e-7, atol=1e-12)
 
 
 def test_dpsgd_fixed_divisor_scales_the_step(digits):
@@ -949,21 +961,19 @@ def test_a_run_with_groups_stops_where_the_next_round_would_pass_any_groups_budg
 
 
 def test_the_noise_bound_the_statement_gives_is_the_samplers(digits):
-    """Issue 44, item 6 (measured, not charged): PyTorch's float32 normal_
-    never exceeds √(48 ln 2) (24-bit uniforms) and its short-tensor path
-    √(106 ln 2) (53-bit), so the engine's (Z₁+Z₂)/√2 is bounded by 8.157;
-    the statement's estimates P(N(0,1) > 8.16 − 1/z) are scipy's."""
-    from scipy.stats import norm
+    """Issue 44, item 6: the statement's figures are the sampler's — its
+    bound (mpmath: √(2·1013 ln 2) = 37.47) and this design's δ_fp — and the
+    engine's noise never passes the bound."""
+    import mpmath
 
-    from paretofl.mechanisms.statement import _FLOAT
+    import paretofl
+    from paretofl.mechanisms.statement import statement
+    from paretofl.theory.float_noise import NOISE_BOUND, float_delta
 
-    g = torch.Generator().manual_seed(3)
-    b32, b64 = math.sqrt(48 * math.log(2)), math.sqrt(106 * math.log(2))
-    assert float(torch.empty(20_000_000).normal_(generator=g).abs().max()) <= b32
-    assert max(float(torch.empty(15).normal_(generator=g).abs().max()) for _ in range(20_000)) <= b64
+    assert f"{float(mpmath.sqrt(2 * 1013 * mpmath.log(2))):.2f}" == "37.47"
     eng = Engine(build_model("lr", digits.shape), digits, [np.arange(100)], 1, seeds=[4])
-    assert float(eng.normal((4_000_000,)).abs().max()) <= 2 * b32 / math.sqrt(2) < 8.1574
-    text = _FLOAT["paretofl"]
-    for z, shown in ((0.3, "7e-7"), (0.5, "4e-10"), (1.0, "4e-13")):
-        est = norm.sf(2 * b32 / math.sqrt(2) - 1 / z)
-        assert f"{est:.0e}".replace("e-0", "e-") == shown and f"{shown} at z = {z:g}" in text
+    assert float(eng.normal((4_000_000,)).abs().max()) <= NOISE_BOUND
+    d = paretofl.design(100, 2, max_rounds=500)
+    text = statement(d).split("- Floating point: ")[1]
+    assert "bounded by 37.47 standard deviations" in text and "2^-1013" in text and "Mironov 2012" in text
+    assert f"at most {float_delta(d.epsilon):.1e}." in text and float_delta(d.epsilon) < 1e-270

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from ...progress import Progress
+from ...theory.float_noise import float_delta
 from ...theory.ledger import Ledger
 from ..engine import Engine
 from ..options import options_of
@@ -282,6 +283,12 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     eps = spent()
     final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": eps.max(1),
              "rounds": done_rounds, "delta": delta, "seconds": time.perf_counter() - t0}
+    # what the noise sampler's truncation adds to δ (docs/theory.md §5.4):
+    # reported beside δ, and added to it where it is not negligible
+    final["delta_float"] = np.array([float_delta(e) for e in final["epsilon"]])
+    finite = final["delta_float"][np.isfinite(final["epsilon"])]
+    if finite.size and finite.max() > 1e-6 * delta:
+        final["delta"] = delta + float(finite.max())
     if names is not None:
         final["epsilon_groups"] = {n: eps[:, g] for g, n in enumerate(names)}
         final["budgets"] = {n: float(e) for n, e in zip(names, policy.group_budgets)}
