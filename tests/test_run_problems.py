@@ -61,27 +61,29 @@ def test_no_rounds_given_stopping_at_the_budget_is_what_was_asked(capsys):
     assert rc == 0 and "warning" not in err
 
 
-def test_a_design_edited_so_the_budget_allows_fewer_rounds():
+def test_a_design_edited_so_the_budget_allows_fewer_rounds_is_refused_before_it_trains():
+    """The issue's symptom (an edited design trained 1 round to 10 % and
+    exited 0) cannot happen now: a design whose recorded figures are not
+    what its parameters give is refused before training (issue 44)."""
     d = paretofl.design(100, 2, max_rounds=30)
     edited = dataclasses.replace(d, sigma=d.sigma * 0.5)
-    r = paretofl.train(design=edited, **_LR)
-    assert not r.complete and r.rounds < d.rounds
-    assert f"of the design's {d.rounds} rounds asked" in r.problems[0] and "design again" in r.problems[0]
+    with pytest.raises(ValueError, match="does not add up"):
+        paretofl.train(design=edited, **_LR)
 
 
-def test_a_group_whose_q_was_raised_trains_no_round(tmp_path, capsys):
+def test_a_group_whose_q_was_raised_is_refused_before_it_trains(tmp_path, capsys):
     from paretofl.budgets import Budgets
 
     d = paretofl.design(100, None, budgets=Budgets.shares([0.5, 0.5], [1, 8], 100), max_rounds=20)
     groups = copy.deepcopy(d.groups)
     groups[0]["q"] = min(1.0, groups[0]["q"] * 20)
     edited = dataclasses.replace(d, groups=groups)
-    r = paretofl.train(design=edited, **_LR)
-    assert r.rounds == 0 and not r.complete and r.problems[0].startswith("no round was trained")
+    with pytest.raises(ValueError, match="does not add up"):
+        paretofl.train(design=edited, **_LR)
     path = tmp_path / "edited.json"
     edited.save(path)
     rc, out, err = _cli(capsys, "train", "--design", str(path), "--dataset", "digits", "--model", "lr")
-    assert rc == 3 and "warning: no round was trained" in err
+    assert rc == 2 and "does not add up" in err and len(err.strip().splitlines()) == 1
 
 
 def test_features_times_1e30_give_a_diverged_run():

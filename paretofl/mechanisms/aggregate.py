@@ -131,6 +131,8 @@ class ClientAggregate(Mechanism):
     )
 
     def __init__(self, clip_quantile=None, clip_lr=0.2, count_noise=None):
+        if count_noise is not None:          # whatever else is given: a count noise is a number above 0
+            positive(count_noise, "count_noise")
         if clip_quantile is not None:
             if isinstance(clip_quantile, bool) or not isinstance(clip_quantile, (int, float)) \
                     or not (0 < clip_quantile < 1):
