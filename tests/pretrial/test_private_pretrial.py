@@ -115,6 +115,9 @@ def private_fit(tmp_path_factory):
     spec = _spec()
     run_sweep(spec, d / "p.sqlite", progress=False)
     f = fit(d / "p.sqlite", bootstrap=50)
+    # its runs' noise is the OS's (a private pre-trial is a release): whether this tiny grid learned varies from
+    # run to run, and what these tests check is its accounting, not its kappa
+    f.blocking = []
     f.save(d / "p_fit.json")
     return spec, f, d / "p_fit.json"
 
