@@ -383,7 +383,7 @@ def account_design(d: Design) -> dict:
     c = mech.charge(d.q, d.sigma, d.n_clients)
     out.update(charged_noise_multiplier=float(c.noise_multiplier), sampling=c.sampling,
                noise_multiplier=float(mechanism_of(d.mechanism).noise(d.q, d.sigma, d.n_clients).std))
-    if d.mechanism == "nbafl":    # its own calibration: a Gaussian of σ per upload, every round (and searched orders)
+    if not mech.designable:       # its own design (NbAFL's): a Gaussian of σ per upload, every round, searched orders
         from .theory.privacy import compute_epsilon
 
         e = max(mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients),

@@ -477,8 +477,8 @@ class DistributedRelease(SumRelease):
         self.keep = None                                   # a client that never drops (the audit's canary)
 
     def variance(self, r: int) -> float:
-        """μ of replica r: (z·Δ)², z = σ√m, in grid units."""
-        z = float(self.sigma[r]) * math.sqrt(float(self.cohort[r]))
+        """μ of replica r: (z·Δ)², z the mechanism's noise multiplier on the sum, in grid units."""
+        z = self.mech.noise(self.client_rate, float(self.sigma[r]), self.engine.N, cohort=float(self.cohort[r])).std
         return (z * self.calibrated_to) ** 2
 
     def release(self, glob, updates, c: Cohort, active):
