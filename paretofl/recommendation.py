@@ -345,9 +345,13 @@ def _check_loaded(d: Design, path) -> None:
         if not (0 < d.q <= 1):
             raise ValueError(f"q must lie in (0, 1], got {d.q}")
         if d.groups is not None:
+            if not isinstance(d.groups, list) or not all(isinstance(g, dict) for g in d.groups):
+                raise ValueError("groups must be a list of the groups' records")
             if not isinstance(d.group_of, list) or len(d.group_of) != d.n_clients \
                     or any(not isinstance(g, int) or not 0 <= g < len(d.groups) for g in d.group_of):
                 raise ValueError("group_of must give each client's group")
+        elif d.group_of is not None:
+            raise ValueError("group_of without groups")
         if not isinstance(d.details, dict) or not isinstance(d.mechanism_options, dict):
             raise ValueError("details and mechanism_options must be mappings")
     except (ValueError, TypeError) as exc:
