@@ -129,7 +129,7 @@ def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_round
            q_min: float | None = None, q_max: float | None = None, sigma_min: float = 0.3, sigma_max: float = 30.0,
            kappa: float | None = None, fit: str | None = None, mechanism: str = DEFAULT,
            framework: str | None = "paretofl", from_store: str | None = None, utility_model: str | None = None,
-           budgets=None, mechanism_options: dict | None = None) -> Design:
+           budgets=None, mechanism_options: dict | None = None, local_epochs: int | None = None) -> Design:
     """Recommend (q, T, σ) for a budget (docs/theory.md §4):
     :func:`paretofl.recommendation.design` (see there for the parameters),
     or, with ``from_store``, the empirical mode: instead of the closed form,
@@ -139,8 +139,10 @@ def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_round
     held-out seeds prefer — minimised under the same exact accountant.
 
     The recipe's C, η, local epochs and batch come from the pre-trial κ came
-    from, where that is known; :func:`tune` chooses C and η on a pre-trial's
-    public share instead (a step of its own).
+    from, where that is known; where that pre-trial measured the local work
+    (``local_work`` in its spec), the design chooses the local epochs
+    (docs/theory.md §4.E; ``local_epochs`` fixes them); :func:`tune` chooses
+    C and η on a pre-trial's public share instead (a step of its own).
     """
     utility, spec, spend = None, None, None
     if sum(x is not None for x in (kappa, fit, from_store)) > 1:
@@ -163,7 +165,7 @@ def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_round
                                  round_time=round_time, q=q, q_min=q_min, q_max=q_max, sigma_min=sigma_min,
                                  sigma_max=sigma_max, kappa=kappa, fit=fit, mechanism=mechanism, framework=framework,
                                  utility=utility, spec=spec, budgets=budgets, mechanism_options=mechanism_options,
-                                 pretrial=spend)
+                                 pretrial=spend, local_epochs=local_epochs)
 
 
 def pretrial_spend(fit=None, store=None):
@@ -235,7 +237,7 @@ def check_design(d: Design, where: str = "the design", near=None) -> Design:
 
 
 def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: int = 3, progress: bool = False,
-         chunk: int | None = None) -> Design:
+         chunk: int | None = None, epochs=None) -> Design:
     """The rest of the recipe, a step of its own (docs/theory.md §4.C):
     train the ``clips`` × ``lrs`` grid (default 0.03–3 and 0.03–1) on the
     public share of the pre-trial ``store`` at design ``d``'s T and noise on
@@ -244,7 +246,9 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     accuracy (``by`` "accuracy") or the lowest test loss ("loss") as its C
     and η (:func:`paretofl.pretrial.tune.tune`).  Fills ``d.clip``,
     ``d.lr``, ``d.local_epochs``, ``d.batch_size``, ``d.tuning``,
-    ``d.sources`` and notes in place, and returns ``d``."""
+    ``d.sources`` and notes in place, and returns ``d``.  ``epochs``: local
+    epochs searched with (C, η) (default: the design's own, else the
+    pre-trial's)."""
     import math
     from pathlib import Path
 
@@ -271,26 +275,32 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
     spec = spec_of_store(store).to_dict()
     measured_at = (d.clip, d.lr) if d.clip is not None else None   # the pair the pre-trial behind kappa used
+    if epochs is None and d.local_epochs is not None:
+        epochs = (d.local_epochs,)
     t = run_tune(store, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, seeds=seeds, progress=progress,
-                 select=by, chunk=chunk)
+                 select=by, chunk=chunk, epochs=epochs)
     d.tuning = t
     d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
     d.model, d.dataset = spec.get("model"), spec.get("dataset")
     best = "highest test accuracy" if by == "accuracy" else "lowest test loss"
     where = (f"public tuning on {store}: {best} of the {len(clips)} x {len(lrs)} grid at this design's T and noise "
              f"on the mean ({t['seeds']} seeds)")
-    d.sources.update(clip=where, lr=where, local_epochs=f"the pre-trial {store}", batch_size=f"the pre-trial {store}")
+    kept = d.sources.get("local_epochs", f"the pre-trial {store}")
+    d.sources.update(clip=where, lr=where, batch_size=f"the pre-trial {store}",
+                     local_epochs=(where.replace("grid", f"x {len(t['epochs'])} local-epochs grid")
+                                   if len(t["epochs"]) > 1 else kept))
     norms = t["norms"]
     d.notes.append(f"update norms on the public share at C = {t['clip']:g}, lr = {t['lr']:g}: median "
                    f"{norms['q50']:.3g} (10-90 %: {norms['q10']:.3g}-{norms['q90']:.3g}); in the first rounds "
                    f"{t['norms_early']['q50']:.3g}")
     other_by = "loss" if by == "accuracy" else "accuracy"
     other = best_pair(t["grid"], other_by)
-    if (other["clip"], other["lr"]) != (t["clip"], t["lr"]):
-        d.notes.append(f"by public {other_by} the best pair would be C = {other['clip']:g}, lr = {other['lr']:g} "
+    if (other["clip"], other["lr"], other["local_epochs"]) != (t["clip"], t["lr"], t["local_epochs"]):
+        d.notes.append(f"by public {other_by} the best would be C = {other['clip']:g}, lr = {other['lr']:g}"
+                       + (f", {other['local_epochs']} local epoch(s)" if len(t["epochs"]) > 1 else "") + " "
                        f"(tune by {other_by}; docs/results.md section 9 measures both)")
     for axis in t["on_grid_edge"]:
-        d.notes.append(f"the best {axis} lies on the edge of its grid: widen the grid past it")
+        d.notes.append(f"the best {axis.replace('_', ' ')} lies on the edge of its grid: widen the grid past it")
     if measured_at is not None and not (math.isclose(t["clip"], measured_at[0])
                                         and math.isclose(t["lr"], measured_at[1])):
         d.notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "

@@ -316,8 +316,10 @@ def cmd_design(a):
     for path, ends in ((a.out, (".json",)), (a.plot, (".png", ".pdf", ".svg"))):
         if path is not None:          # before the search and the tuning's minutes, not after
             api.check_out_path(path, ends)
-    if (a.clips is not None or a.lrs is not None or a.chunk is not None) and a.tune is None:
-        raise ValueError("--clips, --lrs and --chunk are the grid of --tune and its size: give --tune STORE too")
+    if (a.clips is not None or a.lrs is not None or a.chunk is not None or a.tune_epochs is not None) \
+            and a.tune is None:
+        raise ValueError("--clips, --lrs, --tune-epochs and --chunk are the grid of --tune and its size: give --tune "
+                         "STORE too")
     if a.budgets is not None:
         return _design_groups(a)
     if a.budget is None:
@@ -327,13 +329,14 @@ def cmd_design(a):
                        round_time=a.round_time, q=a.q, q_min=a.q_min, q_max=a.q_max, sigma_min=a.sigma_min,
                        sigma_max=a.sigma_max, kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, framework=framework,
                        from_store=a.from_store, utility_model=a.utility_model,
-                       mechanism_options=_mechanism_options(a))
+                       mechanism_options=_mechanism_options(a), local_epochs=a.local_epochs)
     except api.InfeasibleBudget as exc:
         if a.json:
             print(json.dumps({"feasible": False, "budget": exc.epsilon, "min_epsilon": exc.min_epsilon, **exc.where}))
         raise
     if a.tune is not None:
-        api.tune(d, a.tune, clips=a.clips, lrs=a.lrs, by=a.tune_by, progress=not a.json, chunk=a.chunk)
+        api.tune(d, a.tune, clips=a.clips, lrs=a.lrs, by=a.tune_by, progress=not a.json, chunk=a.chunk,
+                 epochs=a.tune_epochs)
     out = d.to_dict()
     out["feasible"] = True
     out["notes"] = [_flagged(n, a.flags) for n in d.notes]
@@ -367,10 +370,37 @@ def cmd_design(a):
         lines.append(f"  sigma by relation   {d.sigma_relation:.4g}  (what kappa sigma^2 T = qN alone gives at this "
                      "q and T)")
     lines += _recipe_lines(d)
+    lines += _local_work_lines(d)
     lines += [f"note: {n}" for n in out["notes"]]
     if a.export is not None:
         _export(a, d, out, lines)
     _finish_design(a, d, out, lines)
+
+
+def _local_work_lines(d) -> list[str]:
+    """The local work the design chose, the test loss it predicts, and what
+    every other measured local epochs would do (how flat the optimum is)."""
+    lw = d.local_work
+    if not lw:
+        return []
+    dis = lw.get("dissimilarity") or {}
+    out = []
+    if lw.get("interval"):
+        lo, hi = lw["interval"]
+        out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  (test loss; 95 % interval [{lo:.4g}, {hi:.4g}] "
+                   "over the pre-trial's seeds and kappa's interval; docs/theory.md 4.E)")
+    else:
+        out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  (test loss; docs/theory.md 4.E)")
+    if dis:
+        out.append(f"  dissimilarity       B^2 {dis.get('b2', float('nan')):.3g}, zeta^2 {dis.get('zeta2', float('nan')):.3g}  "
+                   f"(the pre-trial's public clients, partition {dis.get('partition', '?')}: the clients' updates "
+                   "differ more as it grows; measure yours by partitioning the public split like your clients)")
+    out.append("  by local epochs     T, sigma and the predicted test loss at each the pre-trial measured:")
+    for c in lw["candidates"]:
+        mark = "  <- chosen" if c["epochs"] == lw["epochs"] else ""
+        out.append(f"    {c['epochs']:>3} epoch(s)    T {c['rounds']}, sigma {c['sigma']:.3g}, q {c['q']:.3g}: "
+                   f"loss {c['predicted_loss']:.4g}{mark}")
+    return out
 
 
 def _finish_design(a, d, out, lines):
@@ -412,10 +442,11 @@ def _recipe_lines(d) -> list[str]:
         shown = "-" if v is None else f"{v:g}"
         lines.append(f"  {name:<19} {shown}  ({d.sources.get(key, '')})")
     if d.tuning:
-        best = next(g for g in d.tuning["grid"] if g["clip"] == d.clip and g["lr"] == d.lr)
+        best = next(g for g in d.tuning["grid"] if g["clip"] == d.clip and g["lr"] == d.lr
+                    and g.get("local_epochs", d.local_epochs) == d.local_epochs)
         lines.append(f"  public tuning       test loss {best['test_loss']:.4g}, accuracy "
                      f"{100 * best['accuracy']:.1f} % "
-                     f"at C = {d.clip:g}, lr = {d.lr:g} (noise on the mean {d.tuning['pretrial']['noise_on_mean']:.4g} "
+                     f"at C = {d.clip:g}, lr = {d.lr:g}, {d.local_epochs} local epoch(s) (noise on the mean {d.tuning['pretrial']['noise_on_mean']:.4g} "
                      f"x C, {d.tuning['pretrial']['clients']} public clients, {d.tuning['seconds']:.0f} s)")
     return lines
 
@@ -593,7 +624,7 @@ def cmd_train(a):
 # pretrial / fit / plot / validate
 # --------------------------------------------------------------------------
 _SPEC_FLAGS = ("dataset", "data_dir", "public_fraction", "partition", "beta", "clients", "model", "q", "sigmas",
-               "rounds", "seeds", "clip", "lr", "local_epochs", "batch_size", "delta", "device", "chunk")
+               "rounds", "seeds", "clip", "lr", "local_epochs", "batch_size", "delta", "device", "chunk", "local_work")
 
 
 def _spec_from_args(a):
@@ -795,6 +826,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sigma-min", type=FLOAT, default=0.3, help="smallest noise multiplier per client allowed")
     s.add_argument("--sigma-max", type=FLOAT, default=30.0, help="largest noise multiplier per client allowed")
     s.add_argument("--kappa", type=FLOAT, help="the constant of kappa sigma^2 T = qN (default: the shipped LR fit)")
+    s.add_argument("--local-epochs", type=INT, help="fix the clients' local epochs (default: chosen where the fit "
+                   "measured the local work, else the pre-trial's)")
     s.add_argument("--fit", help="fit file from `paretofl fit` (gives kappa)")
     s.add_argument("--from-store", help="the empirical mode: fit a utility model to this pre-trial store and "
                                         "minimise it under the exact accountant, instead of the closed form")
@@ -828,6 +861,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tune-by", choices=("accuracy", "loss"), default="accuracy",
                    help="with --tune: keep the pair with the highest public test accuracy (default) or lowest loss")
     s.add_argument("--lrs", type=FLOAT, nargs="+", help="with --tune: learning rates to try (default 0.03 0.1 0.3 1)")
+    s.add_argument("--tune-epochs", type=INT, nargs="+", help="with --tune: local epochs to try beside C and lr "
+                   "(default: the design's)")
     s.add_argument("--chunk", type=INT, help="with --tune: most replicas trained together (lower it for a large "
                                              "model that does not fit in memory)")
     s.add_argument("--statement", action="store_true",
@@ -927,6 +962,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--clip", type=FLOAT, help="clipping bound C")
         s.add_argument("--lr", type=FLOAT, help="clients' learning rate")
         s.add_argument("--local-epochs", type=INT, help="local epochs")
+        s.add_argument("--local-work", type=INT, nargs="+", help="also measure these local epochs without noise "
+                       "(e.g. 1 2 4 8; public data only): the design then chooses the local work")
         s.add_argument("--batch-size", type=INT, help="local batch size")
         s.add_argument("--delta", type=FLOAT, help="the delta of the privacy objective")
         s.add_argument("--device", choices=("cpu", "cuda"), help="where to train")

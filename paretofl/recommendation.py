@@ -41,6 +41,7 @@ from .mechanisms.base import Mechanism
 from .mechanisms.statement import statement as privacy_statement
 from .theory import pareto
 from .theory.bandmf import MAX_BANDS, round_noise_factors
+from .theory.local_work import LocalWork
 from .theory.privacy import (
     DEFAULT_ORDERS,
     RDPAccountant,
@@ -212,6 +213,9 @@ class Design:
     model: str | None = None
     dataset: str | None = None
     details: dict = field(default_factory=dict, repr=False)
+    # the local work chosen by (4.E.2) where the fit measured it (docs/theory.md §4.E): the local epochs,
+    # every candidate's (q, T, σ), objective and predicted test loss with its interval, the dissimilarity
+    local_work: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         # plain Python numbers, so that the repr and JSON read as written
@@ -759,6 +763,7 @@ def design(
     budgets=None,
     mechanism_options: dict | None = None,
     pretrial=None,
+    local_epochs: int | None = None,
 ) -> Design:
     """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
 
@@ -793,6 +798,12 @@ def design(
         :func:`paretofl.pretrial.private.of_fit` / ``of_store``, which
         re-derive it from the pre-trial's store); composed with the
         training's against the one budget.  Default: read from ``fit``.
+    local_epochs : fix the clients' local epochs K.  By default, where the
+        fit measured the local work (a pre-trial with ``local_work``), the
+        design chooses K among those measured by (4.E.2) of docs/theory.md
+        §4.E, with (q, T, σ) at κ_K; ``local_work`` says what every K would
+        do and the test loss it predicts.  With K fixed it is today's design
+        at κ_K (at the pre-trial's own K, exactly the design without it).
 
     Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
     ValueError) when no allowed point meets ε, and ValueError for bad input.
@@ -842,12 +853,14 @@ def design(
     if not caps:
         raise ValueError("give an efficiency budget: max_rounds, or time_budget with round_time")
     t_cap = min(caps)
+    given_kappa = kappa is not None
     if utility is None:
         kappa, kappa_source, spec = _kappa(kappa, fit)
         utility = ClosedForm(kappa, kappa_source)
     elif kappa is not None or fit is not None:
         raise ValueError("give one of kappa, fit or a fitted utility model (from_store)")
     kappa, kappa_source = utility.kappa, utility.source
+    lw = _local_work_of(fit, given_kappa, utility, local_epochs, spec)
 
     spend = pretrial if pretrial is not None else _private_pretrial(fit, n)
     _check_pretrial_fits(spend, n, mech, budgets)
@@ -866,29 +879,114 @@ def design(
         b = budgets if isinstance(budgets, Budgets) else read_budgets(budgets, n)
         if b.n_clients != n:
             raise ValueError(f"the budgets are for {b.n_clients} clients, not {n}")
+        if lw is not None and local_epochs is not None:
+            kappa *= lw.ratio(int(local_epochs))
         d = Design(**design_groups(b, delta, t_cap, kappa, kappa_source, mech.name, 1.0 if q_max is None else q_max,
                                    sigma_min, sigma_max, orders))
         d.mechanism_options = mech.options_dict() if hasattr(mech, "options_dict") else {}
         recipe_from_spec(d, q, spec)
+        if local_epochs is not None:
+            d.local_epochs = int(local_epochs)
+            d.sources["local_epochs"] = "given"
         return d
 
     prior = tuple(spend.charges) if spend is not None else ()
     job = _Job(n, float(epsilon), delta, t_cap, q, q_min, 1.0 if q_max is None else q_max, sigma_min, sigma_max,
                tuple(orders), utility, capped_by_time=len(caps) == 2 and caps[1] < caps[0], prior=prior)
-    if auto:
-        d = _design_auto(job)
-    elif mech.noise_on == "correlated-sum":
-        d = _design_banded(job, mech.name, (mechanism_options or {}).get("bands"))
+    def solve(j):
+        if auto:
+            return _design_auto(j)
+        if mech.noise_on == "correlated-sum":
+            return _design_banded(j, mech.name, (mechanism_options or {}).get("bands"))
+        return _design_point(j, mech)
+
+    ci = _kappa_ci(kappa if kappa_source == "given" else None, fit) if isinstance(utility, ClosedForm) else None
+    if lw is None:
+        d = solve(job)
     else:
-        d = _design_point(job, mech)
+        d, k = _design_local_work(job, lw, solve, local_epochs, ci)
+        job = _Job(**{**job.__dict__, "utility": ClosedForm(d.kappa, d.kappa_source)})
+        ci = None if ci is None else [x * lw.ratio(k) for x in ci]
     if fit is not None:
         d.notes += [f"the fit {fit} lists a problem: {p}" for p in read_fit(fit).get("problems") or []]
     if prior:
         _say_pretrial(d, job, spend)
     if isinstance(utility, ClosedForm):
-        _kappa_range(d, job, _kappa_ci(kappa if kappa_source == "given" else None, fit))
+        _kappa_range(d, job, ci)
     recipe_from_spec(d, q, spec)
+    if lw is not None:
+        d.local_epochs = d.local_work["epochs"]
+        d.sources["local_epochs"] = ("given" if local_epochs is not None else
+                                     "the design: the least of (4.E.2) over the local epochs the pre-trial measured "
+                                     f"({', '.join(map(str, lw.epochs))})")
+    elif local_epochs is not None:
+        d.local_epochs = int(local_epochs)
+        d.sources["local_epochs"] = "given (kappa was measured at the pre-trial's own local epochs)"
     return d
+
+
+def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> LocalWork | None:
+    """The local work the fit behind κ measured (the shipped fit's where κ
+    is its), checked; None where there is none to design with."""
+    if local_epochs is not None:
+        _int_at_least(local_epochs, 1, "local_epochs")
+        if local_epochs > 1000:
+            raise ValueError(f"local_epochs must be at most 1000, got {local_epochs}")
+    if given_kappa or not isinstance(utility, ClosedForm):
+        return None
+    path = fit if fit is not None else (shipped_fit() if default_kappa()[1].startswith("shipped") else None)
+    data = read_fit(path).get("local_work") if path is not None else None
+    if not data:
+        if local_epochs is not None and spec is not None and int(spec.get("local_epochs", local_epochs)) != \
+                int(local_epochs):
+            raise ValueError(f"kappa was measured at {spec['local_epochs']} local epoch(s) and its fit measured no "
+                             f"other: to design for {local_epochs}, run the pre-trial with local_work = "
+                             f"[{spec['local_epochs']}, {local_epochs}] and fit it again")
+        return None
+    lw = LocalWork.from_dict(data, f"fit {path}")
+    if local_epochs is not None:
+        lw.ratio(int(local_epochs))           # measured, or one clear line
+    return lw
+
+
+def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tuple[Design, int]:
+    """The design over the local epochs K the pre-trial measured (or the one
+    given): for each K today's search at κ_K = κ·A(K₀)/A(K), then the least
+    U(K) of (4.E.2) (docs/theory.md §4.E).  Returns the design and K."""
+    kappa, source = job.utility.kappa, job.utility.source
+    ks = [int(local_epochs)] if local_epochs is not None else list(lw.epochs)
+    found, skipped = [], []
+    for k in ks:
+        r = lw.ratio(k)
+        if math.isinf(r):
+            skipped.append(k)
+            continue
+        dk = solve(_Job(**{**job.__dict__, "utility": ClosedForm(
+            kappa * r, source if k == lw.reference_epochs else
+            f"{source}, at {k} local epochs: x A({lw.reference_epochs})/A({k}) = {r:.3g} (docs/theory.md 4.E)")}))
+        noise = (dk.utility_bound - 1.0 / dk.rounds) / r       # κσ²r(T)/(qN), in units of A(K₀)
+        ends = [noise] + ([noise * x / kappa for x in ci] if ci else [])
+        found.append((lw.objective(k, dk.utility_bound), k, dk, dict(
+            epochs=k, q=dk.q, rounds=dk.rounds, sigma=dk.sigma, kappa=kappa * r,
+            objective=lw.objective(k, dk.utility_bound),
+            predicted_loss=lw.predicted_loss(k, dk.rounds, noise), interval=lw.interval(k, dk.rounds, ends))))
+    if not found:
+        raise ValueError(f"the loss did not fall with T at local epochs {', '.join(map(str, skipped))} in the "
+                         "pre-trial: no rounds can be chosen there; give another local_epochs")
+    _, k, d, _ = min(found, key=lambda f: (f[0], f[1]))
+    cands = [f[3] for f in sorted(found, key=lambda f: f[1])]
+    best = next(c for c in cands if c["epochs"] == k)
+    lo, hi = min(lw.rounds), max(lw.rounds)
+    d.local_work = dict(epochs=k, reference_epochs=lw.reference_epochs, measured=list(lw.epochs),
+                        predicted_loss=best["predicted_loss"], interval=best["interval"], candidates=cands,
+                        not_falling=skipped, rounds_measured=[lo, hi], dissimilarity=dict(lw.dissimilarity))
+    if len(found) > 1 and not lo <= d.rounds <= hi:
+        d.notes.append(f"the local work was measured over T = {lo}-{hi}; this design's T = {d.rounds} lies outside, "
+                       "so its comparison of local epochs extrapolates: add rounds to the pre-trial's grid")
+    if skipped:
+        d.notes.append(f"at local epochs {', '.join(map(str, skipped))} the pre-trial's loss did not fall with T: "
+                       "those were not candidates")
+    return d, k
 
 
 def _check_pretrial_fits(spend, n: int, mech, budgets) -> None:

@@ -8,6 +8,12 @@ Today's code must give every number in them — q, T, σ, ε, the bound, κ's
 interval, the bands searched, the DP-FedAvg design beside a banded one, each
 group's rate and σ — to 1e-12 relative, and the same notes and sources.
 
+Since issue 46 the shipped fit measures the local work and a design chooses
+the local epochs; with them fixed at the pre-trial's one epoch
+(``local_epochs=1``) the design must be the one before (docs/theory.md
+§4.E: "with K fixed it is today's design"): every number, note and source,
+but the local epochs' source ("given") and the new ``local_work`` record.
+
     PYTHONPATH=<the old checkout> python tests/test_design_numbers_kept.py   # rewrites the data
 """
 
@@ -42,11 +48,11 @@ DESIGNS = [
 ]
 
 
-def _design(args, kwargs):
+def _design(args, kwargs, fixed=True):
     import paretofl
     from paretofl.budgets import Budgets
 
-    kwargs = dict(kwargs)
+    kwargs = dict(kwargs, **({"local_epochs": 1} if fixed and "kappa" not in kwargs else {}))
     if "budgets" in kwargs:
         shares, eps = kwargs["budgets"]
         kwargs["budgets"] = Budgets.shares(shares, eps, args[0])
@@ -75,10 +81,18 @@ def _compare(got, want, where):
 def test_design_numbers_kept(name, args, kwargs):
     want = json.loads(DATA.read_text())[name]
     got = json.loads(json.dumps(_design(args, kwargs)))
+    lw = got.pop("local_work")
+    if "kappa" in kwargs:         # a kappa given has no local work measured: nothing changes
+        assert lw == {}
+    else:           # groups are designed at the local epochs given (no comparison across K is made for them)
+        assert (lw == {} and "budgets" in kwargs) or (lw["epochs"] == 1 and [c["epochs"] for c in
+                                                                             lw["candidates"]] == [1]), lw
+        assert got["local_epochs"] == 1 and got["sources"].pop("local_epochs").startswith("given")
+        want["sources"].pop("local_epochs", None)
     _compare(got, want, name)
 
 
 if __name__ == "__main__":
-    out = {name: _design(args, kwargs) for name, args, kwargs in DESIGNS}
+    out = {name: _design(args, kwargs, fixed=False) for name, args, kwargs in DESIGNS}
     DATA.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(out)} designs to {DATA}", file=sys.stderr)

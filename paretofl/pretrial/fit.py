@@ -252,6 +252,8 @@ class Fit:
     private: bool = False
     private_charges: list = field(default_factory=list)
     private_epsilon: float | None = None
+    # what the pre-trial measured of the local work (docs/theory.md §4.E): LocalWork's fields, or empty
+    local_work: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -416,8 +418,15 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
         problems=(probs := _problems(res, kappa, kappa_ci, slope, distance, bootstrap, fit_idx)),
         blocking=[p for p in probs if p.startswith(FIT_BLOCKING)], notes=_notes(res),
         private=res.private, private_charges=_plain_charges(res.charges),
-        private_epsilon=_private_epsilon(res),
+        private_epsilon=_private_epsilon(res), local_work=_local_work(path, seed),
         **_utility_summary(path, reference))
+
+
+def _local_work(path, seed) -> dict:
+    from .local_work import fit_local_work
+
+    lw = fit_local_work(path, seed=seed)
+    return {} if lw is None else lw.to_dict()
 
 
 def _interval_method(kappa, kappa_ci, ks, n_seeds, bootstrap) -> str:

@@ -18,7 +18,7 @@ from ..fl.names import DATASETS, MODELS, PARTITIONS, is_reference  # noqa: F401 
 MECHANISM = "client-aggregate"
 
 #: fields that do not change what a run computes (grid, seeds, where it runs)
-_NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk")
+_NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk", "local_work")
 #: fields added after stores were shipped: left out of a store's identity at their default
 _NEW_DEFAULTS = {"subset": "public", "private": False, "epsilon": None}
 SUBSETS = ("public", "rest", "all")
@@ -72,6 +72,9 @@ class Spec:
     # every run DP, none without noise, and all of it charged: at most ``epsilon`` (docs/theory.md §4.D)
     private: bool = False
     epsilon: float | None = None
+    # the local work to measure (issue 46; docs/theory.md §4.E): noise-free runs at each of these local
+    # epochs, for the grid's largest T at the largest q, evaluated at every T of the grid; public data only
+    local_work: list = field(default_factory=list)
 
     # ------------------------------------------------------------------ load
     @classmethod
@@ -91,7 +94,7 @@ class Spec:
             raise ValueError(f"{where} does not say what the pre-trial trains: give {' and '.join(absent)} (e.g. "
                              f"dataset = \"fashion-mnist\", model = \"lr\", or your own as package.module:function)")
         d = dict(d)
-        for k in ("q", "sigmas", "rounds"):
+        for k in ("q", "sigmas", "rounds", "local_work"):
             if k in d and not isinstance(d[k], (list, tuple)):
                 d[k] = [d[k]]
         spec = cls(**d)
@@ -167,6 +170,16 @@ class Spec:
             except ValueError as exc:
                 bad(str(exc))
         num("chunk", 0, 100_000, integer=True)
+        if self.local_work:
+            grid("local_work", 0, 64, integer=True)
+            if self.private:
+                bad("local_work trains without noise: a private pre-trial (on the clients' data) cannot measure it; "
+                    "measure the local work on a public pre-trial partitioned like your clients")
+            if len(self.local_work) < 2:
+                bad("local_work needs at least two local epochs to compare (e.g. [1, 2, 4, 8])")
+            if self.local_epochs not in self.local_work:
+                bad(f"local_work must include local_epochs = {self.local_epochs}, the local work kappa is measured "
+                    f"at (e.g. [{self.local_epochs}, {2 * self.local_epochs}, {4 * self.local_epochs}])")
         from ..mechanisms import get as mechanism_of
 
         mech = mechanism_of(MECHANISM)

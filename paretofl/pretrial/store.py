@@ -44,7 +44,15 @@ CREATE TABLE IF NOT EXISTS claims (
 CREATE TABLE IF NOT EXISTS spend (
     q REAL NOT NULL, sigma REAL NOT NULL, seed INTEGER NOT NULL, rounds INTEGER NOT NULL, since REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS local_work (
+    epochs INTEGER NOT NULL, rounds INTEGER NOT NULL, seed INTEGER NOT NULL, q REAL NOT NULL,
+    test_loss REAL NOT NULL, accuracy REAL NOT NULL,
+    PRIMARY KEY (epochs, rounds, seed)
+);
 """
+
+#: a local-work run (issue 46): noise-free, at ``epochs`` local epochs, evaluated at ``rounds``
+LOCAL_WORK_COLUMNS = ("epochs", "rounds", "seed", "q", "test_loss", "accuracy")
 
 #: how a private store's runs draw their noise (written at its creation): from the operating system's entropy.
 #: A private store without it was written before paretofl 0.3, when runs sharing a seed shared their noise
@@ -400,6 +408,41 @@ class Store:
     def _release(self, keys):
         self.db.executemany("DELETE FROM claims WHERE sigma = ? AND q = ? AND seed = ?",
                             [(round(float(sg), 12), round(float(q), 12), int(sd)) for sg, q, sd in keys])
+
+    # ------------------------------------------------------------------ local work (public stores)
+    @_guarded
+    def add_local_work(self, rows: list[dict]):
+        """Store noise-free local-work runs (one row per epochs, T, seed), atomically."""
+        if self.private:
+            raise ValueError(f"{self.path} holds a private pre-trial: local work is measured without noise, on "
+                             "public data only")
+        vals = [(int(r["epochs"]), int(r["rounds"]), int(r["seed"]), round(float(r["q"]), 12), _loss(r["test_loss"]),
+                 float(r["accuracy"])) for r in rows]
+        self.db.execute("BEGIN IMMEDIATE")
+        with self.db:
+            self._still_mine()
+            self.db.executemany("INSERT INTO local_work VALUES (?, ?, ?, ?, ?, ?) "
+                                "ON CONFLICT (epochs, rounds, seed) DO NOTHING", vals)
+
+    @_guarded
+    def set_meta(self, key: str, value: str):
+        """Record ``key`` (e.g. the partition's dissimilarity) beside the runs."""
+        self.db.execute("BEGIN IMMEDIATE")
+        with self.db:
+            self._still_mine()
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
+        self.meta[key] = str(value)
+
+    def local_work_done(self) -> set:
+        """Keys (epochs, T, seed) of the stored local-work runs."""
+        return {(int(e), int(t), int(sd)) for e, t, sd in self.db.execute("SELECT epochs, rounds, seed FROM local_work")}
+
+    def local_work_table(self) -> dict:
+        """The local-work rows as numpy columns (sorted by epochs, T, seed)."""
+        rows = self.db.execute(f"SELECT {', '.join(LOCAL_WORK_COLUMNS)} FROM local_work "
+                               "ORDER BY epochs, rounds, seed").fetchall()
+        arr = np.array(rows, dtype=float).reshape(len(rows), len(LOCAL_WORK_COLUMNS))
+        return {c: arr[:, j] for j, c in enumerate(LOCAL_WORK_COLUMNS)}
 
     # ------------------------------------------------------------------ reading
     def done(self) -> set:

@@ -151,6 +151,52 @@ def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
     return rows
 
 
+def local_work_jobs(spec: Spec, done: set) -> list[Job]:
+    """The local-work runs still to train (issue 46): for each local epochs
+    K of ``spec.local_work``, the seeds missing a T of the grid, as one
+    noise-free job at the grid's largest q (``Job.q``; the replicas carry
+    (K, seed) in place of (σ, seed))."""
+    q = max(spec.q)
+    out = []
+    for k in spec.local_work:
+        seeds = [sd for sd in spec.seed_list() if any((k, t, sd) not in done for t in spec.rounds)]
+        if seeds:
+            out.append(Job(q, [(k, sd) for sd in seeds], list(spec.rounds)))
+    return out
+
+
+def run_local_work_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
+    """Train one local-work job: its seeds at ``K`` local epochs, without
+    noise (clipped at the spec's C), evaluated at every T of the grid."""
+    from ..fl.algorithms import History, train
+    from ..fl.build import assemble_pretrial
+
+    epochs = int(job.replicas[0][0])
+    seeds = [(0.0, sd) for _, sd in job.replicas]
+    pol = assemble_pretrial(prepared(spec), job.q, seeds, False, MECHANISM, device=spec.device, lower=LOWER_CHUNK,
+                            clip=spec.clip, lr=spec.lr, local_epochs=epochs, batch_size=spec.batch_size).policy
+    hist = History()
+    train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, eval_at=job.rounds, on_round=on_round,
+          history=hist)
+    wanted = set(job.rounds)
+    return [dict(epochs=epochs, rounds=h["round"], seed=job.replicas[h["replica"]][1], q=job.q,
+                 test_loss=h["test_loss"], accuracy=h["accuracy"]) for h in hist.rows if h["round"] in wanted]
+
+
+def _record_dissimilarity(spec: Spec, store: Store) -> None:
+    """The partition's dissimilarity on the pre-trial's clients, once per
+    store (printed beside κ; docs/theory.md §4.E)."""
+    if "dissimilarity" in store.meta:
+        return
+    import json
+
+    from .dissimilarity import dissimilarity
+
+    d = dissimilarity(prepared(spec))
+    d["partition"] = spec.partition if spec.partition != "dirichlet" else f"dirichlet:{spec.beta:g}"
+    store.set_meta("dissimilarity", json.dumps(d))
+
+
 def _ray_job(spec_dict, q, replicas, rounds, folder=None):
     """A job on a Ray worker.  ``folder``: the driver's working folder, put
     first on the worker's path, so a "package.module:function" model or data
@@ -204,7 +250,10 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
             jobs = jobs[:max_jobs]
         if spec.private:
             _check_spend(spec, store, jobs)
-        total = sum(j.work for j in jobs)
+        lw_jobs = local_work_jobs(spec, store.local_work_done()) if spec.local_work else []
+        if max_jobs is not None:
+            lw_jobs = lw_jobs[:max(0, max_jobs - len(jobs))]
+        total = sum(j.work for j in jobs) + sum(j.work for j in lw_jobs)
         before = len(store)
         t0 = time.perf_counter()
         # replica-rounds done and the time left, on a terminal (paretofl.progress)
@@ -232,6 +281,13 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
                     trained += len(rows)
             else:
                 trained = _run_ray(spec, jobs, store, bar, ray_address)
+            for job in lw_jobs:          # noise-free local work, public stores only: nothing is charged
+                width = len(job.replicas)
+                rows = run_local_work_job(spec, job, on_round=None if bar is None else (lambda t: bar.update(width)))
+                store.add_local_work(rows)
+                trained += len(rows)
+            if spec.local_work:
+                _record_dissimilarity(spec, store)
         finally:
             if bar is not None:
                 bar.close()

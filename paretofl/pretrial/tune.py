@@ -51,6 +51,17 @@ def check_grid(values, name: str) -> tuple:
     return tuple(sorted(set(v)))
 
 
+def check_epochs(values) -> tuple:
+    """The local epochs a tuning searches: a non-empty list of integers in [1, 64]."""
+    try:
+        v = sorted({int(x) for x in values})
+    except (TypeError, ValueError):
+        raise ValueError(f"the local-epochs grid must be a list of integers, got {values!r}") from None
+    if not v or any(isinstance(x, bool) or float(x) != int(x) for x in values) or v[0] < 1 or v[-1] > 64:
+        raise ValueError(f"the local-epochs grid must hold integers in [1, 64], got {list(values)}")
+    return tuple(v)
+
+
 def best_pair(grid: list, by: str = "accuracy") -> dict:
     """The row of a tuning ``grid`` ranked first ``by`` "accuracy" (highest,
     lower loss breaking ties) or "loss" (lowest, higher accuracy breaking ties)."""
@@ -87,12 +98,13 @@ def matched_noise(q: float, n_clients: int, noise_multiplier: float, pretrial_cl
 
 def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, clips=CLIPS, lrs=LRS,
          seeds: int = 3, device: str = "cpu", progress: bool = False, select: str = "accuracy",
-         chunk: int | None = None) -> dict:
+         chunk: int | None = None, epochs=None) -> dict:
     """Train the (C, η) grid on the public share of the pre-trial ``store``
     at the design's (q, T, z) for N clients (see the module's docstring),
     ``chunk`` replicas at most at a time (default: all).
-    Returns the chosen ``clip`` and ``lr`` (best by ``select``), the pre-trial's ``local_epochs``
-    and ``batch_size``, the ``grid`` (mean and sd over seeds of the final
+    ``epochs``: the local epochs searched beside (C, η) (issue 46; default
+    the pre-trial's alone).  Returns the chosen ``clip``, ``lr`` and
+    ``local_epochs`` (best by ``select``), the pre-trial's ``batch_size``, the ``grid`` (mean and sd over seeds of the final
     test loss and accuracy), the update ``norms`` of the chosen pair
     (quantiles over clients, median over rounds, and over the first tenth
     of the rounds), and what was run."""
@@ -111,29 +123,33 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
         raise ValueError(f"chunk must be a positive integer, got {chunk}")
     spec = spec_of_store(store)
     spec.device = device
+    epochs = (spec.local_epochs,) if epochs is None else check_epochs(epochs)
     qp, zp = matched_noise(q, n_clients, noise_multiplier, spec.clients)
     mp = qp * spec.clients
     setup = prepared(spec)
-    pairs = [(c, e) for c in clips for e in lrs]
-    reps = [(c, e, s) for c, e in pairs for s in range(int(seeds))]
+    pairs = [(c, e, k) for k in epochs for c in clips for e in lrs]
+    reps = [(c, e, k, s) for c, e, k in pairs for s in range(int(seeds))]
     R = len(reps)
     size = R if chunk is None else int(chunk)
+    # a chunk trains one local-epochs value: the engine runs one local loop for all its replicas
+    starts = [i for i in range(R) if i == 0 or reps[i][2] != reps[i - 1][2] or
+              i - max(j for j in range(i) if j == 0 or reps[j][2] != reps[j - 1][2]) >= size]
+    bounds = list(zip(starts, starts[1:] + [R]))
     every = max(1, int(rounds) // 40)
     norms = [[] for _ in range(R)]        # per replica: (round, quantiles)
     hist = History()
     t0 = time.perf_counter()
     # rounds of the grid's chunks done and the time left, on a terminal (paretofl.progress)
-    chunks = -(-R // size)
-    bar = Progress(chunks * int(rounds), "tuning C and lr on the public share", "round", wanted=progress)
+    bar = Progress(len(bounds) * int(rounds), "tuning C and lr on the public share", "round", wanted=progress)
     # the grid's replicas train together, ``chunk`` at most at a time (each
     # replica's random stream is its own: the chunks change no result)
-    for first in range(0, R, size):
-        part = reps[first:first + size]
-        pol = assemble(setup, "dpfedavg", len(part), seeds=[s for _, _, s in part], device=device,
+    for first, last in bounds:
+        part = reps[first:last]
+        pol = assemble(setup, "dpfedavg", len(part), seeds=[s for *_, s in part], device=device,
                        lower="lower chunk (the replicas of the grid trained together) or use a smaller model",
                        mechanism=MECHANISM, sigma=zp / math.sqrt(mp) if zp > 0 else 0.0,
-                       clip=np.array([c for c, _, _ in part]), lr=np.array([e for _, e, _ in part]), client_rate=qp,
-                       local_epochs=spec.local_epochs, batch_size=spec.batch_size).policy
+                       clip=np.array([c for c, *_ in part]), lr=np.array([e for _, e, *_ in part]), client_rate=qp,
+                       local_epochs=part[0][2], batch_size=spec.batch_size).policy
 
         def record(t, pol=pol, first=first, part=part):
             bar.note(replicas=f"{first + 1}-{first + len(part)} of {R}")
@@ -158,16 +174,17 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     bar.close()
     final = {h["replica"]: h for h in hist.rows if h["round"] == int(rounds)}
     grid = []
-    for c, e in pairs:
-        idx = [i for i, (cc, ee, _) in enumerate(reps) if (cc, ee) == (c, e)]
+    for c, e, k in pairs:
+        idx = [i for i, (cc, ee, kk, _) in enumerate(reps) if (cc, ee, kk) == (c, e, k)]
         loss = np.array([final[i]["test_loss"] for i in idx], dtype=float)
         acc = np.array([final[i]["accuracy"] for i in idx], dtype=float)
         loss = np.where(np.isfinite(loss), loss, np.inf)
-        grid.append({"clip": c, "lr": e, "test_loss": float(loss.mean()),
+        grid.append({"clip": c, "lr": e, "local_epochs": k, "test_loss": float(loss.mean()),
                      "test_loss_sd": float(loss.std(ddof=1)) if len(loss) > 1 else 0.0,
                      "accuracy": float(acc.mean()), "accuracy_sd": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0})
     best = best_pair(grid, select)
-    idx = [i for i, (cc, ee, _) in enumerate(reps) if (cc, ee) == (best["clip"], best["lr"])]
+    idx = [i for i, (cc, ee, kk, _) in enumerate(reps) if (cc, ee, kk) == (best["clip"], best["lr"],
+                                                                             best["local_epochs"])]
     rows = np.array([row for i in idx for row in norms[i]], dtype=float)
     early = rows[rows[:, 0] <= max(1, int(rounds) // 10)] if len(rows) else rows
     norm_summary = {f"q{int(100 * qq)}": float(np.median(rows[:, 1 + j])) if len(rows) else math.nan
@@ -179,7 +196,10 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
         edges.append("clip")
     if best["lr"] in (lrs[0], lrs[-1]) and len(lrs) > 1:
         edges.append("lr")
-    return {"clip": best["clip"], "lr": best["lr"], "local_epochs": spec.local_epochs, "batch_size": spec.batch_size,
+    if best["local_epochs"] == epochs[-1] and len(epochs) > 1:
+        edges.append("local_epochs")
+    return {"clip": best["clip"], "lr": best["lr"], "local_epochs": best["local_epochs"], "epochs": list(epochs),
+            "batch_size": spec.batch_size,
             "grid": grid, "norms": norm_summary, "norms_early": norm_early, "on_grid_edge": edges,
             "store": str(store), "seeds": int(seeds), "rounds": int(rounds), "select": select,
             "pretrial": {"clients": spec.clients, "q": qp, "noise_multiplier": zp,

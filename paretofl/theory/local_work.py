@@ -1,0 +1,153 @@
+"""The clients' local work in the bound (docs/theory.md §4.E; issue 46).
+
+With K local epochs at learning rate η, the utility gap of (1.2) becomes
+
+    ε_u(q, T, σ, K) ≤ A(K)/T + B σ²/(qN) + D(K)                          (4.E.1)
+
+* A(K), the optimisation term's constant, falls with the local work: a round
+  moves the model ηK steps (∝ 1/(ηK) in the analyses of local SGD), until
+  clipping at C caps what one round can move it;
+* D(K), the client drift (Karimireddy et al. 2020, SCAFFOLD, Thm. I;
+  Woodworth et al. 2020): local steps walk towards each client's own optimum,
+  an error floor growing ∝ η²K²ζ² with the clients' dissimilarity ζ²;
+* B, the noise's constant, does not depend on K: the released update is
+  clipped to C whatever the local work, and the noise is σC on it.
+
+With K fixed, (4.E.1) is (1.2) with κ_K = B/A(K): the design is today's at
+κ_K.  Across K, in units of A(K₀) (the local work κ was measured at), with
+r_K = A(K₀)/A(K) and the design's bound u_K = 1/T + κ_K σ²/(qN) at κ_K:
+
+    U(K) = u_K / r_K + (D(K) − D(K₀)) / A(K₀)                               (4.E.2)
+
+A(K) and D(K) are measured, not assumed: noise-free runs on public data at
+each K give the test loss L(T; K) = c_K + A(K)/T over the T grid, with
+c_K = L* + D(K) (least squares, A ≥ 0; bootstrap over seeds).  B = κ·A(K₀).
+The optimum in K is interior when A(K) falls while c_K rises.
+
+numpy only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: the format tag of a fit's ``local_work`` part
+LOCAL_WORK_FORMAT = "paretofl-local-work-1"
+
+
+def curve(rounds, loss) -> tuple[float, float]:
+    """(A, c) of L(T) = c + A/T by least squares over the given points,
+    with A ≥ 0 (a curve that does not fall has A = 0 and c its mean)."""
+    t = np.asarray(rounds, dtype=float)
+    y = np.asarray(loss, dtype=float)
+    ok = np.isfinite(y) & (t > 0)
+    t, y = t[ok], y[ok]
+    if len(t) < 2 or len(np.unique(t)) < 2:
+        raise ValueError("the local-work curve needs finite losses at two or more T at least")
+    x = 1.0 / t
+    xc = x - x.mean()
+    a = float(np.dot(xc, y - y.mean()) / np.dot(xc, xc))
+    if a < 0:
+        return 0.0, float(y.mean())
+    return a, float(y.mean() - a * x.mean())
+
+
+@dataclass
+class LocalWork:
+    """What a pre-trial measured of the local work (a fit's ``local_work``):
+    per local epochs K, the constants of L(T; K) = c_K + A(K)/T, bootstrap
+    draws of both (over seeds), the K κ was measured at, the T range
+    measured and the partition's dissimilarity."""
+
+    epochs: list
+    A: list
+    c: list
+    reference_epochs: int
+    rounds: list                       # [smallest, largest] T measured
+    draws_A: list = field(default_factory=list)    # [[A(K) for K] per bootstrap draw]
+    draws_c: list = field(default_factory=list)
+    seeds: int = 0
+    dissimilarity: dict = field(default_factory=dict)
+    format: str = LOCAL_WORK_FORMAT
+
+    @classmethod
+    def from_dict(cls, d, where: str = "the fit") -> LocalWork:
+        """Read (and check) a fit's ``local_work``: one clear line for anything wrong."""
+        def bad(msg):
+            raise ValueError(f"{where}: its local_work {msg}; fit its store again (paretofl fit STORE)")
+
+        if not isinstance(d, dict) or d.get("format") != LOCAL_WORK_FORMAT:
+            bad(f"is not paretofl's (format {LOCAL_WORK_FORMAT!r} expected)")
+        try:
+            lw = cls(epochs=[int(k) for k in d["epochs"]], A=[float(a) for a in d["A"]],
+                     c=[float(c) for c in d["c"]], reference_epochs=int(d["reference_epochs"]),
+                     rounds=[int(t) for t in d["rounds"]],
+                     draws_A=[[float(a) for a in r] for r in d.get("draws_A") or []],
+                     draws_c=[[float(c) for c in r] for r in d.get("draws_c") or []],
+                     seeds=int(d.get("seeds", 0)), dissimilarity=dict(d.get("dissimilarity") or {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            bad(f"is malformed ({type(exc).__name__}: {exc})")
+        k = len(lw.epochs)
+        if k < 2 or len(lw.A) != k or len(lw.c) != k or len(set(lw.epochs)) != k or min(lw.epochs) < 1:
+            bad("must give A and c for two or more distinct local epochs")
+        if lw.reference_epochs not in lw.epochs:
+            bad(f"does not measure the local epochs kappa was measured at ({lw.reference_epochs})")
+        if not all(math.isfinite(a) and a >= 0 for a in lw.A) or not all(math.isfinite(c) for c in lw.c):
+            bad("holds a non-finite or negative constant")
+        if lw.A[lw.epochs.index(lw.reference_epochs)] <= 0:
+            bad(f"has no 1/T term at the reference local epochs {lw.reference_epochs}: the loss did not fall with T")
+        if len(lw.rounds) != 2 or not 1 <= lw.rounds[0] <= lw.rounds[1]:
+            bad("has no valid T range")
+        if len(lw.draws_A) != len(lw.draws_c) or any(len(r) != k for r in lw.draws_A + lw.draws_c):
+            bad("has bootstrap draws of the wrong shape")
+        return lw
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    # ------------------------------------------------------------------ the model (4.E.2)
+    def _at(self, k: int) -> int:
+        if k not in self.epochs:
+            raise ValueError(f"local epochs {k} was not measured by the pre-trial (it measured "
+                             f"{', '.join(map(str, self.epochs))})")
+        return self.epochs.index(k)
+
+    @property
+    def a0(self) -> float:
+        """A(K₀), the unit of (4.E.2)."""
+        return self.A[self._at(self.reference_epochs)]
+
+    def ratio(self, k: int) -> float:
+        """r_K = A(K₀)/A(K): κ_K = κ·r_K (infinite where the loss no longer falls with T)."""
+        a = self.A[self._at(k)]
+        return self.a0 / a if a > 0 else math.inf
+
+    def offset(self, k: int) -> float:
+        """(D(K) − D(K₀))/A(K₀) = (c_K − c_K₀)/A(K₀): the drift K adds, in units of A(K₀)."""
+        return (self.c[self._at(k)] - self.c[self._at(self.reference_epochs)]) / self.a0
+
+    def objective(self, k: int, bound: float) -> float:
+        """U(K) of (4.E.2) from the design's bound u_K at κ_K."""
+        r = self.ratio(k)
+        return (0.0 if math.isinf(r) else bound / r) + self.offset(k)
+
+    def predicted_loss(self, k: int, rounds: int, noise_term: float, A=None, c=None) -> float:
+        """L = c_K + A(K)/T + κ·A(K₀)·σ²r/(qN) (``noise_term`` = κσ²r/(qN)): the test loss (4.E.1) predicts."""
+        A = self.A if A is None else A
+        c = self.c if c is None else c
+        i, i0 = self._at(k), self._at(self.reference_epochs)
+        return float(c[i] + A[i] / rounds + A[i0] * noise_term)
+
+    def interval(self, k: int, rounds: int, noise_terms) -> list | None:
+        """The 95 % interval of the predicted loss over the bootstrap draws
+        (and the given noise terms, e.g. at κ's interval's ends); None without draws."""
+        if not self.draws_A:
+            return None
+        vals = [self.predicted_loss(k, rounds, nt, A, c) for A, c in zip(self.draws_A, self.draws_c)
+                for nt in noise_terms]
+        return [float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))]
