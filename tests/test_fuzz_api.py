@@ -50,6 +50,9 @@ CALLS = {
         "q_min": _numbers("zero", "negative", "NaN", "text") + [("share above one", 1.5)],
         "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.05)],
         "sigma_min": _numbers("zero", "negative", "NaN", "text"),
+        # the local epochs (issue 46): a number that is no count, or a count the fit never measured
+        "local_epochs": _numbers("zero", "negative", "NaN", "text", "boolean") + [
+            ("not an integer", 2.5), ("local epochs not measured", 3), ("local epochs not measured", 10**6)],
         "mechanism_options": [("an option the mechanism does not take", {"clip_quantile": 1.5}),
                               ("an option the mechanism does not take", {"quantile": 0.5})]}),
     "design one client": (paretofl.design, dict(n_clients=1, epsilon=2.0, max_rounds=5, q=1.0, kappa=0.1), {

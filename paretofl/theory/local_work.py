@@ -113,8 +113,9 @@ class LocalWork:
     # ------------------------------------------------------------------ the model (4.E.2)
     def _at(self, k: int) -> int:
         if k not in self.epochs:
-            raise ValueError(f"local epochs {k} was not measured by the pre-trial (it measured "
-                             f"{', '.join(map(str, self.epochs))})")
+            raise ValueError(f"local epochs {k} was not measured in the pre-trial (it measured "
+                             f"{', '.join(map(str, self.epochs))}): choose one of those, or add {k} to its local_work "
+                             "and run the pre-trial again, then refit it")
         return self.epochs.index(k)
 
     @property

@@ -1,0 +1,150 @@
+"""The design that chooses the local work, against an oracle (issue 46;
+docs/results.md §13).
+
+    python analysis/local_work.py [--partitions iid dirichlet:0.5 shards:2] [--epsilons 1 2] [--seeds 3]
+                                  [--oracle analysis/out/heterogeneity]
+
+§12's federation (LR, FashionMNIST's 90 % private split over N = 100
+clients, C = 0.3, η = 0.1, batch 64, δ = 1e-5, σ in [0.01, 30], at most 200
+rounds).  For each partition:
+
+* **the fit**: a public pre-trial partitioned like the clients — 10 clients
+  on the public 10 % split, partitioned the same way (IID: the shipped
+  pre-trial; otherwise 6 σ × 6 T × 3 seeds, q = 0.5, as `make demo`'s),
+  with ``local_work = [1, 2, 4, 8]`` (noise-free runs, 3 seeds, T up to
+  64), fitted by ``paretofl fit`` — public data only;
+* **design**: ``paretofl.design`` with that fit: it chooses the local epochs
+  K, q, T and σ, and predicts the test loss with an interval;
+* **today**: the design at the pre-trial's one local epoch (κ of the same
+  fit, ``local_epochs=1``);
+* **oracle**: the best of ``analysis/heterogeneity.py``'s grid on the
+  clients' own data (q = 1, T = today's design's T with the shipped κ ×
+  {½, 1, 2}, σ calibrated to spend ε, local epochs {1, 2, 4, 8}; its rows
+  are read from ``--oracle``: run that script first with ``--epochs 1 2 4 8
+  --factors 0.5 1 2``).
+
+Both designs train 3 seeds on the clients' data; the table gives accuracy,
+the regret against the oracle, and the predicted test loss against the
+realized one.  One JSON row per training under ``--out`` (default
+analysis/out/local_work/), so it resumes; writes ``local_work.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from heterogeneity import CLIP, DELTA, LR, N, SIGMA_RANGE, T_MAX, setup_for  # analysis/ is on the path
+
+import paretofl
+from paretofl.fl.algorithms import train
+from paretofl.fl.build import assemble
+from paretofl.fl.data import partition_shards
+from paretofl.pretrial import sweep
+from paretofl.pretrial.fit import fit
+from paretofl.pretrial.spec import Spec
+from paretofl.recommendation import shipped_fit
+
+ROOT = Path(__file__).resolve().parent.parent
+PRETRIAL = dict(dataset="fashion-mnist", public_fraction=0.1, clients=10, model="lr", q=[0.5],
+                sigmas=[0.02, 0.04, 0.08, 0.16, 0.32, 0.64], rounds=[2, 4, 8, 16, 32, 64], seeds=3, clip=CLIP,
+                lr=LR, local_epochs=1, batch_size=64, delta=DELTA, local_work=[1, 2, 4, 8])
+
+
+def fit_for(partition: str, out: Path) -> str:
+    """The fit file of a public pre-trial partitioned like ``partition``."""
+    if partition == "iid":
+        return str(shipped_fit())
+    kind, _, arg = partition.partition(":")
+    name = partition.replace(":", "")
+    store, fit_path = out / f"pretrial_{name}.sqlite", out / f"pretrial_{name}_fit.json"
+    if fit_path.exists():
+        return str(fit_path)
+    fields = dict(PRETRIAL, partition=kind, **({"beta": float(arg)} if kind == "dirichlet" else {}))
+    spec = Spec.from_dict(fields)
+    if kind == "shards":            # k shards a client (the spec's shards partition cuts 400 in all)
+        setup = sweep.prepared(spec)
+        parts = partition_shards(setup.data.y_train.numpy(), spec.clients, int(arg) * spec.clients, seed=0)
+        key = next(iter(sweep._SETUP_CACHE))
+        sweep._SETUP_CACHE[key] = replace(setup, parts=parts)
+    t0 = time.perf_counter()
+    sweep.run_sweep(spec, str(store), progress=False)
+    fit(str(store)).save(fit_path)
+    print(f"pre-trial {partition}: {time.perf_counter() - t0:.0f} s", flush=True)
+    return str(fit_path)
+
+
+def run(setup, seeds, d):
+    pol = assemble(setup, "dpfedavg", seeds, seeds=range(seeds), mechanism="client-aggregate", sigma=d.sigma,
+                   clip=CLIP, lr=LR, client_rate=d.q, local_epochs=d.local_epochs, batch_size=64).policy
+    t0 = time.perf_counter()
+    _, _, fin = train(pol, rounds=d.rounds, epsilon=d.budget * (1 + 1e-9), delta=DELTA, eval_every=d.rounds)
+    return dict(spent=float(np.max(fin["epsilon"])), accuracy=fin["accuracy"].tolist(),
+                test_loss=fin["test_loss"].tolist(), seconds=time.perf_counter() - t0)
+
+
+def oracle_of(folder: Path, partition: str, eps: float):
+    rows = [json.loads(p.read_text()) for p in folder.glob(f"lr_{partition.replace(':', '')}_eps{eps:g}_oracle_*.json")]
+    return max(rows, key=lambda r: np.mean(r["accuracy"])) if rows else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--partitions", nargs="+", default=["iid", "dirichlet:0.5", "shards:2"])
+    ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--oracle", default=str(ROOT / "analysis" / "out" / "heterogeneity"))
+    ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "local_work"))
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["| partition (B² public) | ε | today: K, T, σ → accuracy | design: K, T, σ → accuracy | oracle: K, T → "
+             "accuracy | regret today → design | predicted loss [95 %] | realized loss |",
+             "|---|---|---|---|---|---|---|---|"]
+    errors = []
+    for partition in a.partitions:
+        fit_path = fit_for(partition, out)
+        setup = setup_for("lr", partition)
+        for eps in a.epsilons:
+            got = {}
+            for policy, k in (("today", 1), ("design", None)):
+                d = paretofl.design(N, eps, DELTA, max_rounds=T_MAX, fit=fit_path, local_epochs=k, **SIGMA_RANGE)
+                path = out / f"{partition.replace(':', '')}_eps{eps:g}_{policy}_K{d.local_epochs}_T{d.rounds}.json"
+                if path.exists():
+                    row = json.loads(path.read_text())
+                else:
+                    row = dict(partition=partition, epsilon=eps, policy=policy, q=d.q, rounds=d.rounds, sigma=d.sigma,
+                               epochs=d.local_epochs, predicted=d.local_work["predicted_loss"],
+                               interval=d.local_work["interval"], b2=d.local_work["dissimilarity"].get("b2"),
+                               **run(setup, a.seeds, d))
+                    path.write_text(json.dumps(row))
+                got[policy] = row
+                print(f"{partition} eps {eps:g} {policy}: K {row['epochs']} T {row['rounds']} sigma "
+                      f"{row['sigma']:.3g}: {100 * np.mean(row['accuracy']):.1f} %, loss "
+                      f"{np.mean(row['test_loss']):.4f} (predicted {row['predicted']:.4f})", flush=True)
+            o = oracle_of(Path(a.oracle), partition, eps)
+            t, d = got["today"], got["design"]
+            ta, da = 100 * np.mean(t["accuracy"]), 100 * np.mean(d["accuracy"])
+            oa = 100 * np.mean(o["accuracy"]) if o else float("nan")
+            lo, hi = d["interval"] or (float("nan"), float("nan"))
+            real = float(np.mean(d["test_loss"]))
+            errors += [abs(r["predicted"] - float(np.mean(r["test_loss"]))) for r in (t, d)]
+            lines.append(
+                f"| {partition} ({d['b2']:.2g}) | {eps:g} | {t['epochs']}, {t['rounds']}, {t['sigma']:.2g} → {ta:.1f} ± "
+                f"{100 * np.std(t['accuracy']):.1f} | {d['epochs']}, {d['rounds']}, {d['sigma']:.2g} → {da:.1f} ± "
+                f"{100 * np.std(d['accuracy']):.1f} | "
+                + (f"{o['epochs']}, {o['rounds']} → {oa:.1f} ± {100 * np.std(o['accuracy']):.1f}" if o else "—")
+                + f" | {oa - ta:+.1f} → {oa - da:+.1f} | {d['predicted']:.3f} [{lo:.3f}, {hi:.3f}] | {real:.3f} |")
+    lines.append("")
+    lines.append(f"Mean absolute error of the predicted test loss over both designs' {len(errors)} runs: "
+                 f"{np.mean(errors):.3f}.")
+    (out / "local_work.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""The design chooses the local work (issue 46; docs/theory.md §4.E).
+
+* the curve L(T) = c + A/T is recovered from losses made by it, and
+  against numpy's own least squares on noisy ones;
+* with K fixed the design is today's at κ_K (and at the pre-trial's K, the
+  design without local work); the chosen K is the argmin of (4.E.2) found
+  by a brute-force scan over integer T and bisected σ, not by the design's
+  branch and bound;
+* the predicted loss is (4.E.1) at the design's point, by hand;
+* a pre-trial with ``local_work`` stores it, resumes without training
+  again, and its fit carries it; what a fit says of it is checked on load;
+* the CLI prints every K, and a K not measured is one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import numpy as np
+import pytest
+
+import paretofl
+from paretofl.recommendation import read_fit, shipped_fit
+from paretofl.theory.local_work import LOCAL_WORK_FORMAT, LocalWork, curve
+from paretofl.theory.privacy import calibrate_noise
+
+N, EPS, DELTA, TMAX = 100, 2.0, 1e-5, 60
+
+
+def _lw(epochs=(1, 2, 4), A=(1.0, 0.7, 0.6), c=(0.60, 0.57, 0.60), draws=True):
+    rng = np.random.default_rng(0)
+    dA = [list(np.array(A) * rng.uniform(0.9, 1.1, len(A))) for _ in range(50)] if draws else []
+    dc = [list(np.array(c) + rng.normal(0, 0.01, len(c))) for _ in range(50)] if draws else []
+    return dict(format=LOCAL_WORK_FORMAT, epochs=list(epochs), A=list(A), c=list(c), reference_epochs=epochs[0],
+                rounds=[2, 256], draws_A=dA, draws_c=dc, seeds=3, dissimilarity={"b2": 1.5, "zeta2": 2.0})
+
+
+def _fit_file(tmp_path, lw, kappa=16.0, name="fit.json"):
+    """The shipped fit with κ and its local work replaced."""
+    data = json.loads(shipped_fit().read_text())
+    data.update(kappa=kappa, kappa_ci=[kappa / 1.5, kappa * 1.5], local_work=lw, problems=[], blocking=[])
+    p = tmp_path / name
+    p.write_text(json.dumps(data))
+    return str(p)
+
+
+# ----------------------------------------------------------------------------- the curve
+def test_the_curve_is_recovered_from_losses_it_made():
+    t = np.array([2, 4, 8, 16, 32, 64])
+    a, c = curve(t, 0.4 + 1.7 / t)
+    assert a == pytest.approx(1.7, rel=1e-12) and c == pytest.approx(0.4, rel=1e-12)
+
+
+def test_the_curve_agrees_with_numpys_least_squares_and_never_rises():
+    rng = np.random.default_rng(3)
+    t = np.array([2, 4, 8, 16, 32, 64, 128])
+    y = 0.5 + 0.9 / t + rng.normal(0, 0.01, len(t))
+    slope, intercept = np.polyfit(1.0 / t, y, 1)
+    assert curve(t, y) == pytest.approx((slope, intercept), rel=1e-9)
+    rising = 0.5 + 0.01 * np.log(t)           # a loss that grows with T: no 1/T term, c its mean
+    assert curve(t, rising) == (0.0, pytest.approx(float(np.mean(rising))))
+    with pytest.raises(ValueError, match="two or more T"):
+        curve([4, 4], [1.0, 1.0])
+
+
+# ----------------------------------------------------------------------------- the design
+def test_with_k_fixed_it_is_todays_design_at_kappa_k(tmp_path):
+    lw = _lw()
+    fit = _fit_file(tmp_path, lw)
+    plain = _fit_file(tmp_path, {}, name="plain.json")
+    for k, r in zip(lw["epochs"], [1.0, 1.0 / 0.7, 1.0 / 0.6]):
+        got = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=fit, local_epochs=k)
+        want = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, kappa=16.0 * r)
+        assert (got.q, got.rounds) == (want.q, want.rounds) and got.sigma == pytest.approx(want.sigma, rel=1e-12)
+        assert got.kappa == pytest.approx(16.0 * r) and got.local_epochs == k
+    at_k0 = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=fit, local_epochs=1)
+    without = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=plain)
+    assert (at_k0.q, at_k0.rounds, at_k0.sigma, at_k0.epsilon, at_k0.utility_bound) == \
+        (without.q, without.rounds, without.sigma, without.epsilon, without.utility_bound)
+
+
+def _brute_u(kappa, q=1.0):
+    """min over integer T of 1/T + κσ(T)²/(qN), σ(T) the least σ spending ε in T rounds (bisected)."""
+    best = math.inf
+    for t in range(1, TMAX + 1):
+        z = calibrate_noise(EPS, q, t, DELTA)          # the noise multiplier on the sum: σ√(qN)
+        s = z / math.sqrt(q * N)
+        if 0.3 <= s <= 30.0:
+            best = min(best, 1.0 / t + kappa * s * s / (q * N))
+    return best
+
+
+@pytest.mark.parametrize("A,c", [((1.0, 0.7, 0.6), (0.60, 0.57, 0.60)),     # interior: 2 epochs
+                                 ((1.0, 0.5, 0.3), (0.60, 0.58, 0.57)),     # the most work wins
+                                 ((1.0, 0.9, 0.85), (0.50, 0.60, 0.70))])   # drift: one epoch wins
+def test_the_chosen_k_is_the_argmin_of_the_objective_by_brute_force(tmp_path, A, c):
+    lw = _lw(A=A, c=c)
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw), q=1.0)
+    U = {k: _brute_u(16.0 * A[0] / a) * a / A[0] + (ck - c[0]) / A[0] for k, a, ck in zip(lw["epochs"], A, c)}
+    assert d.local_epochs == min(U, key=U.get), (U, d.local_work["candidates"])
+    for cand in d.local_work["candidates"]:        # each candidate's objective, the search's against the scan's
+        assert cand["objective"] == pytest.approx(U[cand["epochs"]], rel=2e-3)
+
+
+def test_the_predicted_loss_is_the_bound_at_the_point_by_hand(tmp_path):
+    lw = _lw()
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw), q=1.0)
+    i = lw["epochs"].index(d.local_epochs)
+    by_hand = lw["c"][i] + lw["A"][i] / d.rounds + 16.0 * lw["A"][0] * d.sigma ** 2 / (d.q * N)
+    assert d.local_work["predicted_loss"] == pytest.approx(by_hand, rel=1e-9)
+    lo, hi = d.local_work["interval"]
+    assert lo < by_hand < hi
+    assert d.sources["local_epochs"].startswith("the design")
+
+
+def test_a_design_with_local_work_travels_in_its_file(tmp_path):
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)         # the shipped fit measures K = 1, 2, 4, 8
+    assert d.local_work["measured"] == [1, 2, 4, 8] and d.local_epochs == d.local_work["epochs"]
+    d.save(tmp_path / "d.json")
+    back = paretofl.Design.load(tmp_path / "d.json")
+    assert back.local_epochs == d.local_epochs and back.local_work == json.loads(json.dumps(d.local_work))
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda lw: lw.update(format="x"), "format"),
+    (lambda lw: lw.pop("A"), "malformed"),
+    (lambda lw: lw.update(A=[1.0, math.nan, 0.5]), "non-finite"),
+    (lambda lw: lw.update(A=[1.0, -0.5, 0.5]), "negative"),
+    (lambda lw: lw.update(reference_epochs=3), "kappa was measured at"),
+    (lambda lw: lw.update(epochs=[1, 1, 2]), "distinct"),
+    (lambda lw: lw.update(A=[0.0, 0.5, 0.5]), "did not fall"),
+    (lambda lw: lw.update(draws_A=[[1.0]]), "bootstrap"),
+    (lambda lw: lw.update(rounds=[9, 2]), "T range"),
+    (lambda lw: lw.update(epochs="1,2,4"), "malformed|two or more"),
+])
+def test_a_fits_local_work_is_checked_on_load(tmp_path, edit, match):
+    lw = copy.deepcopy(_lw())
+    edit(lw)
+    with pytest.raises(ValueError, match=match):
+        paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw))
+
+
+def test_a_k_the_fit_never_measured_is_one_line_and_a_fit_without_local_work_keeps_its_k(tmp_path):
+    with pytest.raises(ValueError, match="local epochs 3 was not measured"):
+        paretofl.design(N, EPS, DELTA, max_rounds=TMAX, local_epochs=3)
+    plain = _fit_file(tmp_path, {}, name="plain.json")
+    with pytest.raises(ValueError, match="local_work"):
+        paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=plain, local_epochs=2)
+    assert paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=plain).local_work == {}
+    # a kappa given measured no local work: a K given is taken as said, nothing is compared
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, kappa=5.0, local_epochs=4)
+    assert d.local_epochs == 4 and d.local_work == {}
+
+
+# ----------------------------------------------------------------------------- the pre-trial
+SPEC = dict(dataset="digits", model="lr", clients=4, public_fraction=0.5, q=[1.0], sigmas=[0.1, 0.5],
+            rounds=[2, 4, 8], seeds=2, clip=1.0, lr=0.5, local_work=[1, 3], delta=1e-3)
+
+
+def test_a_pretrial_measures_the_local_work_and_its_fit_carries_it(tmp_path):
+    from paretofl.pretrial.fit import fit
+    from paretofl.pretrial.spec import Spec
+    from paretofl.pretrial.store import Store
+    from paretofl.pretrial.sweep import run_sweep
+
+    store = tmp_path / "s.sqlite"
+    run_sweep(Spec.from_dict(SPEC), store, progress=False)
+    st = Store(store)
+    try:
+        tab, meta = st.local_work_table(), dict(st.meta)
+    finally:
+        st.close()
+    assert sorted({(int(k), int(t), int(s)) for k, t, s in zip(tab["epochs"], tab["rounds"], tab["seed"])}) == \
+        [(k, t, s) for k in (1, 3) for t in (2, 4, 8) for s in (0, 1)]
+    assert json.loads(meta["dissimilarity"])["b2"] >= 1.0
+    again = run_sweep(Spec.from_dict(SPEC), store, progress=False)
+    assert again["runs_trained"] == 0                       # resumed: nothing trained twice
+    f = fit(store)
+    f.save(tmp_path / "f.json")
+    lw = LocalWork.from_dict(read_fit(tmp_path / "f.json")["local_work"])
+    assert lw.epochs == [1, 3] and lw.reference_epochs == 1 and lw.rounds == [2, 8]
+    # each K's constants are the curve of its seed-mean losses, computed here from the rows
+    for i, k in enumerate(lw.epochs):
+        m = tab["epochs"] == k
+        ts = sorted(set(tab["rounds"][m]))
+        mean = [float(np.mean(tab["test_loss"][m & (tab["rounds"] == t)])) for t in ts]
+        assert (lw.A[i], lw.c[i]) == pytest.approx(curve(ts, mean))
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(local_work=[2, 4]), "must include local_epochs"),
+    (dict(local_work=[1]), "at least two"),
+    (dict(local_work=[1, 0]), "local_work values"),
+    (dict(local_work=[1, 2.5]), "integers"),
+    (dict(local_work=[1, 2], private=True, subset="rest", epsilon=50.0), "public pre-trial"),
+])
+def test_a_spec_asking_for_local_work_it_cannot_measure_is_refused(fields, match):
+    from paretofl.pretrial.spec import Spec
+
+    with pytest.raises(ValueError, match=match):
+        Spec.from_dict({**SPEC, **fields})
+
+
+def test_the_cli_prints_every_k_and_refuses_one_not_measured(capsys):
+    from paretofl.cli import main
+
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "200"]) in (0, None)
+    out = capsys.readouterr().out
+    assert "by local epochs" in out and "<- chosen" in out and "predicted loss" in out
+    assert all(f"{k:>3} epoch(s)" in out for k in (1, 2, 4, 8))
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--local-epochs", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "local epochs 3 was not measured" in err and len(err.strip().splitlines()) == 1
