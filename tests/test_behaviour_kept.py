@@ -148,6 +148,9 @@ def _close(a, b, rel):
 def test_designs_unchanged(before, name, args, kw):
     import paretofl
 
+    # the snapshot predates the local work (issue 46): at the pre-trial's one local epoch the design is the one
+    # before (docs/theory.md 4.E); a kappa given measured none, so it is unchanged as it is
+    kw = dict(kw, **({} if "kappa" in kw else {"local_epochs": 1}))
     now = _design_row(paretofl.design(*args, **kw))
     old = before["designs"][name]
     if name in CORRECTED:

@@ -174,9 +174,15 @@ def test_fit_file_and_placeholder(tmp_path):
     f = tmp_path / "fit.json"
     f.write_text('{"kappa": 0.2}')
     assert D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, fit=str(f)).kappa == 0.2
-    d = D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5)
-    # the shipped LR pre-trial's fit (package data) is the default
-    assert d.kappa == json.loads(D.shipped_fit().read_text())["kappa"] and "shipped" in d.kappa_source
+    d = D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5, local_epochs=1)
+    # the shipped LR pre-trial's fit (package data) is the default, its kappa at its own one local epoch; at the
+    # local epochs the design chooses, kappa scaled by A(1)/A(K) (docs/theory.md 4.E)
+    shipped = json.loads(D.shipped_fit().read_text())
+    assert d.kappa == shipped["kappa"] and "shipped" in d.kappa_source
+    chosen = D.design(n_clients=20, epsilon=3.0, max_rounds=50, q=0.5)
+    lw = shipped["local_work"]
+    k = lw["epochs"].index(chosen.local_epochs)
+    assert chosen.kappa == pytest.approx(shipped["kappa"] * lw["A"][0] / lw["A"][k], rel=1e-12)
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
     with pytest.raises(ValueError, match="not a paretofl fit"):

@@ -253,7 +253,7 @@ class Fit:
     private_charges: list = field(default_factory=list)
     private_epsilon: float | None = None
     # what the pre-trial measured of the local work (docs/theory.md §4.E): LocalWork's fields, or empty
-    local_work: dict = field(default_factory=dict)
+    local_work: dict = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
         return asdict(self)

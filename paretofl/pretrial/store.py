@@ -435,12 +435,19 @@ class Store:
 
     def local_work_done(self) -> set:
         """Keys (epochs, T, seed) of the stored local-work runs."""
+        if not self._has_local_work():
+            return set()
         return {(int(e), int(t), int(sd)) for e, t, sd in self.db.execute("SELECT epochs, rounds, seed FROM local_work")}
+
+    def _has_local_work(self) -> bool:
+        """A store written before issue 46, opened to read, has no local_work table."""
+        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'local_work'"
+                               ).fetchone() is not None
 
     def local_work_table(self) -> dict:
         """The local-work rows as numpy columns (sorted by epochs, T, seed)."""
         rows = self.db.execute(f"SELECT {', '.join(LOCAL_WORK_COLUMNS)} FROM local_work "
-                               "ORDER BY epochs, rounds, seed").fetchall()
+                               "ORDER BY epochs, rounds, seed").fetchall() if self._has_local_work() else []
         arr = np.array(rows, dtype=float).reshape(len(rows), len(LOCAL_WORK_COLUMNS))
         return {c: arr[:, j] for j, c in enumerate(LOCAL_WORK_COLUMNS)}
 

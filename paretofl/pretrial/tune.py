@@ -131,10 +131,11 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     reps = [(c, e, k, s) for c, e, k in pairs for s in range(int(seeds))]
     R = len(reps)
     size = R if chunk is None else int(chunk)
-    # a chunk trains one local-epochs value: the engine runs one local loop for all its replicas
-    starts = [i for i in range(R) if i == 0 or reps[i][2] != reps[i - 1][2] or
-              i - max(j for j in range(i) if j == 0 or reps[j][2] != reps[j - 1][2]) >= size]
-    bounds = list(zip(starts, starts[1:] + [R]))
+    # a chunk trains one local-epochs value (the engine runs one local loop for all its replicas), ``size`` at most
+    bounds = []
+    for k in epochs:
+        ids = [i for i, r in enumerate(reps) if r[2] == k]       # contiguous: reps are ordered by K first
+        bounds += [(i, min(i + size, ids[-1] + 1)) for i in range(ids[0], ids[-1] + 1, size)]
     every = max(1, int(rounds) // 40)
     norms = [[] for _ in range(R)]        # per replica: (round, quantiles)
     hist = History()
