@@ -655,6 +655,8 @@ def cmd_pretrial(a):
     text = (f"pre-trial: {_plural(summary['runs_added'], 'run')} added in {_plural(summary['jobs'], 'job')}, "
             f"{summary['seconds']:.1f} s; {_plural(summary['runs_total'], 'run')} in {out} "
             f"({summary['runs_in_spec']} in this spec)"
+            + (f"; local work: {_plural(summary['local_work_added'], 'noise-free run')} added"
+               if summary.get("local_work_jobs") else "")
             + (f"; {_plural(others, 'replica')} left to another process working on this store" if others else "")
             + f"\nnext: paretofl fit {out}")
     _emit(summary, a.json, text)

@@ -258,7 +258,7 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
         t0 = time.perf_counter()
         # replica-rounds done and the time left, on a terminal (paretofl.progress)
         bar = Progress(total, "pretrial", "replica-round", wanted=progress and total > 0) if total else None
-        skipped = trained = 0
+        skipped = trained = local_added = 0
         try:
             if executor == "local":
                 for job in jobs:
@@ -286,6 +286,7 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
                 rows = run_local_work_job(spec, job, on_round=None if bar is None else (lambda t: bar.update(width)))
                 store.add_local_work(rows)
                 trained += len(rows)
+                local_added += len(rows)
             if spec.local_work:
                 _record_dissimilarity(spec, store)
         finally:
@@ -293,7 +294,8 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
                 bar.close()
         return {"results": str(results), "jobs": len(jobs), "runs_added": len(store) - before,
                 "runs_total": len(store), "runs_in_spec": len(spec.configurations()),
-                "runs_trained": trained, "replicas_left_to_others": skipped, "seconds": time.perf_counter() - t0}
+                "runs_trained": trained, "replicas_left_to_others": skipped, "seconds": time.perf_counter() - t0,
+                "local_work_added": local_added, "local_work_jobs": len(lw_jobs)}
     finally:
         store.close()
 
