@@ -38,7 +38,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from heterogeneity import CLIP, DELTA, LR, N, SIGMA_RANGE, T_MAX, setup_for  # analysis/ is on the path
+from heterogeneity import CLIP, DELTA, LR, SIGMA_RANGE, T_MAX, N, setup_for  # analysis/ is on the path
 
 import paretofl
 from paretofl.fl.algorithms import train
@@ -134,7 +134,8 @@ def main():
             real = float(np.mean(d["test_loss"]))
             errors += [abs(r["predicted"] - float(np.mean(r["test_loss"]))) for r in (t, d)]
             lines.append(
-                f"| {partition} ({d['b2']:.2g}) | {eps:g} | {t['epochs']}, {t['rounds']}, {t['sigma']:.2g} → {ta:.1f} ± "
+                f"| {partition} ({d['b2']:.2g}) | {eps:g} | {t['epochs']}, {t['rounds']}, {t['sigma']:.2g} → "
+                f"{ta:.1f} ± "
                 f"{100 * np.std(t['accuracy']):.1f} | {d['epochs']}, {d['rounds']}, {d['sigma']:.2g} → {da:.1f} ± "
                 f"{100 * np.std(d['accuracy']):.1f} | "
                 + (f"{o['epochs']}, {o['rounds']} → {oa:.1f} ± {100 * np.std(o['accuracy']):.1f}" if o else "—")

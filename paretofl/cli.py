@@ -392,7 +392,8 @@ def _local_work_lines(d) -> list[str]:
     else:
         out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  (test loss; docs/theory.md 4.E)")
     if dis:
-        out.append(f"  dissimilarity       B^2 {dis.get('b2', float('nan')):.3g}, zeta^2 {dis.get('zeta2', float('nan')):.3g}  "
+        b2, z2 = dis.get("b2", float("nan")), dis.get("zeta2", float("nan"))
+        out.append(f"  dissimilarity       B^2 {b2:.3g}, zeta^2 {z2:.3g}  "
                    f"(the pre-trial's public clients, partition {dis.get('partition', '?')}: the clients' updates "
                    "differ more as it grows; measure yours by partitioning the public split like your clients)")
     out.append("  by local epochs     T, sigma and the predicted test loss at each the pre-trial measured:")
@@ -446,7 +447,8 @@ def _recipe_lines(d) -> list[str]:
                     and g.get("local_epochs", d.local_epochs) == d.local_epochs)
         lines.append(f"  public tuning       test loss {best['test_loss']:.4g}, accuracy "
                      f"{100 * best['accuracy']:.1f} % "
-                     f"at C = {d.clip:g}, lr = {d.lr:g}, {d.local_epochs} local epoch(s) (noise on the mean {d.tuning['pretrial']['noise_on_mean']:.4g} "
+                     f"at C = {d.clip:g}, lr = {d.lr:g}, {d.local_epochs} local epoch(s) (noise on the mean "
+                     f"{d.tuning['pretrial']['noise_on_mean']:.4g} "
                      f"x C, {d.tuning['pretrial']['clients']} public clients, {d.tuning['seconds']:.0f} s)")
     return lines
 

@@ -437,7 +437,8 @@ class Store:
         """Keys (epochs, T, seed) of the stored local-work runs."""
         if not self._has_local_work():
             return set()
-        return {(int(e), int(t), int(sd)) for e, t, sd in self.db.execute("SELECT epochs, rounds, seed FROM local_work")}
+        rows = self.db.execute("SELECT epochs, rounds, seed FROM local_work")
+        return {(int(e), int(t), int(sd)) for e, t, sd in rows}
 
     def _has_local_work(self) -> bool:
         """A store written before issue 46, opened to read, has no local_work table."""

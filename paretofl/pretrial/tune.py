@@ -104,7 +104,8 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     ``chunk`` replicas at most at a time (default: all).
     ``epochs``: the local epochs searched beside (C, η) (issue 46; default
     the pre-trial's alone).  Returns the chosen ``clip``, ``lr`` and
-    ``local_epochs`` (best by ``select``), the pre-trial's ``batch_size``, the ``grid`` (mean and sd over seeds of the final
+    ``local_epochs`` (best by ``select``), the pre-trial's ``batch_size``, the
+    ``grid`` (mean and sd over seeds of the final
     test loss and accuracy), the update ``norms`` of the chosen pair
     (quantiles over clients, median over rounds, and over the first tenth
     of the rounds), and what was run."""
