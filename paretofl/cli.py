@@ -377,6 +377,28 @@ def cmd_design(a):
     _finish_design(a, d, out, lines)
 
 
+def _predicted_lines(design, r, out) -> list[str]:
+    """The test loss the design predicted beside the one realized (issue 46,
+    item 4), where the run trained what the prediction is of: the design's
+    model and data and its local epochs."""
+    lw = design.local_work if design is not None else {}
+    if not lw or not lw.get("predicted_loss"):
+        return []
+    same = (r.model == design.model and r.dataset == design.dataset
+            and int(r.options.get("local_epochs", -1)) == int(design.local_epochs))
+    if not same:
+        return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, for its own model, data and local "
+                "epochs: this run changed them, so it is not compared"]
+    interval = lw.get("interval")
+    inside = interval is not None and interval[0] <= r.test_loss <= interval[1]
+    out.update(predicted_loss=lw["predicted_loss"], predicted_interval=interval,
+               prediction_error=r.test_loss - lw["predicted_loss"])
+    where = ("" if interval is None else f" [{interval[0]:.4g}, {interval[1]:.4g}]: the realized loss is "
+             + ("inside" if inside else "outside") + " it")
+    return [f"  predicted loss      {lw['predicted_loss']:.4g}{where} (the design's, docs/theory.md 4.E; realized "
+            f"{r.test_loss:.4g}, {r.test_loss - lw['predicted_loss']:+.3g})"]
+
+
 def _local_work_lines(d) -> list[str]:
     """The local work the design chose, the test loss it predicts, and what
     every other measured local epochs would do (how flat the optimum is)."""
@@ -613,6 +635,7 @@ def cmd_train(a):
                                           "seed can draw its noise again; train a real release with --secure")]
     if r.epsilon_groups:
         lines.append("  per group (budget: spent)  " + ", ".join(f"{k}: {v:.4g}" for k, v in r.epsilon_groups.items()))
+    lines += _predicted_lines(design, r, out)
     if a.history:
         lines.append(f"  history written to {a.history}")
     _emit(out, a.json, "\n".join(lines))

@@ -213,3 +213,20 @@ def test_the_cli_prints_every_k_and_refuses_one_not_measured(capsys):
     assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--local-epochs", "3"]) == 2
     err = capsys.readouterr().err
     assert "local epochs 3 was not measured" in err and len(err.strip().splitlines()) == 1
+
+
+def test_train_design_says_how_far_the_realized_loss_lands_from_the_prediction(tmp_path, capsys):
+    """Issue 46, item 4: a design's predicted test loss beside the realized one, when the run trains the
+    design's own model, data and local epochs; not compared when the run changed them."""
+    from paretofl.cli import main
+
+    path = str(tmp_path / "d.json")
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "500", "--out", path]) in (0, None)
+    capsys.readouterr()
+    d = paretofl.Design.load(path)
+    assert main(["train", "--design", path, "--json"]) in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    assert out["predicted_loss"] == pytest.approx(d.local_work["predicted_loss"])
+    assert out["prediction_error"] == pytest.approx(out["test_loss"] - d.local_work["predicted_loss"])
+    assert main(["train", "--design", path, "--dataset", "digits"]) in (0, None)
+    assert "this run changed them, so it is not compared" in capsys.readouterr().out
