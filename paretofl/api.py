@@ -129,7 +129,8 @@ def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_round
            q_min: float | None = None, q_max: float | None = None, sigma_min: float = 0.3, sigma_max: float = 30.0,
            kappa: float | None = None, fit: str | None = None, mechanism: str = DEFAULT,
            framework: str | None = "paretofl", from_store: str | None = None, utility_model: str | None = None,
-           budgets=None, mechanism_options: dict | None = None, local_epochs: int | None = None) -> Design:
+           budgets=None, mechanism_options: dict | None = None, local_epochs: int | None = None,
+           partition: str | None = None) -> Design:
     """Recommend (q, T, σ) for a budget (docs/theory.md §4):
     :func:`paretofl.recommendation.design` (see there for the parameters),
     or, with ``from_store``, the empirical mode: instead of the closed form,
@@ -165,7 +166,7 @@ def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_round
                                  round_time=round_time, q=q, q_min=q_min, q_max=q_max, sigma_min=sigma_min,
                                  sigma_max=sigma_max, kappa=kappa, fit=fit, mechanism=mechanism, framework=framework,
                                  utility=utility, spec=spec, budgets=budgets, mechanism_options=mechanism_options,
-                                 pretrial=spend, local_epochs=local_epochs)
+                                 pretrial=spend, local_epochs=local_epochs, partition=partition)
 
 
 def pretrial_spend(fit=None, store=None):

@@ -329,7 +329,8 @@ def cmd_design(a):
                        round_time=a.round_time, q=a.q, q_min=a.q_min, q_max=a.q_max, sigma_min=a.sigma_min,
                        sigma_max=a.sigma_max, kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, framework=framework,
                        from_store=a.from_store, utility_model=a.utility_model,
-                       mechanism_options=_mechanism_options(a), local_epochs=a.local_epochs)
+                       mechanism_options=_mechanism_options(a), local_epochs=a.local_epochs,
+                       partition=a.partition)
     except api.InfeasibleBudget as exc:
         if a.json:
             print(json.dumps({"feasible": False, "budget": exc.epsilon, "min_epsilon": exc.min_epsilon, **exc.where}))
@@ -855,6 +856,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--kappa", type=FLOAT, help="the constant of kappa sigma^2 T = qN (default: the shipped LR fit)")
     s.add_argument("--local-epochs", type=INT, help="fix the clients' local epochs (default: chosen where the fit "
                    "measured the local work, else the pre-trial's)")
+    s.add_argument("--partition", help="how your clients' data are split: iid, dirichlet:ALPHA, shards:K or given "
+                   "(checked against the partition the pre-trial measured the local work on)")
     s.add_argument("--fit", help="fit file from `paretofl fit` (gives kappa)")
     s.add_argument("--from-store", help="the empirical mode: fit a utility model to this pre-trial store and "
                                         "minimise it under the exact accountant, instead of the closed form")

@@ -764,6 +764,7 @@ def design(
     mechanism_options: dict | None = None,
     pretrial=None,
     local_epochs: int | None = None,
+    partition: str | None = None,
 ) -> Design:
     """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
 
@@ -804,6 +805,10 @@ def design(
         §4.E, with (q, T, σ) at κ_K; ``local_work`` says what every K would
         do and the test loss it predicts.  With K fixed it is today's design
         at κ_K (at the pre-trial's own K, exactly the design without it).
+    partition : how the clients' data are split ("iid", "dirichlet:ALPHA",
+        "shards:K" or "given"): checked against the partition the pre-trial
+        measured the local work on; a note says when they differ (the drift
+        is the pre-trial's).
 
     Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
     ValueError) when no allowed point meets ε, and ValueError for bad input.
@@ -861,6 +866,7 @@ def design(
         raise ValueError("give one of kappa, fit or a fitted utility model (from_store)")
     kappa, kappa_source = utility.kappa, utility.source
     lw = _local_work_of(fit, given_kappa, utility, local_epochs, spec)
+    partition = check_partition(partition)
 
     spend = pretrial if pretrial is not None else _private_pretrial(fit, n)
     _check_pretrial_fits(spend, n, mech, budgets)
@@ -914,6 +920,8 @@ def design(
     if isinstance(utility, ClosedForm):
         _kappa_range(d, job, ci)
     recipe_from_spec(d, q, spec)
+    if partition is not None:
+        _say_partition(d, lw, partition)
     if lw is not None:
         d.local_epochs = d.local_work["epochs"]
         d.sources["local_epochs"] = ("given" if local_epochs is not None else
@@ -923,6 +931,46 @@ def design(
         d.local_epochs = int(local_epochs)
         d.sources["local_epochs"] = "given (kappa was measured at the pre-trial's own local epochs)"
     return d
+
+
+#: how a user describes the clients' partition (design --partition)
+PARTITION_KINDS = ("iid", "dirichlet", "shards", "given")
+
+
+def check_partition(partition) -> str | None:
+    """"iid", "dirichlet:ALPHA" (ALPHA > 0), "shards:K" (K a whole number >= 1) or "given"; one line otherwise."""
+    if partition is None:
+        return None
+    kind, _, arg = str(partition).partition(":") if isinstance(partition, str) else ("", "", "")
+    ok = kind in ("iid", "given") and not arg
+    if kind == "dirichlet":
+        try:
+            ok = 0 < float(arg) < math.inf
+        except ValueError:
+            ok = False
+    elif kind == "shards":
+        ok = arg.isdigit() and int(arg) >= 1
+    if not ok:
+        raise ValueError(f"partition must be iid, dirichlet:ALPHA (ALPHA > 0), shards:K (labels' shards a client) or "
+                         f"given, got {partition!r}")
+    return kind if kind in ("iid", "given") else f"{kind}:{float(arg):g}" if kind == "dirichlet" else partition
+
+
+def _say_partition(d: Design, lw, partition: str) -> None:
+    """Record the clients' partition and say where the local work was measured on another."""
+    measured = (lw.dissimilarity.get("partition") if lw is not None else None) or None
+    d.local_work = dict(d.local_work, partition=partition)
+    if lw is None:
+        d.notes.append(f"your clients are partitioned {partition}, but kappa's fit measured no local work: the local "
+                       "epochs are the pre-trial's; measure them on a public split partitioned like your clients "
+                       "(local_work in its spec)")
+    elif measured is not None and measured.split(":")[0] != partition.split(":")[0] or (
+            measured is not None and ":" in partition and ":" in measured and measured != partition):
+        b2 = lw.dissimilarity.get("b2")
+        d.notes.append(f"the local work was measured on public clients partitioned {measured}"
+                       + (f" (B^2 {b2:.3g})" if b2 else "") + f", yours are {partition}: clients that differ more "
+                       "drift more with more local epochs (docs/results.md section 12), so run the pre-trial with the "
+                       "public split partitioned like yours before trusting this K")
 
 
 def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> LocalWork | None:

@@ -53,6 +53,8 @@ CALLS = {
         # the local epochs (issue 46): a number that is no count, or a count the fit never measured
         "local_epochs": _numbers("zero", "negative", "NaN", "text", "boolean") + [
             ("not an integer", 2.5), ("local epochs not measured", 3), ("local epochs not measured", 10**6)],
+        "partition": [("not a partition", v) for v in ("dirichlet", "dirichlet:0", "dirichlet:-1", "dirichlet:nan",
+                                                        "dirichlet:inf", "shards:0", "shards:1.5", "iid:2", "nope", 3)],
         "mechanism_options": [("an option the mechanism does not take", {"clip_quantile": 1.5}),
                               ("an option the mechanism does not take", {"quantile": 0.5})]}),
     "design one client": (paretofl.design, dict(n_clients=1, epsilon=2.0, max_rounds=5, q=1.0, kappa=0.1), {

@@ -230,3 +230,12 @@ def test_train_design_says_how_far_the_realized_loss_lands_from_the_prediction(t
     assert out["prediction_error"] == pytest.approx(out["test_loss"] - d.local_work["predicted_loss"])
     assert main(["train", "--design", path, "--dataset", "digits"]) in (0, None)
     assert "this run changed them, so it is not compared" in capsys.readouterr().out
+
+
+def test_a_partition_other_than_the_pretrials_is_said():
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, partition="dirichlet:0.5")
+    assert d.local_work["partition"] == "dirichlet:0.5"
+    assert any("partitioned iid" in n and "yours are dirichlet:0.5" in n for n in d.notes)
+    same = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, partition="iid")
+    assert not any("partitioned" in n for n in same.notes)
+    assert (same.q, same.rounds, same.sigma, same.local_epochs) == (d.q, d.rounds, d.sigma, d.local_epochs)
