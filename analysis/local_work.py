@@ -55,16 +55,16 @@ PRETRIAL = dict(dataset="fashion-mnist", public_fraction=0.1, clients=10, model=
                 lr=LR, local_epochs=1, batch_size=64, delta=DELTA, local_work=[1, 2, 4, 8])
 
 
-def fit_for(partition: str, out: Path) -> str:
+def fit_for(partition: str, out: Path, q: float = 0.5) -> str:
     """The fit file of a public pre-trial partitioned like ``partition``."""
-    if partition == "iid":
+    if partition == "iid" and q == 0.5:
         return str(shipped_fit())
     kind, _, arg = partition.partition(":")
     name = partition.replace(":", "")
     store, fit_path = out / f"pretrial_{name}.sqlite", out / f"pretrial_{name}_fit.json"
     if fit_path.exists():
         return str(fit_path)
-    fields = dict(PRETRIAL, partition=kind, **({"beta": float(arg)} if kind == "dirichlet" else {}))
+    fields = dict(PRETRIAL, partition=kind, q=[q], **({"beta": float(arg)} if kind == "dirichlet" else {}))
     spec = Spec.from_dict(fields)
     if kind == "shards":            # k shards a client (the spec's shards partition cuts 400 in all)
         setup = sweep.prepared(spec)
@@ -97,6 +97,7 @@ def main():
     ap.add_argument("--partitions", nargs="+", default=["iid", "dirichlet:0.5", "shards:2"])
     ap.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 2.0])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--pretrial-q", type=float, default=0.5, help="the public pre-trial's q (its 10 clients)")
     ap.add_argument("--oracle", default=str(ROOT / "analysis" / "out" / "heterogeneity"))
     ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "local_work"))
     a = ap.parse_args()
@@ -107,7 +108,7 @@ def main():
              "|---|---|---|---|---|---|---|---|"]
     errors = []
     for partition in a.partitions:
-        fit_path = fit_for(partition, out)
+        fit_path = fit_for(partition, out, a.pretrial_q)
         setup = setup_for("lr", partition)
         for eps in a.epsilons:
             got = {}

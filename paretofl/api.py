@@ -276,6 +276,12 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
     spec = spec_of_store(store).to_dict()
     measured_at = (d.clip, d.lr) if d.clip is not None else None   # the pair the pre-trial behind kappa used
+    if d.local_work and epochs is not None and tuple(epochs) != (d.local_epochs,):
+        # one chooser of the local epochs per design: the bound (4.E.2) chose them over what the pre-trial measured,
+        # and its T and sigma are for them
+        raise ValueError(f"this design chose {d.local_epochs} local epoch(s) by its bound over the local work its "
+                         "pre-trial measured (docs/theory.md 4.E), and its T and sigma are for them: the tuning keeps "
+                         "them; leave the tuning's epochs out, or design again with the local epochs fixed")
     if epochs is None and d.local_epochs is not None:
         epochs = (d.local_epochs,)
     t = run_tune(store, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, seeds=seeds, progress=progress,
@@ -302,6 +308,11 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
                        f"(tune by {other_by}; docs/results.md section 9 measures both)")
     for axis in t["on_grid_edge"]:
         d.notes.append(f"the best {axis.replace('_', ' ')} lies on the edge of its grid: widen the grid past it")
+    k0 = spec.get("local_epochs")
+    if len(t["epochs"]) > 1 and k0 is not None and t["local_epochs"] != k0:
+        d.notes.append(f"kappa was measured at the pre-trial's {k0} local epoch(s), not at the {t['local_epochs']} the "
+                       "tuning chose: its T and sigma are for the pre-trial's; measure the local work in the pre-trial "
+                       "(local_work in its spec) to design for it")
     if measured_at is not None and not (math.isclose(t["clip"], measured_at[0])
                                         and math.isclose(t["lr"], measured_at[1])):
         d.notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "
@@ -879,13 +890,26 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
         p = bridge.plan(d, clip if clip is not None else d.clip)
         return p, bridge.snippet(p)
     if framework == "opacus":
+        import math
+
         from .integrations import opacus
 
+        recipe_steps = None
+        if d.local_epochs is not None and client_size is not None and batch_size is not None \
+                and isinstance(client_size, int) and isinstance(batch_size, int) and client_size > 0 and batch_size > 0:
+            recipe_steps = d.local_epochs * math.ceil(client_size / batch_size)   # the design's local epochs, as steps
+            if local_steps is None:
+                local_steps = recipe_steps
         missing = [n for n, v in (("client_size", client_size), ("batch_size", batch_size),
                                   ("local_steps", local_steps), ("clip", clip)) if v is None]
         if missing:
             raise ValueError(f"export to opacus needs {', '.join(missing)} (each client's data, batch, DP-SGD "
                              "steps a round, and the per-sample clipping norm)")
         p = opacus.from_design(d, client_size, batch_size, local_steps, clip)
-        return p, opacus.snippet(p)
+        text = opacus.snippet(p)
+        if recipe_steps is not None and recipe_steps != local_steps:
+            text = (f"# the design's recipe is {d.local_epochs} local epoch(s) a round, {recipe_steps} steps of this "
+                    f"batch; this plan's epsilon holds for {local_steps} steps a round: train no more (each step "
+                    "spends)\n" + text)
+        return p, text
     raise ValueError(f"framework must be flower, opacus or jax-privacy, got {framework!r}")

@@ -222,8 +222,12 @@ def _export_lines(p, framework):
                 f"max_grad_norm={p.max_grad_norm:g}, poisson_sampling=True)",
                 f"  {p.local_steps} steps a round, {p.steps} in all; epsilon {p.epsilon:.4f} (sample-level, "
                 f"add/remove; Opacus's and paretofl's accountants both within it), delta {p.delta:g}"]
+    recipe = ([f"  each ClientApp trains, each round: {p.local_epochs} local epoch(s)"
+               + (f" of batch {p.batch_size}" if p.batch_size else "")
+               + (f" at learning rate {p.learning_rate:g}" if p.learning_rate else "")
+               + " (the design's recipe: its T and sigma are for it)"] if p.local_epochs else [])
     if p.accounted:
-        return ["Flower with its own accountant (flwr.serverapp; m of N nodes a round, no amplification "
+        return recipe + ["Flower with its own accountant (flwr.serverapp; m of N nodes a round, no amplification "
                 "charged):",
                 f"  FedAvg(fraction_train={p.fraction_fit:.6g}, min_train_nodes={p.num_sampled_clients}, "
                 f"min_available_nodes={p.num_clients}, fraction_evaluate=0.0)",
@@ -238,7 +242,7 @@ def _export_lines(p, framework):
                 f"  epsilon {p.epsilon:.4f} (client-level, add/remove: what Flower's accountant reports), delta "
                 f"{p.delta:g}; every "
                 "ClientApp reports num-examples 1 (Flower accounts equal weights only)"]
-    return ["Flower (central DP, server-side fixed clipping; each round m of N clients without replacement):",
+    return recipe + ["Flower (central DP, server-side fixed clipping; each round m of N clients without replacement):",
             f"  FedAvg(fraction_fit={p.fraction_fit:.6g}, min_fit_clients={p.num_sampled_clients}, "
             f"min_available_clients={p.num_clients}, fraction_evaluate=0.0)",
             f"  DifferentialPrivacyServerSideFixedClipping(strategy, noise_multiplier={p.noise_multiplier:.6g}, "
@@ -410,8 +414,9 @@ def _local_work_lines(d) -> list[str]:
     out = []
     if lw.get("interval"):
         lo, hi = lw["interval"]
+        over = "the pre-trial's seeds" + (" and kappa's interval" if "kappa_range" in d.details else "")
         out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  (test loss; 95 % interval [{lo:.4g}, {hi:.4g}] "
-                   "over the pre-trial's seeds and kappa's interval; docs/theory.md 4.E)")
+                   f"over {over}; docs/theory.md 4.E)")
     else:
         out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  (test loss; docs/theory.md 4.E)")
     if dis:
@@ -715,6 +720,11 @@ def cmd_fit(a):
         *([f"  private pre-trial   spent epsilon {r.private_epsilon:.4g} on the clients' data ("
            f"{api.unit_text(api.names()['default_mechanism'])}; every run its spend log charged, composed); a design "
            "with this fit takes it out of its budget"] if r.private else []),
+        *([f"  local work          local epochs {', '.join(map(str, r.local_work['epochs']))} measured without noise "
+           f"over T = {r.local_work['rounds'][0]}-{r.local_work['rounds'][1]} ({r.local_work['seeds']} seeds); A(K) "
+           + ", ".join(f"{x:.3g}" for x in r.local_work["A"]) + "; c_K " + ", ".join(f"{x:.3g}" for x in
+                                                                           r.local_work["c"])
+           + " (docs/theory.md 4.E: design chooses among them)"] if r.local_work else []),
         *([f"fit written to {out}"] if out else [])]
     lines += [f"note: {n}" for n in r.notes]
     if r.utility_models:

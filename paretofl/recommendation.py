@@ -360,7 +360,49 @@ def _check_loaded(d: Design, path) -> None:
             raise ValueError("details and mechanism_options must be mappings")
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{where}: {exc}") from None
+    _check_recipe(d, where)
     check_claims(d, where)
+
+
+def _check_recipe(d: Design, where: str) -> None:
+    """The recipe a design file trains — C, η, local epochs, batch — in
+    range, and its local work one record: the local epochs it trains are the
+    ones its local work chose, whose objective is the least of its
+    candidates, with the predicted loss inside its interval.  Names are
+    quoted: they are the file's fields, not a command's flags."""
+    def bad(msg):
+        raise ValueError(f"{where}: {msg}; design again rather than edit the file")
+
+    def whole(v, hi):
+        return not isinstance(v, bool) and isinstance(v, int) and 1 <= v <= hi
+
+    for name in ("clip", "lr"):
+        v = getattr(d, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
+            bad(f'the recipe\'s "{name}" must be a number above 0, got {v!r}')
+    for name, hi in (("local_epochs", 1000), ("batch_size", 1_000_000)):
+        v = getattr(d, name)
+        if v is not None and not whole(v, hi):
+            bad(f'the recipe\'s "{name}" must be a whole number in [1, {hi}], got {v!r}')
+    lw = d.local_work
+    if not isinstance(lw, dict):
+        bad('"local_work" must be a record')
+    if not lw:
+        return
+    try:
+        cands = {int(c["epochs"]): float(c["objective"]) for c in lw["candidates"]}
+        chosen, predicted = lw["epochs"], float(lw["predicted_loss"])
+        interval = lw.get("interval")
+    except (KeyError, TypeError, ValueError) as exc:
+        bad(f'its "local_work" is malformed ({type(exc).__name__}: {exc})')
+    if d.local_epochs != chosen or chosen not in cands:
+        bad(f'it trains "local_epochs" {d.local_epochs!r} where its "local_work" chose {chosen!r}')
+    if len(cands) > 1 and cands[chosen] > min(cands.values()):
+        bad(f'its "local_work" chose {chosen} local epochs where another candidate\'s objective is lower')
+    if not math.isfinite(predicted) or (interval is not None and not (
+            isinstance(interval, list) and len(interval) == 2 and all(isinstance(x, (int, float)) for x in interval)
+            and interval[0] <= predicted <= interval[1])):
+        bad('its "local_work" predicts a loss that is not a number inside its interval')
 
 
 #: how far a recorded privacy figure may sit from the one re-derived (float noise across machines)
@@ -929,7 +971,7 @@ def design(
                                      f"({', '.join(map(str, lw.epochs))})")
     elif local_epochs is not None:
         d.local_epochs = int(local_epochs)
-        d.sources["local_epochs"] = "given (kappa was measured at the pre-trial's own local epochs)"
+        d.sources["local_epochs"] = "given"
     return d
 
 
@@ -959,7 +1001,7 @@ def check_partition(partition) -> str | None:
 def _say_partition(d: Design, lw, partition: str) -> None:
     """Record the clients' partition and say where the local work was measured on another."""
     measured = (lw.dissimilarity.get("partition") if lw is not None else None) or None
-    d.local_work = dict(d.local_work, partition=partition)
+    d.details = dict(d.details, partition=partition)
     if lw is None:
         d.notes.append(f"your clients are partitioned {partition}, but kappa's fit measured no local work: the local "
                        "epochs are the pre-trial's; measure them on a public split partitioned like your clients "
@@ -980,7 +1022,14 @@ def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> Local
         _int_at_least(local_epochs, 1, "local_epochs")
         if local_epochs > 1000:
             raise ValueError(f"local_epochs must be at most 1000, got {local_epochs}")
-    if given_kappa or not isinstance(utility, ClosedForm):
+    if given_kappa:
+        return None
+    if not isinstance(utility, ClosedForm):
+        if local_epochs is not None and spec is not None and int(spec.get("local_epochs", local_epochs)) != \
+                int(local_epochs):
+            raise ValueError(f"the store's utility model is of its own {spec['local_epochs']} local epoch(s): to "
+                             f"design for {local_epochs}, measure the local work in the pre-trial (local_work) and "
+                             "design from its fit")
         return None
     path = fit if fit is not None else (shipped_fit() if default_kappa()[1].startswith("shipped") else None)
     data = read_fit(path).get("local_work") if path is not None else None
@@ -1028,7 +1077,7 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
     d.local_work = dict(epochs=k, reference_epochs=lw.reference_epochs, measured=list(lw.epochs),
                         predicted_loss=best["predicted_loss"], interval=best["interval"], candidates=cands,
                         not_falling=skipped, rounds_measured=[lo, hi], dissimilarity=dict(lw.dissimilarity))
-    if len(found) > 1 and not lo <= d.rounds <= hi:
+    if (len(found) > 1 or k != lw.reference_epochs) and not lo <= d.rounds <= hi:
         d.notes.append(f"the local work was measured over T = {lo}-{hi}; this design's T = {d.rounds} lies outside, "
                        "so its comparison of local epochs extrapolates: add rounds to the pre-trial's grid")
     if skipped:

@@ -27,6 +27,7 @@ from paretofl.theory.local_work import LOCAL_WORK_FORMAT, LocalWork, curve
 from paretofl.theory.privacy import calibrate_noise
 
 N, EPS, DELTA, TMAX = 100, 2.0, 1e-5, 60
+ROOT_PRETRIALS = __import__("pathlib").Path(__file__).resolve().parent.parent / "pretrials"
 
 
 def _lw(epochs=(1, 2, 4), A=(1.0, 0.7, 0.6), c=(0.60, 0.57, 0.60), draws=True):
@@ -126,9 +127,16 @@ def test_a_design_with_local_work_travels_in_its_file(tmp_path):
 @pytest.mark.parametrize("edit,match", [
     (lambda lw: lw.update(format="x"), "format"),
     (lambda lw: lw.pop("A"), "malformed"),
-    (lambda lw: lw.update(A=[1.0, math.nan, 0.5]), "non-finite"),
+    (lambda lw: lw.update(A=[1.0, math.nan, 0.5]), "not a finite number"),
     (lambda lw: lw.update(A=[1.0, -0.5, 0.5]), "negative"),
-    (lambda lw: lw.update(reference_epochs=3), "kappa was measured at"),
+    (lambda lw: lw.update(epochs=[1, 2, 5000]), "outside"),
+    (lambda lw: lw.update(epochs=[1, 2, 4.5]), "whole number"),
+    (lambda lw: lw.update(c=[0.9, -1e300, 0.5]), "no loss reaches"),
+    (lambda lw: lw.update(A=[1.0, 1e-300, 0.5]), "apart"),
+    (lambda lw: lw["draws_A"][0].__setitem__(1, math.nan), "not a finite number"),
+    (lambda lw: lw["draws_A"][0].__setitem__(1, -0.5), "draws no loss curve"),
+    (lambda lw: lw.update(dissimilarity={"b2": "x"}), "not a finite number"),
+    (lambda lw: lw.update(reference_epochs=3), "own runs used"),
     (lambda lw: lw.update(epochs=[1, 1, 2]), "distinct"),
     (lambda lw: lw.update(A=[0.0, 0.5, 0.5]), "did not fall"),
     (lambda lw: lw.update(draws_A=[[1.0]]), "bootstrap"),
@@ -234,8 +242,119 @@ def test_train_design_says_how_far_the_realized_loss_lands_from_the_prediction(t
 
 def test_a_partition_other_than_the_pretrials_is_said():
     d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, partition="dirichlet:0.5")
-    assert d.local_work["partition"] == "dirichlet:0.5"
+    assert d.details["partition"] == "dirichlet:0.5"
     assert any("partitioned iid" in n and "yours are dirichlet:0.5" in n for n in d.notes)
     same = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, partition="iid")
     assert not any("partitioned" in n for n in same.notes)
     assert (same.q, same.rounds, same.sigma, same.local_epochs) == (d.q, d.rounds, d.sigma, d.local_epochs)
+
+
+# ----------------------------------------------------------------------------- what the attack found (issue 46)
+def test_a_spec_object_is_checked_before_anything_trains(tmp_path):
+    """A Spec built field by field (not from a file) asking for noise-free local work on the clients' data is
+    refused before a single run trains or is charged."""
+    from paretofl.pretrial.spec import Spec
+
+    spec = Spec(**{**SPEC, "subset": "rest", "private": True, "epsilon": 50.0})
+    with pytest.raises(ValueError, match="public pre-trial"):
+        paretofl.api.pretrial(spec, str(tmp_path / "p.sqlite"), progress=False)
+    assert not (tmp_path / "p.sqlite").exists()
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda d: d.update(local_epochs=3), "where its \"local_work\" chose"),
+    (lambda d: d.update(local_epochs=None), "where its \"local_work\" chose"),
+    (lambda d: d.update(local_epochs=[2]), "whole number"),
+    (lambda d: d.update(local_epochs="2"), "whole number"),
+    (lambda d: d.update(local_epochs=5000), "whole number"),
+    (lambda d: d.update(lr=-0.1), "above 0"),
+    (lambda d: d["local_work"].update(predicted_loss=-5.0), "inside its interval"),
+    (lambda d: d["local_work"].update(epochs=4), "chose"),
+    (lambda d: d["local_work"].pop("candidates"), "malformed"),
+])
+def test_a_design_files_recipe_is_checked_on_load(tmp_path, edit, match, capsys):
+    from paretofl.cli import main
+
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    edit(data)
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=match):
+        paretofl.Design.load(tmp_path / "e.json")
+    assert main(["export", str(tmp_path / "e.json"), "--statement"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--local-epochs" not in err
+
+
+def test_the_tuning_keeps_a_k_the_design_chose(tmp_path):
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
+    with pytest.raises(ValueError, match="the tuning keeps them"):
+        paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), epochs=(1, 2))
+
+
+def test_the_empirical_mode_does_not_take_a_k_it_never_saw(tmp_path):
+    with pytest.raises(ValueError, match="utility model is of its own 1 local epoch"):
+        paretofl.design(N, EPS, DELTA, max_rounds=TMAX, from_store=str(ROOT_PRETRIALS / "lr_fmnist.sqlite"),
+                        local_epochs=3)
+
+
+def test_exports_carry_the_local_work(tmp_path):
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, framework="flower")
+    p, code = paretofl.api.export(d, "flower")
+    assert (p.local_epochs, p.learning_rate, p.batch_size) == (d.local_epochs, d.lr, d.batch_size)
+    assert f"local_epochs={d.local_epochs}" in code
+    c = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
+    p, code = paretofl.api.export(c, "opacus", clip=1.0, client_size=600, batch_size=64)
+    assert p.local_steps == c.local_epochs * math.ceil(600 / 64)     # the recipe's epochs, as DP-SGD steps
+    p, code = paretofl.api.export(c, "opacus", clip=1.0, client_size=600, batch_size=64, local_steps=3)
+    assert "train no more" in code
+
+
+def test_an_interrupted_local_work_leaves_the_fit_of_the_grid_and_says_resume(tmp_path):
+    from paretofl.pretrial.fit import fit
+    from paretofl.pretrial.spec import Spec
+    from paretofl.pretrial.sweep import run_sweep
+
+    store = tmp_path / "s.sqlite"
+    run_sweep(Spec.from_dict(SPEC), store, progress=False, max_jobs=2)     # the grid's job and one K of two
+    f = fit(store, bootstrap=50)
+    assert f.local_work == {} and any("resume the pre-trial" in n for n in f.notes)
+    run_sweep(Spec.from_dict(SPEC), store, progress=False)
+    assert fit(store, bootstrap=50).local_work["epochs"] == [1, 3]
+
+
+def test_local_work_at_two_rates_is_not_one_curve(tmp_path):
+    from paretofl.pretrial.fit import fit
+    from paretofl.pretrial.local_work import fit_local_work
+    from paretofl.pretrial.spec import Spec
+    from paretofl.pretrial.store import Store
+    from paretofl.pretrial.sweep import run_sweep
+
+    store = tmp_path / "s.sqlite"
+    run_sweep(Spec.from_dict({**SPEC, "q": [0.5]}), store, progress=False)
+    run_sweep(Spec.from_dict({**SPEC, "q": [0.5, 1.0]}), store, progress=False)
+    st = Store(store)
+    try:
+        tab = st.local_work_table()
+    finally:
+        st.close()
+    assert sorted(set(tab["q"])) == [0.5, 1.0] and len(tab["q"]) == 2 * 2 * 3 * 2   # both rates' runs, whole
+    lw, why = fit_local_work(store)
+    assert lw.q == 1.0 and why is None
+    assert fit(store, bootstrap=50).local_work["q"] == 1.0
+
+
+def test_a_flat_reference_curve_leaves_the_local_work_out_of_the_fit_and_says_why(tmp_path):
+    import sqlite3
+
+    from paretofl.pretrial.fit import fit
+    from paretofl.pretrial.spec import Spec
+    from paretofl.pretrial.sweep import run_sweep
+
+    store = tmp_path / "s.sqlite"
+    run_sweep(Spec.from_dict(SPEC), store, progress=False)
+    with sqlite3.connect(store) as db:
+        db.execute("UPDATE local_work SET test_loss = 1.0 WHERE epochs = 1")
+    f = fit(store, bootstrap=50)
+    assert f.local_work == {} and any("did not fall with T" in n for n in f.notes)

@@ -94,6 +94,10 @@ class FlowerPlan:
     delta: float
     accounted: bool = False    # made for Flower's own accountant (framework="flower-accounted")
     budget: float | None = None
+    # what each client's own training (the ClientApp) runs each round: the design's recipe, where it has one
+    local_epochs: int | None = None
+    learning_rate: float | None = None
+    batch_size: int | None = None
 
     def __post_init__(self):
         """A plan is checked where it is made: whole numbers of clients and
@@ -113,6 +117,13 @@ class FlowerPlan:
         check_delta(self.delta, self.num_clients)
         if self.budget is not None and (not (self.budget > 0) or math.isinf(self.budget)):
             raise ValueError(f"budget must be a positive finite number, got {self.budget!r}")
+        for name in ("local_epochs", "batch_size"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        v = self.learning_rate
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
+            raise ValueError(f"learning_rate must be a positive finite number, got {v!r}")
 
     @property
     def fraction_fit(self) -> float:
@@ -143,7 +154,8 @@ def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     return FlowerPlan(num_clients=design.n_clients, num_sampled_clients=m, num_rounds=design.rounds,
                       noise_multiplier=design.noise_multiplier, clipping_norm=float(clipping_norm),
                       epsilon=design.epsilon, delta=design.delta, accounted=design.mechanism == "flower-accounted",
-                      budget=design.budget)
+                      budget=design.budget, local_epochs=design.local_epochs, learning_rate=design.lr,
+                      batch_size=design.batch_size)
 
 
 _EQUAL = None
@@ -202,11 +214,19 @@ def strategy(design_or_plan, clipping_norm: float | None = None, side: str = "se
                 num_sampled_clients=p.num_sampled_clients)
 
 
+def _client_recipe(p: FlowerPlan) -> list[str]:
+    """What the ClientApp must train each round (the design's recipe: its local epochs were chosen with T)."""
+    said = [f"{k}={v!r}" for k, v in (("local_epochs", p.local_epochs), ("learning_rate", p.learning_rate),
+                                       ("batch_size", p.batch_size)) if v is not None]
+    return [f"# each client's training (your ClientApp) runs, each round: {', '.join(said)} (the design's recipe)"] \
+        if said else []
+
+
 def snippet(p: FlowerPlan) -> str:
     """Python that builds this plan's strategy in a Flower ServerApp."""
     args = ", ".join(f"{k}={v!r}" for k, v in asdict(p).items())
     if p.accounted:
-        return "\n".join([
+        return "\n".join(_client_recipe(p) + [
             "from flwr.serverapp import Grid, ServerApp",
             "from paretofl.integrations import flower",
             "",
@@ -219,7 +239,7 @@ def snippet(p: FlowerPlan) -> str:
             "    strategy.start(grid=grid, initial_arrays=initial_arrays, num_rounds=plan.num_rounds)",
             "    print(strategy.privacy_spent())",
         ])
-    return "\n".join([
+    return "\n".join(_client_recipe(p) + [
         "from flwr.server import ServerApp, ServerAppComponents, ServerConfig",
         "from paretofl.integrations import flower",
         "",

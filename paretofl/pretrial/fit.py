@@ -409,7 +409,7 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
     distance = relation_distance(res, idx, kappa)
     eps = res.leakage(epsilon)
     front = [[float(res.sigma[i]), int(res.rounds[i]), float(res.q[i]), float(u[i]), float(eps[i])] for i in idx]
-    return Fit(
+    f = Fit(
         kappa=kappa, kappa_ci=kappa_ci, slope=slope, slope_ci=slope_ci,
         n_runs=res.n_runs, n_seeds=int(n_seeds), n_front=len(idx), n_fit=len(fit_idx),
         within_fraction=within, distance=distance,
@@ -418,15 +418,18 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
         problems=(probs := _problems(res, kappa, kappa_ci, slope, distance, bootstrap, fit_idx)),
         blocking=[p for p in probs if p.startswith(FIT_BLOCKING)], notes=_notes(res),
         private=res.private, private_charges=_plain_charges(res.charges),
-        private_epsilon=_private_epsilon(res), local_work=_local_work(path, seed),
+        private_epsilon=_private_epsilon(res), local_work=(lw := _local_work(path, seed))[0],
         **_utility_summary(path, reference))
+    if lw[1]:
+        f.notes.append(lw[1])
+    return f
 
 
-def _local_work(path, seed) -> dict:
+def _local_work(path, seed) -> tuple[dict, str | None]:
     from .local_work import fit_local_work
 
-    lw = fit_local_work(path, seed=seed)
-    return {} if lw is None else lw.to_dict()
+    lw, why = fit_local_work(path, seed=seed)
+    return ({} if lw is None else lw.to_dict()), why
 
 
 def _interval_method(kappa, kappa_ci, ks, n_seeds, bootstrap) -> str:

@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS spend (
 CREATE TABLE IF NOT EXISTS local_work (
     epochs INTEGER NOT NULL, rounds INTEGER NOT NULL, seed INTEGER NOT NULL, q REAL NOT NULL,
     test_loss REAL NOT NULL, accuracy REAL NOT NULL,
-    PRIMARY KEY (epochs, rounds, seed)
+    PRIMARY KEY (epochs, rounds, seed, q)
 );
 """
 
@@ -422,7 +422,7 @@ class Store:
         with self.db:
             self._still_mine()
             self.db.executemany("INSERT INTO local_work VALUES (?, ?, ?, ?, ?, ?) "
-                                "ON CONFLICT (epochs, rounds, seed) DO NOTHING", vals)
+                                "ON CONFLICT (epochs, rounds, seed, q) DO NOTHING", vals)
 
     @_guarded
     def set_meta(self, key: str, value: str):
@@ -433,12 +433,15 @@ class Store:
             self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(value)))
         self.meta[key] = str(value)
 
-    def local_work_done(self) -> set:
-        """Keys (epochs, T, seed) of the stored local-work runs."""
+    def local_work_done(self, q: float) -> set:
+        """Keys (epochs, T, seed) of the stored local-work runs at rate ``q``."""
         if not self._has_local_work():
             return set()
-        rows = self.db.execute("SELECT epochs, rounds, seed FROM local_work")
+        rows = self.db.execute("SELECT epochs, rounds, seed FROM local_work WHERE q = ?", (round(float(q), 12),))
         return {(int(e), int(t), int(sd)) for e, t, sd in rows}
+
+    def local_work_count(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM local_work").fetchone()[0] if self._has_local_work() else 0
 
     def _has_local_work(self) -> bool:
         """A store written before issue 46, opened to read, has no local_work table."""

@@ -240,6 +240,9 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
     resumption use it)."""
     if executor not in ("local", "ray"):
         raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    if not isinstance(spec, Spec):
+        raise ValueError(f"a pre-trial needs a Spec (paretofl.api.spec or a TOML file), got {type(spec).__name__}")
+    spec.validate("the spec")        # a Spec built field by field is checked like a file, before anything trains
     check_runnable(spec)
     if executor == "ray":   # before the store exists: an unreachable cluster leaves nothing behind
         _check_reachable(ray_address or os.environ.get("RAY_ADDRESS"))
@@ -250,7 +253,8 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
             jobs = jobs[:max_jobs]
         if spec.private:
             _check_spend(spec, store, jobs)
-        lw_jobs = local_work_jobs(spec, store.local_work_done()) if spec.local_work else []
+        lw_jobs = local_work_jobs(spec, store.local_work_done(max(spec.q))) if spec.local_work else []
+        lw_before = store.local_work_count()
         if max_jobs is not None:
             lw_jobs = lw_jobs[:max(0, max_jobs - len(jobs))]
         total = sum(j.work for j in jobs) + sum(j.work for j in lw_jobs)
@@ -258,7 +262,7 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
         t0 = time.perf_counter()
         # replica-rounds done and the time left, on a terminal (paretofl.progress)
         bar = Progress(total, "pretrial", "replica-round", wanted=progress and total > 0) if total else None
-        skipped = trained = local_added = 0
+        skipped = trained = 0
         try:
             if executor == "local":
                 for job in jobs:
@@ -286,7 +290,6 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
                 rows = run_local_work_job(spec, job, on_round=None if bar is None else (lambda t: bar.update(width)))
                 store.add_local_work(rows)
                 trained += len(rows)
-                local_added += len(rows)
             if spec.local_work:
                 _record_dissimilarity(spec, store)
         finally:
@@ -295,7 +298,7 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
         return {"results": str(results), "jobs": len(jobs), "runs_added": len(store) - before,
                 "runs_total": len(store), "runs_in_spec": len(spec.configurations()),
                 "runs_trained": trained, "replicas_left_to_others": skipped, "seconds": time.perf_counter() - t0,
-                "local_work_added": local_added, "local_work_jobs": len(lw_jobs)}
+                "local_work_added": store.local_work_count() - lw_before, "local_work_jobs": len(lw_jobs)}
     finally:
         store.close()
 

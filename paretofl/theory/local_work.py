@@ -36,6 +36,10 @@ import numpy as np
 
 #: the format tag of a fit's ``local_work`` part
 LOCAL_WORK_FORMAT = "paretofl-local-work-1"
+#: the most local epochs a pre-trial measures (and a fit may name)
+MAX_LOCAL_EPOCHS = 64
+#: the widest spread of A(K) and the largest |c_K| a fit may hold: beyond, a constant is not a loss curve's
+A_SPREAD, C_LIMIT = 1e6, 1e6
 
 
 def curve(rounds, loss) -> tuple[float, float]:
@@ -71,38 +75,68 @@ class LocalWork:
     draws_c: list = field(default_factory=list)
     seeds: int = 0
     dissimilarity: dict = field(default_factory=dict)
+    q: float | None = None             # the pre-trial's q the local work ran at
     format: str = LOCAL_WORK_FORMAT
 
     @classmethod
     def from_dict(cls, d, where: str = "the fit") -> LocalWork:
         """Read (and check) a fit's ``local_work``: one clear line for anything wrong."""
         def bad(msg):
-            raise ValueError(f"{where}: its local_work {msg}; fit its store again (paretofl fit STORE)")
+            raise ValueError(f"{where}: its local_work {msg}; make the file again from its store (\"paretofl fit "
+                             "STORE\")")
+
+        def count(v):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer():
+                raise ValueError(f"{v!r} is not a whole number")
+            return int(v)
+
+        def number(v):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{v!r} is not a finite number")
+            return float(v)
+
+        def numbers(v):
+            if not isinstance(v, list):
+                raise ValueError(f"{v!r} is not a list")
+            return [number(x) for x in v]
 
         if not isinstance(d, dict) or d.get("format") != LOCAL_WORK_FORMAT:
             bad(f"is not paretofl's (format {LOCAL_WORK_FORMAT!r} expected)")
         try:
-            lw = cls(epochs=[int(k) for k in d["epochs"]], A=[float(a) for a in d["A"]],
-                     c=[float(c) for c in d["c"]], reference_epochs=int(d["reference_epochs"]),
-                     rounds=[int(t) for t in d["rounds"]],
-                     draws_A=[[float(a) for a in r] for r in d.get("draws_A") or []],
-                     draws_c=[[float(c) for c in r] for r in d.get("draws_c") or []],
-                     seeds=int(d.get("seeds", 0)), dissimilarity=dict(d.get("dissimilarity") or {}))
+            if not isinstance(d["epochs"], list) or not isinstance(d["rounds"], list):
+                raise ValueError("epochs and rounds must be lists")
+            dis = d.get("dissimilarity") or {}
+            if not isinstance(dis, dict):
+                raise ValueError("dissimilarity must be a record")
+            lw = cls(epochs=[count(k) for k in d["epochs"]], A=numbers(d["A"]), c=numbers(d["c"]),
+                     reference_epochs=count(d["reference_epochs"]), rounds=[count(t) for t in d["rounds"]],
+                     draws_A=[numbers(r) for r in d.get("draws_A") or []],
+                     draws_c=[numbers(r) for r in d.get("draws_c") or []],
+                     seeds=count(d.get("seeds", 0)), q=None if d.get("q") is None else number(d["q"]),
+                     dissimilarity={k: (v if k == "partition" and (v is None or isinstance(v, str)) else number(v))
+                                    for k, v in dis.items()})
         except (KeyError, TypeError, ValueError) as exc:
             bad(f"is malformed ({type(exc).__name__}: {exc})")
         k = len(lw.epochs)
-        if k < 2 or len(lw.A) != k or len(lw.c) != k or len(set(lw.epochs)) != k or min(lw.epochs) < 1:
+        if k < 2 or len(lw.A) != k or len(lw.c) != k or len(set(lw.epochs)) != k:
             bad("must give A and c for two or more distinct local epochs")
+        if min(lw.epochs) < 1 or max(lw.epochs) > MAX_LOCAL_EPOCHS:
+            bad(f"names local epochs outside [1, {MAX_LOCAL_EPOCHS}]")
         if lw.reference_epochs not in lw.epochs:
-            bad(f"does not measure the local epochs kappa was measured at ({lw.reference_epochs})")
-        if not all(math.isfinite(a) and a >= 0 for a in lw.A) or not all(math.isfinite(c) for c in lw.c):
-            bad("holds a non-finite or negative constant")
-        if lw.A[lw.epochs.index(lw.reference_epochs)] <= 0:
+            bad(f"does not measure the local epochs the pre-trial's own runs used ({lw.reference_epochs})")
+        if min(lw.A) < 0 or any(abs(c) > C_LIMIT for c in lw.c):
+            bad("holds a negative A or a c no loss reaches")
+        a0 = lw.A[lw.epochs.index(lw.reference_epochs)]
+        if a0 <= 0:
             bad(f"has no 1/T term at the reference local epochs {lw.reference_epochs}: the loss did not fall with T")
+        if any(a > 0 and not 1 / A_SPREAD <= a / a0 <= A_SPREAD for a in lw.A):
+            bad(f"holds constants A more than {A_SPREAD:g} times apart: not loss curves of one model")
         if len(lw.rounds) != 2 or not 1 <= lw.rounds[0] <= lw.rounds[1]:
             bad("has no valid T range")
         if len(lw.draws_A) != len(lw.draws_c) or any(len(r) != k for r in lw.draws_A + lw.draws_c):
             bad("has bootstrap draws of the wrong shape")
+        if any(min(r) < 0 for r in lw.draws_A) or any(abs(c) > C_LIMIT for r in lw.draws_c for c in r):
+            bad("has bootstrap draws no loss curve gives")
         return lw
 
     def to_dict(self) -> dict:
@@ -113,9 +147,10 @@ class LocalWork:
     # ------------------------------------------------------------------ the model (4.E.2)
     def _at(self, k: int) -> int:
         if k not in self.epochs:
+            more = (f"add {k} to its local_work and run the pre-trial again, then refit it" if k <= MAX_LOCAL_EPOCHS
+                    else f"a pre-trial measures at most {MAX_LOCAL_EPOCHS}")
             raise ValueError(f"local epochs {k} was not measured in the pre-trial (it measured "
-                             f"{', '.join(map(str, self.epochs))}): choose one of those, or add {k} to its local_work "
-                             "and run the pre-trial again, then refit it")
+                             f"{', '.join(map(str, self.epochs))}): choose one of those, or {more}")
         return self.epochs.index(k)
 
     @property
