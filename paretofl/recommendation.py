@@ -397,7 +397,9 @@ def _check_recipe(d: Design, where: str) -> None:
         bad(f'its "local_work" is malformed ({type(exc).__name__}: {exc})')
     if d.local_epochs != chosen or chosen not in cands:
         bad(f'it trains "local_epochs" {d.local_epochs!r} where its "local_work" chose {chosen!r}')
-    if len(cands) > 1 and cands[chosen] > min(cands.values()):
+    kept = lw.get("kept_reference")      # a lower objective the pre-trial's seeds did not agree on
+    if len(cands) > 1 and cands[chosen] > min(cands.values()) and not (
+            kept in cands and cands[kept] == min(cands.values()) and chosen == lw.get("reference_epochs")):
         bad(f'its "local_work" chose {chosen} local epochs where another candidate\'s objective is lower')
     if not math.isfinite(predicted) or (interval is not None and not (
             isinstance(interval, list) and len(interval) == 2 and all(isinstance(x, (int, float)) for x in interval)
@@ -1072,6 +1074,13 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
                          "pre-trial: no rounds can be chosen there; give another local_epochs")
     _, k, d, _ = min(found, key=lambda f: (f[0], f[1]))
     cands = [f[3] for f in sorted(found, key=lambda f: f[1])]
+    k0 = lw.reference_epochs
+    sure = _beats_reference(lw, cands)
+    kept = None
+    if local_epochs is None and k != k0 and k0 in sure and sure[k] < LOCAL_WORK_CONFIDENCE:
+        # more local work than the pre-trial's own only where its seeds agree that it helps
+        kept, k = k, k0
+        d = next(f[2] for f in found if f[1] == k0)
     best = next(c for c in cands if c["epochs"] == k)
     lo, hi = min(lw.rounds), max(lw.rounds)
     d.local_work = dict(epochs=k, reference_epochs=lw.reference_epochs, measured=list(lw.epochs),
@@ -1083,7 +1092,40 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
     if skipped:
         d.notes.append(f"at local epochs {', '.join(map(str, skipped))} the pre-trial's loss did not fall with T: "
                        "those were not candidates")
+    if kept is not None:
+        d.local_work["kept_reference"] = kept
+        d.notes.append(f"{kept} local epochs predict a lower loss than {k0}, but only in {100 * sure[kept]:.0f} % of "
+                       f"the pre-trial's bootstrap draws (under {100 * LOCAL_WORK_CONFIDENCE:.0f} %): the design keeps "
+                       f"the pre-trial's own {k0}; more seeds in its local work would decide")
     return d, k
+
+
+#: the share of the pre-trial's bootstrap draws in which more local work must beat the pre-trial's own K for the
+#: design to choose it (docs/results.md section 13: where the seeds disagree, the extra work lost on label shards)
+LOCAL_WORK_CONFIDENCE = 0.9
+
+
+def _beats_reference(lw: LocalWork, cands: list) -> dict:
+    """For each candidate K (and its design point), the share of the
+    bootstrap draws in which its predicted loss is below that of the
+    pre-trial's own K at its point; recorded in each candidate."""
+    if not lw.draws_A:
+        return {}
+    i0 = lw.epochs.index(lw.reference_epochs)
+    ref = next((c for c in cands if c["epochs"] == lw.reference_epochs), None)
+    if ref is None:
+        return {}
+
+    def loss(c, A, cc):
+        i = lw.epochs.index(c["epochs"])
+        noise = (c["predicted_loss"] - lw.c[i] - lw.A[i] / c["rounds"]) / lw.A[i0]     # κσ²r/(qN) at its point
+        return lw.predicted_loss(c["epochs"], c["rounds"], noise, A, cc)
+
+    out = {}
+    for c in cands:
+        wins = [loss(c, A, cc) < loss(ref, A, cc) for A, cc in zip(lw.draws_A, lw.draws_c)]
+        out[c["epochs"]] = c["beats_reference"] = float(np.mean(wins)) if c is not ref else 0.0
+    return out
 
 
 def _check_pretrial_fits(spend, n: int, mech, budgets) -> None:

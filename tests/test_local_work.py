@@ -358,3 +358,24 @@ def test_a_flat_reference_curve_leaves_the_local_work_out_of_the_fit_and_says_wh
         db.execute("UPDATE local_work SET test_loss = 1.0 WHERE epochs = 1")
     f = fit(store, bootstrap=50)
     assert f.local_work == {} and any("did not fall with T" in n for n in f.notes)
+
+
+def test_more_local_work_is_chosen_only_where_the_pretrials_seeds_agree(tmp_path):
+    """K = 2 predicts the lower loss at the point estimate; where only half the bootstrap draws agree, the design
+    keeps the pre-trial's own K and says why; where all agree, or K is given, K = 2."""
+    rng = np.random.default_rng(1)
+    lw = _lw(A=(1.0, 0.7, 0.6), c=(0.60, 0.57, 0.60))
+    sure = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw), q=1.0)
+    assert sure.local_epochs == 2 and sure.local_work["candidates"][1]["beats_reference"] >= 0.9
+    # draws in which c(2) - c(1) is spread wide around its point: K = 2 wins about half of them
+    lw["draws_c"] = [[0.60, 0.57 + rng.normal(0, 0.2), 0.60] for _ in range(200)]
+    lw["draws_A"] = [list(lw["A"]) for _ in range(200)]
+    fit = _fit_file(tmp_path, lw, name="unsure.json")
+    unsure = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=fit, q=1.0)
+    share = unsure.local_work["candidates"][1]["beats_reference"]
+    assert 0.2 < share < 0.9 and unsure.local_epochs == 1 and unsure.local_work["kept_reference"] == 2
+    assert any("bootstrap draws" in n and "keeps the pre-trial's own 1" in n for n in unsure.notes)
+    assert paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=fit, q=1.0, local_epochs=2).local_epochs == 2
+    d = tmp_path / "d.json"
+    unsure.save(d)
+    assert paretofl.Design.load(d).local_epochs == 1           # a file with a kept K reads back
