@@ -570,7 +570,8 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         config = cls.Config(**options)
         rounds, epsilon = groups.rounds, groups.budget
         asked = rounds
-    unit = mechanism_of(getattr(config, "mechanism", "nbafl")).unit
+    # a config naming no mechanism is its algorithm's own (NbAFL)
+    unit = mechanism_of(getattr(config, "mechanism", cls.name)).unit
     check_delta(delta, len(ds.y_train) if unit == "sample" else len(parts), unit)
     rate = getattr(config, "client_rate", 1.0)
     if np.any(np.asarray(rate, dtype=float) * len(parts) < 1 - 1e-9):   # the clients that train, not all ids
@@ -610,7 +611,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         epsilon_groups=None if "epsilon_groups" not in fin else {
             k: float(np.max(v)) for k, v in fin["epsilon_groups"].items()},
         complete=not problems, problems=problems, noise="entropy" if secure else "seeded",
-        unit=mechanism_of(getattr(config, "mechanism", "nbafl")).unit_text)
+        unit=mechanism_of(getattr(config, "mechanism", cls.name)).unit_text)
 
 
 def train_problems(final: dict, asked: int | None, budget, by: str = "rounds") -> list[str]:

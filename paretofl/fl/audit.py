@@ -349,7 +349,7 @@ def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none",
         rel.group_sigmas[:] = rel.group_sigmas.min()
     if broken == "count-uncharged":   # the sum noised at the full charge, the count on top
         rel.update_factor[:] = 1.0
-    if s.mechanism == "distributed":     # its broken copies (and the simulated dropout) set on its release
+    if hasattr(rel, "modulus_bits"):     # a modular sum's broken copies (and the simulated dropout) set on its release
         from .quantise import break_release
         break_release(rel, broken, p)
     return pol

@@ -520,7 +520,7 @@ class DistributedRelease(SumRelease):
 
 #: the trainer's release for each place a mechanism puts its noise
 RELEASES = {"sum": SumRelease, "correlated-sum": CorrelatedRelease, "update": UpdateRelease,
-            "gradient": GradientRelease, "distributed": DistributedRelease}
+            "gradient": GradientRelease, "modular-sum": DistributedRelease}
 
 
 def make_release(mechanism: Mechanism, engine: Engine, **settings) -> Release:

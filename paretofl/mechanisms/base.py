@@ -107,7 +107,9 @@ class Noise:
     gets row t of C⁻¹Z, :mod:`paretofl.theory.bandmf`; ``std`` is Z's),
     "update" (each client's clipped update noised on the client), "gradient"
     (each DP-SGD step's sum of clipped per-sample gradients), "parameters"
-    (each client's clipped parameters, NbAFL).  ``std``: its standard
+    (each client's clipped parameters, NbAFL), "modular-sum" (discrete
+    noise in each client's quantised share, summed modulo 2^bits by secure
+    aggregation: the distributed mechanism).  ``std``: its standard
     deviation over C (scalar or one per replica).  ``split``: who adds it —
     "shares" (noise on the sum: each selected client adds its share m/N of
     the total variance and the server the rest, so the total is fixed

@@ -59,7 +59,7 @@ class DistributedSkellam(Mechanism):
                 "updates plus their Skellam noise, dequantised, rotated back and divided by the survivors' count; "
                 "who took part and who dropped out")
     selection = "poisson"
-    noise_on = "distributed"
+    noise_on = "modular-sum"
     split = "client"
     #: not yet: the generic (q, T, sigma) search ignores the quantisation error and the wrap, and needs dim
     designable = False
@@ -171,7 +171,7 @@ class DistributedSkellam(Mechanism):
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         m = float(cohort) if cohort is not None else float(q) * n_clients
-        return Noise("distributed", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
+        return Noise("modular-sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
 
     # -------------------------------------------------------------- statement
     def sampling_text(self, d) -> str:
