@@ -354,4 +354,53 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
     paths.append(str(outdir / f"{stem}_theorem3.{fmt}"))
     pareto_figure(ps, q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max,
                   float(res.base["delta"]), paths[-1])
+    if fr.get("local_work"):
+        paths.append(str(outdir / f"{stem}_local_work.{fmt}"))
+        local_work_figure(results, fr["local_work"], paths[-1])
     return paths
+
+
+def local_work_figure(results, local_work: dict, path):
+    """The local work the pre-trial measured (docs/theory.md §4.E): each
+    local epochs K's noise-free test loss against T (seed means, the seeds'
+    range shaded) with its fitted curve c_K + A(K)/T."""
+    from .pretrial.store import Store
+    from .theory.local_work import LocalWork
+
+    lw = LocalWork.from_dict(local_work, f"the fit of {results}")
+    st = Store(results)
+    try:
+        tab = st.local_work_table()
+    finally:
+        st.close()
+    q = lw.q if lw.q is not None else float(tab["q"].max()) if len(tab["q"]) else None
+    fig = Figure(figsize=(6.4, 4.8))
+    ax = fig.subplots()
+    colours = matplotlib_colours(len(lw.epochs))
+    for k, a, c, col in zip(lw.epochs, lw.A, lw.c, colours):
+        m = (tab["epochs"] == k) & ((tab["q"] == q) if q is not None else True)
+        ts = np.unique(tab["rounds"][m])
+        if len(ts):
+            by_t = [tab["test_loss"][m & (tab["rounds"] == t)] for t in ts]
+            ax.fill_between(ts, [v.min() for v in by_t], [v.max() for v in by_t], color=col, alpha=0.15, lw=0)
+            ax.plot(ts, [v.mean() for v in by_t], "o", color=col, ms=4)
+        tt = np.geomspace(lw.rounds[0], lw.rounds[1], 200)
+        ax.plot(tt, c + a / tt, "-", color=col, lw=1.5,
+                label=f"{k} local epoch{'s' if k > 1 else ''}: {_g(c)} + {_g(a)}/T")
+    ax.set_xscale("log")
+    ax.set_xlabel("rounds T")
+    ax.set_ylabel("test loss, no noise")
+    dis = lw.dissimilarity
+    where = f"; partition {dis.get('partition')}, B² {_g(dis['b2'])}" if "b2" in dis else ""
+    ax.set_title(f"local work measured by the pre-trial{where}")
+    ax.grid(alpha=0.3, which="both")
+    _legend_below(ax, ncol=2)
+    _save(fig, path)
+
+
+def matplotlib_colours(n: int) -> list:
+    """n colours of one sequential map (light to dark: more local work darker)."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["viridis"]
+    return [cmap(0.1 + 0.75 * i / max(1, n - 1)) for i in range(n)]

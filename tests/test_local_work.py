@@ -379,3 +379,10 @@ def test_more_local_work_is_chosen_only_where_the_pretrials_seeds_agree(tmp_path
     d = tmp_path / "d.json"
     unsure.save(d)
     assert paretofl.Design.load(d).local_epochs == 1           # a file with a kept K reads back
+
+
+def test_the_pretrials_figures_show_the_local_work(tmp_path):
+    paths = paretofl.api.pretrial_figures(str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), fit=str(shipped_fit()),
+                                          outdir=str(tmp_path))
+    assert any(p.endswith("lr_fmnist_local_work.png") for p in paths)
+    assert (tmp_path / "lr_fmnist_local_work.png").stat().st_size > 10_000
