@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml constraints.txt
 # figures.
 demo: setup
 	@mkdir -p $(OUT)
-	@echo "== 1/4 pre-trial: LR on the public 10 % of FashionMNIST (about a minute on 2 quiet cores)"
+	@echo "== 1/4 pre-trial: LR on the public 10 % of FashionMNIST, and its local work (about two minutes on 2 quiet cores)"
 	@$(BIN)/paretofl pretrial pretrials/demo.toml --out $(OUT)/demo.sqlite
 	@echo "== 2/4 fit kappa"
 	@$(BIN)/paretofl fit $(OUT)/demo.sqlite --out $(OUT)/demo_fit.json
@@ -37,8 +37,8 @@ demo: setup
 	@echo "== 4/4 the recommendation for 100 clients at epsilon 2 (delta 1e-5, at most 500 rounds)"
 	@$(BIN)/paretofl design --clients 100 --budget 2 --delta 1e-5 --max-rounds 500 \
 	  --fit $(OUT)/demo_fit.json --plot $(OUT)/design.png --out $(OUT)/design.json
-	@echo "== why its T and sigma differ from the README's: this kappa is the demo's own, fitted to its small pre-trial"
-	@echo "   ($(OUT)/demo_fit.json: 6 sigma x 6 T x 3 seeds, a minute); the README's design uses the shipped fit"
+	@echo "== why its T, sigma and local epochs may differ from the README's: this kappa and local work are the demo's own,"
+	@echo "   fitted to its small pre-trial ($(OUT)/demo_fit.json: 6 sigma x 6 T x 3 seeds); the README's uses the shipped fit"
 	@echo "   (paretofl/data/lr_fmnist_fit.json: the same LR on 8 x 8 x 5 seeds), what paretofl design uses without --fit."
 	@echo "   Which to use: for LR on FashionMNIST, the shipped fit (more seeds, a finer grid); for your own model,"
 	@echo "   a pre-trial of your own, as this demo shows. The demo's design is saved in $(OUT)/design.json."
