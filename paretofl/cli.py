@@ -446,8 +446,8 @@ def _finish_design(a, d, out, lines):
         where = a.out or "design.json"
         save = "" if a.out else f"save it (add --out {where}), then "
         lines.append(f"next: {save}train it with paretofl train --design {where} (the design travels whole: "
-                     "mechanism, q, T, sigma, C, lr, delta and the model and data kappa came from), or export it "
-                     f"with paretofl export {where} --to "
+                     "mechanism, q, T, sigma, C, lr, local epochs, delta and the model and data kappa came from), or "
+                     f"export it with paretofl export {where} --to "
                      + ("jax-privacy" if "bands" in d.details else "flower|opacus")
                      + ("; publish the privacy statement (--statement)" if not a.statement else
                         "; publish the statement above with your results")
