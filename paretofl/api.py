@@ -279,9 +279,9 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     if d.local_work and epochs is not None and tuple(epochs) != (d.local_epochs,):
         # one chooser of the local epochs per design: the bound (4.E.2) chose them over what the pre-trial measured,
         # and its T and sigma are for them
-        raise ValueError(f"this design chose {d.local_epochs} local epoch(s) by its bound over the local work its "
-                         "pre-trial measured (docs/theory.md 4.E), and its T and sigma are for them: the tuning keeps "
-                         "them; leave the tuning's epochs out, or design again with the local epochs fixed")
+        raise ValueError(f"this design's {d.local_epochs} local epoch(s) come with the local work its pre-trial "
+                         "measured (docs/theory.md 4.E), and its T and sigma are for them: the tuning keeps them; "
+                         "leave the tuning's epochs out")
     if epochs is None and d.local_epochs is not None:
         epochs = (d.local_epochs,)
     t = run_tune(store, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, seeds=seeds, progress=progress,
@@ -889,7 +889,12 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
                              "own (give tune, or a fit that records its pre-trial)")
         bridge = jax_privacy if framework == "jax-privacy" else flower
         p = bridge.plan(d, clip if clip is not None else d.clip)
-        return p, bridge.snippet(p)
+        text = bridge.snippet(p)
+        if framework == "jax-privacy" and d.local_epochs is not None:     # Flower's plan carries the recipe itself
+            said = ", ".join(f"{k}={v!r}" for k, v in (("local_epochs", d.local_epochs), ("learning_rate", d.lr),
+                                                       ("batch_size", d.batch_size)) if v is not None)
+            text = f"# each client's training runs, each round: {said} (the design's recipe)\n" + text
+        return p, text
     if framework == "opacus":
         import math
 

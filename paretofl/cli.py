@@ -256,7 +256,14 @@ def _export(a, d, out, lines):
     p, code = api.export(d, a.export, clip=a.clip, client_size=a.client_size, batch_size=a.batch_size,
                          local_steps=a.local_steps)
     out["export"], out["snippet"] = {"framework": a.export, **p.to_dict()}, code
-    lines += [""] + _export_lines(p, a.export) + ["", code, ""]
+    recipe = []
+    if a.export == "jax-privacy" and d.local_epochs is not None:     # Flower's and Opacus's plans say it themselves
+        out["export"].update(local_epochs=d.local_epochs, learning_rate=d.lr, batch_size=d.batch_size)
+        recipe = [f"  each client trains, each round: {d.local_epochs} local epoch(s)"
+                  + (f" of batch {d.batch_size}" if d.batch_size else "") + (f" at learning rate {d.lr:g}" if d.lr
+                                                                              else "")
+                  + " (the design's recipe: its T and sigma are for it)"]
+    lines += [""] + _export_lines(p, a.export) + recipe + ["", code, ""]
 
 
 #: Theorem 3's cases in words: where the round cap T~ (--max-rounds) cuts the Pareto front

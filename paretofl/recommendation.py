@@ -395,9 +395,14 @@ def _check_recipe(d: Design, where: str) -> None:
         interval = lw.get("interval")
     except (KeyError, TypeError, ValueError) as exc:
         bad(f'its "local_work" is malformed ({type(exc).__name__}: {exc})')
-    if d.local_epochs != chosen or chosen not in cands:
+    if chosen not in cands:
+        bad(f'its "local_work" chose {chosen!r} local epochs, which are not among its candidates')
+    if d.local_epochs != chosen:
         bad(f'it trains "local_epochs" {d.local_epochs!r} where its "local_work" chose {chosen!r}')
+    ref = lw.get("reference_epochs")
     kept = lw.get("kept_reference")      # a lower objective the pre-trial's seeds did not agree on
+    if kept is not None and (chosen != ref or kept == ref or kept not in cands):
+        bad('its "local_work" says it kept the pre-trial\'s own local epochs, but does not')
     if len(cands) > 1 and cands[chosen] > min(cands.values()) and not (
             kept in cands and cands[kept] == min(cands.values()) and chosen == lw.get("reference_epochs")):
         bad(f'its "local_work" chose {chosen} local epochs where another candidate\'s objective is lower')
@@ -986,14 +991,14 @@ def check_partition(partition) -> str | None:
     if partition is None:
         return None
     kind, _, arg = str(partition).partition(":") if isinstance(partition, str) else ("", "", "")
-    ok = kind in ("iid", "given") and not arg
+    ok = kind in ("iid", "given") and not arg and arg.isascii()
     if kind == "dirichlet":
         try:
             ok = 0 < float(arg) < math.inf
         except ValueError:
             ok = False
     elif kind == "shards":
-        ok = arg.isdigit() and int(arg) >= 1
+        ok = arg.isascii() and arg.isdigit() and int(arg) >= 1
     if not ok:
         raise ValueError(f"partition must be iid, dirichlet:ALPHA (ALPHA > 0), shards:K (labels' shards a client) or "
                          f"given, got {partition!r}")
@@ -1030,8 +1035,8 @@ def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> Local
         if local_epochs is not None and spec is not None and int(spec.get("local_epochs", local_epochs)) != \
                 int(local_epochs):
             raise ValueError(f"the store's utility model is of its own {spec['local_epochs']} local epoch(s): to "
-                             f"design for {local_epochs}, measure the local work in the pre-trial (local_work) and "
-                             "design from its fit")
+                             f"design for {local_epochs}, measure the local work in the pre-trial (local_work), then "
+                             "design from the \"paretofl fit\" of its store")
         return None
     path = fit if fit is not None else (shipped_fit() if default_kappa()[1].startswith("shipped") else None)
     data = read_fit(path).get("local_work") if path is not None else None
@@ -1077,7 +1082,7 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
     k0 = lw.reference_epochs
     sure = _beats_reference(lw, cands)
     kept = None
-    if local_epochs is None and k != k0 and k0 in sure and sure[k] < LOCAL_WORK_CONFIDENCE:
+    if local_epochs is None and k != k0 and sure.get(k, 0.0) < LOCAL_WORK_CONFIDENCE:
         # more local work than the pre-trial's own only where its seeds agree that it helps
         kept, k = k, k0
         d = next(f[2] for f in found if f[1] == k0)
@@ -1094,9 +1099,11 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
                        "those were not candidates")
     if kept is not None:
         d.local_work["kept_reference"] = kept
-        d.notes.append(f"{kept} local epochs predict a lower loss than {k0}, but only in {100 * sure[kept]:.0f} % of "
-                       f"the pre-trial's bootstrap draws (under {100 * LOCAL_WORK_CONFIDENCE:.0f} %): the design keeps "
-                       f"the pre-trial's own {k0}; more seeds in its local work would decide")
+        how = (f"only in {100 * sure[kept]:.0f} % of the pre-trial's bootstrap draws (under "
+               f"{100 * LOCAL_WORK_CONFIDENCE:.0f} %)" if sure else
+               "the pre-trial's local work has no bootstrap draws to agree (fewer than 3 seeds)")
+        d.notes.append(f"{kept} local epochs predict a lower loss than {k0}, but {how}: the design keeps the "
+                       f"pre-trial's own {k0}; more seeds in its local work would decide")
     return d, k
 
 

@@ -136,6 +136,10 @@ def test_a_design_with_local_work_travels_in_its_file(tmp_path):
     (lambda lw: lw["draws_A"][0].__setitem__(1, math.nan), "not a finite number"),
     (lambda lw: lw["draws_A"][0].__setitem__(1, -0.5), "draws no loss curve"),
     (lambda lw: lw.update(dissimilarity={"b2": "x"}), "not a finite number"),
+    (lambda lw: lw.update(dissimilarity={"partition": 5}), "not a name"),
+    (lambda lw: lw.update(epochs=[4, 2, 1]), "out of order"),
+    (lambda lw: lw.update(q=2.0), "outside"),
+    (lambda lw: lw.update(seeds=-3), "negative seed"),
     (lambda lw: lw.update(reference_epochs=3), "own runs used"),
     (lambda lw: lw.update(epochs=[1, 1, 2]), "distinct"),
     (lambda lw: lw.update(A=[0.0, 0.5, 0.5]), "did not fall"),
@@ -203,6 +207,8 @@ def test_a_pretrial_measures_the_local_work_and_its_fit_carries_it(tmp_path):
     (dict(local_work=[1, 0]), "local_work values"),
     (dict(local_work=[1, 2.5]), "integers"),
     (dict(local_work=[1, 2], private=True, subset="rest", epsilon=50.0), "public pre-trial"),
+    (dict(local_work=[1, 2], subset="rest"), "public share only"),
+    (dict(local_work=[1, 2], subset="all"), "public share only"),
 ])
 def test_a_spec_asking_for_local_work_it_cannot_measure_is_refused(fields, match):
     from paretofl.pretrial.spec import Spec
@@ -255,10 +261,11 @@ def test_a_spec_object_is_checked_before_anything_trains(tmp_path):
     refused before a single run trains or is charged."""
     from paretofl.pretrial.spec import Spec
 
-    spec = Spec(**{**SPEC, "subset": "rest", "private": True, "epsilon": 50.0})
-    with pytest.raises(ValueError, match="public pre-trial"):
-        paretofl.api.pretrial(spec, str(tmp_path / "p.sqlite"), progress=False)
-    assert not (tmp_path / "p.sqlite").exists()
+    for bad in ({"subset": "rest", "private": True, "epsilon": 50.0}, {"subset": "rest"}, {"subset": "all"}):
+        spec = Spec(**{**SPEC, **bad})
+        with pytest.raises(ValueError, match="public"):
+            paretofl.api.pretrial(spec, str(tmp_path / "p.sqlite"), progress=False)
+        assert not (tmp_path / "p.sqlite").exists()
 
 
 @pytest.mark.parametrize("edit,match", [
@@ -271,6 +278,8 @@ def test_a_spec_object_is_checked_before_anything_trains(tmp_path):
     (lambda d: d["local_work"].update(predicted_loss=-5.0), "inside its interval"),
     (lambda d: d["local_work"].update(epochs=4), "chose"),
     (lambda d: d["local_work"].pop("candidates"), "malformed"),
+    (lambda d: d["local_work"]["candidates"][1].update(epochs=8), "not among its candidates"),
+    (lambda d: d["local_work"].update(kept_reference=d["local_work"]["epochs"]), "kept"),
 ])
 def test_a_design_files_recipe_is_checked_on_load(tmp_path, edit, match, capsys):
     from paretofl.cli import main
@@ -309,6 +318,9 @@ def test_exports_carry_the_local_work(tmp_path):
     assert p.local_steps == c.local_epochs * math.ceil(600 / 64)     # the recipe's epochs, as DP-SGD steps
     p, code = paretofl.api.export(c, "opacus", clip=1.0, client_size=600, batch_size=64, local_steps=3)
     assert "train no more" in code
+    b = paretofl.design(1000, EPS, DELTA, max_rounds=TMAX, mechanism="bandmf", q_max=0.05)
+    _, code = paretofl.api.export(b, "jax-privacy")
+    assert f"local_epochs={b.local_epochs}" in code
 
 
 def test_an_interrupted_local_work_leaves_the_fit_of_the_grid_and_says_resume(tmp_path):
@@ -379,6 +391,10 @@ def test_more_local_work_is_chosen_only_where_the_pretrials_seeds_agree(tmp_path
     d = tmp_path / "d.json"
     unsure.save(d)
     assert paretofl.Design.load(d).local_epochs == 1           # a file with a kept K reads back
+    # no draws (fewer than 3 seeds in the local work): nothing to agree, so the pre-trial's own K, said
+    lw["draws_A"], lw["draws_c"] = [], []
+    none = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw, name="nodraws.json"), q=1.0)
+    assert none.local_epochs == 1 and any("no bootstrap draws" in n for n in none.notes)
 
 
 def test_the_pretrials_figures_show_the_local_work(tmp_path):

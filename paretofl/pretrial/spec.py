@@ -172,9 +172,10 @@ class Spec:
         num("chunk", 0, 100_000, integer=True)
         if self.local_work:
             grid("local_work", 0, 64, integer=True)
-            if self.private:
-                bad("local_work trains without noise: a private pre-trial (on the clients' data) cannot measure it; "
-                    "measure the local work on a public pre-trial partitioned like your clients")
+            if self.private or self.subset != "public":
+                bad("local_work trains without noise: it runs on the public share only (subset = \"public\", not "
+                    "private), never on the clients' data; measure the local work on a public pre-trial partitioned "
+                    "like your clients")
             if len(self.local_work) < 2:
                 bad("local_work needs at least two local epochs to compare (e.g. [1, 2, 4, 8])")
             if self.local_epochs not in self.local_work:

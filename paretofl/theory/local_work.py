@@ -59,6 +59,13 @@ def curve(rounds, loss) -> tuple[float, float]:
     return a, float(y.mean() - a * x.mean())
 
 
+def _partition(v):
+    """A fit's record of the partition: a name, or nothing."""
+    if v is not None and not isinstance(v, str):
+        raise ValueError(f"partition {v!r} is not a name")
+    return v
+
+
 @dataclass
 class LocalWork:
     """What a pre-trial measured of the local work (a fit's ``local_work``):
@@ -113,13 +120,16 @@ class LocalWork:
                      draws_A=[numbers(r) for r in d.get("draws_A") or []],
                      draws_c=[numbers(r) for r in d.get("draws_c") or []],
                      seeds=count(d.get("seeds", 0)), q=None if d.get("q") is None else number(d["q"]),
-                     dissimilarity={k: (v if k == "partition" and (v is None or isinstance(v, str)) else number(v))
-                                    for k, v in dis.items()})
+                     dissimilarity={k: (_partition(v) if k == "partition" else number(v)) for k, v in dis.items()})
         except (KeyError, TypeError, ValueError) as exc:
             bad(f"is malformed ({type(exc).__name__}: {exc})")
         k = len(lw.epochs)
         if k < 2 or len(lw.A) != k or len(lw.c) != k or len(set(lw.epochs)) != k:
             bad("must give A and c for two or more distinct local epochs")
+        if lw.epochs != sorted(lw.epochs):
+            bad("lists its local epochs out of order (a fit lists them ascending, with A and c in that order)")
+        if lw.seeds < 0 or (lw.q is not None and not 0 < lw.q <= 1):
+            bad("holds a negative seed count or a q outside (0, 1]")
         if min(lw.epochs) < 1 or max(lw.epochs) > MAX_LOCAL_EPOCHS:
             bad(f"names local epochs outside [1, {MAX_LOCAL_EPOCHS}]")
         if lw.reference_epochs not in lw.epochs:
