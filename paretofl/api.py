@@ -193,6 +193,11 @@ def load_design(path) -> Design:
     return check_design(Design.load(path), where=f"design file {path}", near=path)
 
 
+def mechanism(name: str, **options):
+    """The registered mechanism ``name`` (:func:`paretofl.mechanisms.get`): what it says of itself."""
+    return mechanism_of(name, **options)
+
+
 def unit_text(mechanism: str) -> str:
     """The unit of privacy and the neighbouring relation of a mechanism's ε, in a few words."""
     return mechanism_of(mechanism).unit_text

@@ -204,8 +204,7 @@ def cmd_pareto(a):
 def _export_lines(p, framework):
     """A plan in a framework's own parameter names."""
     if framework == "jax-privacy":
-        every = ("every client of the group" if p.mechanism == "bandmf"
-                 else f"each client of the group with probability {p.group_rate:.6g}")
+        every = api.mechanism(p.mechanism).who_joins(p.group_rate)
         shown = ", ".join(f"{c:.6g}" for c in p.coefficients[:8]) + (", ..." if p.bands > 8 else "")
         return [f"{p.mechanism} (banded matrix factorization; correlated noise, JAX Privacy's privatizer):",
                 f"  bands b             {p.bands}  (coefficients {shown}: all {p.bands} in --json)",
@@ -295,8 +294,7 @@ def _accountant(d) -> str:
 def _banded_lines(d) -> list[str]:
     """A banded design's own lines: b and where it came from, the groups, k, r."""
     x = d.details
-    every = ("every client of it" if d.mechanism == "bandmf"
-             else f"each client of it with probability {x['group_rate']:.4g}")
+    every = api.mechanism(d.mechanism).who_joins(x["group_rate"], of="it")
     return [f"  bands b             {x['bands']}  ({x['bands_from']})",
             f"  groups              {x['groups']}  (client i in group i mod b; round t takes {every})",
             f"  participations k    {x['participations']}  (ceil(T/b): the rounds one client joins at most, b "

@@ -143,7 +143,7 @@ def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     the ``client-aggregate`` mechanism) and a clipping norm C."""
     if not isinstance(design, Design):
         raise ValueError("plan needs a paretofl Design (paretofl.design(..., framework='flower'))")
-    if design.mechanism not in ("flower", "flower-accounted"):
+    if mechanism_of(design.mechanism).framework != "flower":
         raise ValueError("this design was not made for Flower's sampling: run design(..., framework='flower') "
                          "(or 'flower-accounted' for Flower's own accountant)")
     if clipping_norm is None:
@@ -153,7 +153,8 @@ def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     m = int(round(design.q * design.n_clients))
     return FlowerPlan(num_clients=design.n_clients, num_sampled_clients=m, num_rounds=design.rounds,
                       noise_multiplier=design.noise_multiplier, clipping_norm=float(clipping_norm),
-                      epsilon=design.epsilon, delta=design.delta, accounted=design.mechanism == "flower-accounted",
+                      epsilon=design.epsilon, delta=design.delta,
+                      accounted=mechanism_of(design.mechanism).accounted_outside,
                       budget=design.budget, local_epochs=design.local_epochs, learning_rate=design.lr,
                       batch_size=design.batch_size)
 

@@ -73,8 +73,7 @@ def plan(d: Design, clip: float) -> BandMFPlan:
 
 def snippet(p: BandMFPlan) -> str:
     """Python that runs the plan's noise with JAX Privacy 2.0."""
-    sample = ("every client of group t % b" if p.mechanism == "bandmf"
-              else f"each client of group t % b with probability {p.group_rate:.6g}")
+    sample = mechanism_of(p.mechanism).who_joins(p.group_rate, of="group t % b")
     return "\n".join([
         "import jax, jax.numpy as jnp",
         "from jax_privacy import noise_addition",

@@ -96,6 +96,10 @@ class _Banded(Mechanism):
     def charged_in_round(self, t: int) -> bool:
         return int(t) % self.bands == 0
 
+    def who_joins(self, group_rate, of: str = "the group") -> str:
+        """Who of a round's group takes part, in words (every one: bandmf)."""
+        return f"every client of {of}"
+
     def error_ratio(self, rounds):
         if np.ndim(rounds):
             r = np.asarray(rounds, dtype=int)
@@ -168,6 +172,9 @@ class BandMF(_Banded):
 @register
 class BandMFAmplified(_Banded):
     name = "bandmf-amplified"
+
+    def who_joins(self, group_rate, of: str = "the group") -> str:
+        return f"each client of {of} with probability {float(group_rate):.6g}"
     summary = "DP-FTRL with b-banded matrix factorization: groups in turn, Poisson sampling within the group"
     selection = "cyclic-poisson"
     audits = (

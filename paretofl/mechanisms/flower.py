@@ -42,6 +42,8 @@ class _FixedCohort(Mechanism):
     selection = "fixed"
     noise_on = "sum"
     framework = "flower"
+    #: accounted by the framework's own accountant (Flower's RdpAccountant), not only by paretofl's
+    accounted_outside = False
     designable = True
     options = ("local_epochs", "batch_size")
     trusted = ("the server, which receives each sampled client's update and clips it (Flower's server-side fixed "
@@ -97,6 +99,7 @@ class Flower(_FixedCohort):
 class FlowerAccounted(_FixedCohort):
     name = "flower-accounted"
     summary = "Flower's central DP with Flower's own accountant on (add/remove, no amplification)"
+    accounted_outside = True
     relation = "add/remove: one client added to or removed from the population, with all of its data"
     orders = FLOWER_ORDERS
     audits = (

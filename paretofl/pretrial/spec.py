@@ -171,7 +171,9 @@ class Spec:
                 bad(str(exc))
         num("chunk", 0, 100_000, integer=True)
         if self.local_work:
-            grid("local_work", 0, 64, integer=True)
+            from ..theory.local_work import MAX_LOCAL_EPOCHS
+
+            grid("local_work", 0, MAX_LOCAL_EPOCHS, integer=True)
             if self.private or self.subset != "public":
                 bad("local_work trains without noise: it runs on the public share only (subset = \"public\", not "
                     "private), never on the clients' data; measure the local work on a public pre-trial partitioned "

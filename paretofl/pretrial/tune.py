@@ -57,8 +57,11 @@ def check_epochs(values) -> tuple:
         v = sorted({int(x) for x in values})
     except (TypeError, ValueError):
         raise ValueError(f"the local-epochs grid must be a list of integers, got {values!r}") from None
-    if not v or any(isinstance(x, bool) or float(x) != int(x) for x in values) or v[0] < 1 or v[-1] > 64:
-        raise ValueError(f"the local-epochs grid must hold integers in [1, 64], got {list(values)}")
+    from ..theory.local_work import MAX_LOCAL_EPOCHS
+
+    if not v or any(isinstance(x, bool) or float(x) != int(x) for x in values) or v[0] < 1 \
+            or v[-1] > MAX_LOCAL_EPOCHS:
+        raise ValueError(f"the local-epochs grid must hold integers in [1, {MAX_LOCAL_EPOCHS}], got {list(values)}")
     return tuple(v)
 
 
