@@ -13,8 +13,9 @@ from . import recommendation
 from .mechanisms import DEFAULT
 from .mechanisms import get as mechanism_of
 from .recommendation import FIT_FRONT_ONLY, Design, InfeasibleBudget, nbafl_design  # noqa: F401  (re-exported)
+from .theory import privacy
 from .theory.pareto import ParetoSet, theorem3
-from .theory.privacy import SAMPLINGS, RDPAccountant, check_delta, check_step
+from .theory.privacy import SAMPLINGS, Charge, check_delta, check_step
 
 __version__ = "0.2.0"
 
@@ -96,8 +97,8 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
         raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
     if accountant not in ("rdp", "prv", "both"):
         raise ValueError(f"accountant must be rdp, prv or both, got {accountant!r}")
-    rdp = RDPAccountant(conversion=conversion).step(noise_multiplier, sample_rate, steps, sampling)
-    eps_rdp, order = rdp.epsilon_and_order(delta)
+    eps_rdp, order = privacy.account([Charge(sampling, sample_rate, noise_multiplier, steps)], delta,
+                                     conversion=conversion, order=True)
     values, notes = {}, []
     if accountant in ("rdp", "both"):
         values["rdp"] = eps_rdp
@@ -228,9 +229,9 @@ def check_design(d: Design, where: str = "the design", near=None) -> Design:
     elif f is not None:
         found = pretrial_spend(fit=f)
     if found is not None:
-        from .theory.privacy import charges_from_data, compose_epsilon
+        from .theory.privacy import charges_from_data
 
-        have = compose_epsilon(charges_from_data(pre["charges"]), d.delta) if pre else 0.0
+        have = privacy.account(charges_from_data(pre["charges"]), d.delta) if pre else 0.0
         if have < found.epsilon * (1 - recommendation.CLAIM_RTOL):
             raise ValueError(f"{where} composes {'no' if not pre else f'epsilon {have:.4g} of its'} private "
                              f"pre-trial, but {found.source} charged epsilon {found.epsilon:.4g}: its ε would be "
@@ -461,7 +462,6 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     from .fl.algorithms import train as run
     from .fl.build import assemble, prepare
     from .fl.data import PARTITIONS, load_dataset
-    from .theory.ledger import Ledger
 
     if history is not None:
         check_out_path(history, (".csv",))
@@ -588,7 +588,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
                    epsilon=epsilon, delta=delta, rounds=rounds, groups=groups, secure=secure, **options).policy
     first = pol.charges(0)
     if first is not None and groups is None:
-        ledger = Ledger(replicas, delta)
+        ledger = pol.ledger(replicas, delta)
         if spent:
             ledger.commit(list(spent), ledger.increment(list(spent)), np.ones(replicas, dtype=bool))
         inc = ledger.increment(first)

@@ -20,7 +20,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLo
 from .mechanisms import get as mechanism_of
 from .pretrial.spec import MECHANISM
 from .theory import pareto
-from .theory.privacy import DEFAULT_ORDERS, charges_from_data, conversion_offset, max_steps, rdp_curve
+from .theory.privacy import DEFAULT_ORDERS, charges_from_data, epsilon_on_grid, max_steps, rdp_curve
 
 COLORS = {"rounds_min": "#9467bd", "sigma_max": "#d62728", "relation": "#1f77b4",
           "rounds_max": "#2ca02c", "sigma_min": "#ff7f0e"}
@@ -40,8 +40,7 @@ def _exact_epsilon(sigma, rounds, q, n, delta, sampling="poisson", zf=None):
     sigma, rounds = np.asarray(sigma, float), np.asarray(rounds, float)
     uniq, inv = np.unique(sigma, return_inverse=True)
     R = np.atleast_2d(rdp_curve(sampling, q, uniq * zf))[inv]
-    c = conversion_offset(np.asarray(DEFAULT_ORDERS), delta, "improved")
-    return np.min(rounds[:, None] * R + c[None, :], axis=1)
+    return epsilon_on_grid(rounds[:, None] * R, delta, DEFAULT_ORDERS)
 
 
 def _log_ticks(axis, lo, hi):

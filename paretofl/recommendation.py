@@ -44,12 +44,10 @@ from .theory.bandmf import MAX_BANDS, round_noise_factors
 from .theory.local_work import LocalWork
 from .theory.privacy import (
     DEFAULT_ORDERS,
-    RDPAccountant,
+    Charge,
+    account,
     check_delta,
-    compose_epsilon,
     max_steps,
-    rdp_curve,
-    rdp_to_epsilon,
     sorted_unique,
 )
 
@@ -423,12 +421,12 @@ def account_design(d: Design) -> dict:
     {"epsilon": the total, "training": the training alone, "pretrial": the
     pre-trial alone or None, "groups": each group's or None,
     "noise_multiplier", "charged_noise_multiplier", "sampling"}."""
-    from .theory.privacy import charges_from_data, compose_epsilon
+    from .theory.privacy import charges_from_data
 
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
     pre = (d.details or {}).get("pretrial")
     prior = tuple(charges_from_data(pre.get("charges") if isinstance(pre, dict) else None)) if pre is not None else ()
-    out = {"pretrial": compose_epsilon(prior, d.delta) if prior else None, "groups": None}
+    out = {"pretrial": account(prior, d.delta) if prior else None, "groups": None}
     if d.groups:
         if pre is not None:
             raise ValueError("a group design composes no private pre-trial (design refuses the two together)")
@@ -441,10 +439,8 @@ def account_design(d: Design) -> dict:
     out.update(charged_noise_multiplier=float(c.noise_multiplier), sampling=c.sampling,
                noise_multiplier=float(mechanism_of(d.mechanism).noise(d.q, d.sigma, d.n_clients).std))
     if not mech.designable:       # its own design (NbAFL's): a Gaussian of σ per upload, every round, searched orders
-        from .theory.privacy import compute_epsilon
-
         e = max(mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients),
-                compute_epsilon(1.0, d.sigma, d.rounds, d.delta))
+                account([Charge("poisson", 1.0, d.sigma, d.rounds)], d.delta))
         out.update(epsilon=e, training=e)
         return out
     p = Problem(d.n_clients, d.budget, d.delta, max(int(d.rounds), int(d.max_rounds or 0)), [d.q],
@@ -522,11 +518,8 @@ class _Acct:
     prior: tuple = ()      # charges spent before the training (a private pre-trial), composed with it
 
     def epsilon(self, z, steps, delta, orders) -> float:
-        """ε of ``steps`` charged participations at noise multiplier z, after the prior."""
-        acct = RDPAccountant(orders=tuple(orders))
-        for c in self.prior:
-            acct.step(float(c.noise_multiplier), float(c.rate), int(c.steps), c.sampling)
-        return acct.step(z, self.rate, int(steps), self.sampling).get_epsilon(delta)
+        """ε of ``steps`` charged participations at noise multiplier z, after the prior (orders searched)."""
+        return account([*self.prior, Charge(self.sampling, self.rate, z, int(steps))], delta, orders)
 
 
 @dataclass
@@ -569,13 +562,8 @@ class Problem:
         c = self.mechanism.charge(q, sigma, self.n_clients)
         k = self.mechanism.participations(rounds)
         acct = self.unit_charge(q)
-        eps = acct.epsilon(float(c.noise_multiplier), k, self.delta, self.orders)
-        if self.orders != DEFAULT_ORDERS:   # reported on its orders, not refined between them: the larger
-            rdp = k * rdp_curve(c.sampling, c.rate, c.noise_multiplier, self.orders)
-            for p in self.prior:
-                rdp = rdp + p.rdp(self.orders)
-            eps = max(eps, rdp_to_epsilon(self.orders, rdp, self.delta)[0])
-        return eps
+        return account([*self.prior, Charge(acct.sampling, acct.rate, float(c.noise_multiplier), int(k))],
+                       self.delta, self.orders, fixed=self.mechanism.reports_on_orders(self.orders))
 
 
 
@@ -657,7 +645,7 @@ def search(p: Problem, utility) -> tuple:
     if best is None:
         eps1 = [accts[qq].epsilon(p.sigma_max * accts[qq].zf, 1, p.delta, p.orders) for qq in p.qs]
         k = int(np.argmin(eps1))
-        pre = compose_epsilon(p.prior, p.delta) if p.prior else None
+        pre = account(p.prior, p.delta) if p.prior else None
         raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max}, pre)
     (u, T, sig), qb = best
     return (u, T, sig, qb), per_q
@@ -1191,9 +1179,7 @@ def _private_pretrial(fit, n: int):
 
 def _say_pretrial(d: Design, job: _Job, spend) -> None:
     """A design after a private pre-trial: what each part spent, alone and composed, and where that was read."""
-    from .theory.privacy import compose_epsilon as epsilon_of
-
-    pre = epsilon_of(list(job.prior), job.delta)
+    pre = account(list(job.prior), job.delta)
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
     train = mech.epsilon(d.q, d.sigma, d.rounds, job.delta, d.n_clients, orders=job.orders)
     from .theory.privacy import charges_as_data as as_data

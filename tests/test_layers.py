@@ -134,3 +134,37 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     an upward arrow, and its layers say so."""
     assert _layer("paretofl.fl.engine") < _layer("paretofl.pretrial.spec")
     assert _layer("paretofl.mechanisms.aggregate") < _layer("paretofl.recommendation")
+
+
+#: the accountant's inner parts: outside paretofl/theory/ ε is reached through account() (or Charge.epsilon and
+#: Mechanism.epsilon, which call it); fl/prv.py is another accountant (Opacus's PRV), reported beside it
+ACCOUNTANT_INSIDES = {"RDPAccountant", "compute_epsilon", "rdp_to_epsilon", "best_epsilon", "compose_epsilon"}
+
+
+def _names_from_theory(tree) -> set:
+    """Names a module imports from paretofl.theory.privacy / .ledger, and attributes it reads off ``privacy``."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith(("theory.privacy", "privacy")):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "privacy":
+            out.add(node.attr)
+    return out
+
+
+def test_epsilon_is_reached_through_one_entry_point():
+    bad = {}
+    for path in ROOT.rglob("*.py"):
+        if "theory" in path.relative_to(ROOT).parts or path.name == "prv.py":
+            continue
+        got = _names_from_theory(ast.parse(path.read_text())) & ACCOUNTANT_INSIDES
+        if got:
+            bad[str(path.relative_to(ROOT))] = sorted(got)
+    assert not bad, bad
+
+
+def test_the_entry_point_check_sees_a_second_route():
+    """The check can fail: a module importing the RDP accountant directly is found."""
+    tree = ast.parse("from ..theory.privacy import RDPAccountant, account\nfrom .theory import privacy\n"
+                     "x = privacy.compute_epsilon(1, 1, 1, 1)\n")
+    assert _names_from_theory(tree) & ACCOUNTANT_INSIDES == {"RDPAccountant", "compute_epsilon"}

@@ -430,3 +430,71 @@ def test_varying_sigma_agrees_with_opacus_rdp_and_bounds_prv(q, s0, beta, every,
     prv_eps = prv.get_epsilon(1e-5)
     assert prv.history == [(z, q, n) for z, n in sched]
     assert 0 < prv_eps <= eps
+
+
+# ---------------------------------------------------------------- the one entry point
+def _brute_epsilon(total_rdp, delta, lo=1.0 + 1e-4, hi=4096.0, n=400_000):
+    """min over a dense grid of orders of total_rdp(α) + the improved conversion's c_α (Balle et al. 2020)."""
+    a = 1 + np.geomspace(lo - 1, hi - 1, n)
+    c = np.log((a - 1) / a) - (math.log(delta) + np.log(a)) / (a - 1)
+    return float(max(np.min(total_rdp(a) + c), 0.0))
+
+
+def test_account_composes_gaussian_charges_as_a_brute_force_search():
+    """Three unsampled Gaussian charges: RDP Σ steps·α/(2z²) (Mironov 2017, Prop. 7), composed by adding;
+    account's searched ε is the dense-grid optimum to 1e-6 and never below it by more."""
+    ch = [P.Charge("none", 1.0, 3.0, 5), P.Charge("none", 1.0, 1.5, 2), P.Charge("none", 1.0, 8.0, 40)]
+    exact = _brute_epsilon(lambda a: sum(c.steps * a / (2 * c.noise_multiplier ** 2) for c in ch), 1e-6)
+    got = P.account(ch, 1e-6)
+    assert got == pytest.approx(exact, rel=1e-6)
+    assert got >= exact * (1 - 1e-9)
+
+
+def test_account_of_subsampled_charges_agrees_with_dp_accounting():
+    """Poisson-subsampled charges composed, against Google's dp-accounting at integer orders (its RDP
+    accountant, the same improved conversion): paretofl searches more orders, so it is at most dp-accounting's
+    and within 1 %."""
+    ch = [P.Charge("poisson", 0.05, 1.1, 300), P.Charge("poisson", 0.2, 2.5, 40)]
+    orders = list(range(2, 257))
+    acc = gdp.RdpAccountant(orders)
+    for c in ch:
+        acc.compose(dp_accounting.PoissonSampledDpEvent(c.rate, dp_accounting.GaussianDpEvent(c.noise_multiplier)),
+                    c.steps)
+    theirs = acc.get_epsilon(1e-5)
+    ours = P.account(ch, 1e-5)
+    assert ours <= theirs * (1 + 1e-9) and ours == pytest.approx(theirs, rel=1e-2)
+
+
+def test_an_outside_accountants_grid_is_reported_unrefined():
+    """fixed=True: ε on the grid of orders, as an accountant that reports on fixed orders says it (Opacus's,
+    Flower's): the minimum over the grid computed here by hand, and never below the searched ε."""
+    ch = [P.Charge("poisson", 0.01, 0.9, 2000)]
+    grid = (2.0, 3.0, 5.0, 8.0, 16.0, 32.0, 64.0)
+    a = np.array(grid)
+    by_hand = float(np.min(2000 * P.rdp_subsampled_gaussian(0.01, 0.9, grid)
+                           + np.log((a - 1) / a) - (math.log(1e-5) + np.log(a)) / (a - 1)))
+    fixed, at = P.account(ch, 1e-5, grid, fixed=True, order=True)
+    assert fixed == pytest.approx(by_hand, rel=1e-12) and at in grid
+    assert fixed >= P.account(ch, 1e-5, grid) and fixed >= P.account(ch, 1e-5)
+    assert P.account([], 1e-5) == 0.0
+
+
+def test_a_ledger_on_an_outside_grid_reports_what_account_reports():
+    """The trainer's books for a mechanism whose framework reports on fixed orders (flower-accounted): the
+    ledger's ε is account's on that grid, not the (lower) searched one."""
+    from paretofl.mechanisms import get
+    from paretofl.theory.ledger import Ledger
+
+    mech = get("flower-accounted")
+    assert mech.reports_on_orders(mech.orders) and not get("client-aggregate").reports_on_orders(P.DEFAULT_ORDERS)
+    charge = mech.charge(0.1, 0.8, 100)
+    fixed = Ledger(1, 1e-5, mech.orders, fixed=True)
+    searched = Ledger(1, 1e-5)
+    for book in (fixed, searched):
+        for _ in range(30):
+            book.commit([charge], book.increment([charge]), np.ones(1, dtype=bool))
+    want = P.account([P.Charge(charge.sampling, charge.rate, charge.noise_multiplier, 30)], 1e-5, mech.orders,
+                     fixed=True)
+    assert fixed.epsilon()[0] == pytest.approx(want, rel=1e-9)
+    assert fixed.epsilon()[0] >= searched.epsilon()[0]
+    assert mech.epsilon(0.1, 0.8, 30, 1e-5, 100) == pytest.approx(want, rel=1e-12)

@@ -70,7 +70,6 @@ import numpy as np
 import torch
 
 from ..mechanisms import REGISTRY, AuditSetting, audit_setting, audit_settings
-from ..theory.ledger import Ledger
 from ..theory.privacy import Charge
 from .build import Setup, assemble, assemble_pretrial
 from .data import Dataset
@@ -630,7 +629,7 @@ def claimed_epsilon(s: AuditSetting | str, broken: str = "none") -> float:
     pol = _policy(s, _synthetic(n, 12345, p["features"]), p["clients"], 1, 0)
     if pol.fixed_epsilon() is not None:
         return float(pol.fixed_epsilon())
-    ledger = Ledger(pol.n_groups, delta)
+    ledger = pol.ledger(pol.n_groups, delta)
     for t in range(int(p.get("rounds", 1))):    # the run's rounds (one, but for a run-long audit)
         ch = pol.charges(t)
         ledger.commit(ch, ledger.increment(ch), np.ones(pol.n_groups, dtype=bool))

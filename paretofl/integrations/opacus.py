@@ -19,15 +19,16 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..theory.privacy import RDPAccountant, check_delta, rdp_subsampled_gaussian, rdp_to_epsilon
+from ..theory.privacy import Charge, account, check_delta
 
 #: the orders Opacus's RDP accountant uses (opacus.accountants.RDPAccountant.DEFAULT_ALPHAS)
 OPACUS_ALPHAS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
 
 
 def _opacus_epsilon(z, q, steps, delta):
-    """ε as Opacus's RDP accountant reports it: its orders, the same conversion."""
-    return rdp_to_epsilon(OPACUS_ALPHAS, steps * rdp_subsampled_gaussian(q, z, OPACUS_ALPHAS), delta)[0]
+    """ε as Opacus's RDP accountant reports it: on its orders, unrefined, the same conversion (the
+    searched ε is never above it)."""
+    return account([Charge("poisson", q, z, steps)], delta, OPACUS_ALPHAS, fixed=True)
 
 __all__ = ["OpacusPlan", "plan", "from_design", "make_private", "check", "snippet"]
 
@@ -89,7 +90,7 @@ def plan(epsilon: float, delta: float, rounds: int, local_steps: int, dataset_si
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if _opacus_epsilon(mid, q, steps, delta) <= epsilon else (mid, hi)
     z = hi
-    eps = max(_opacus_epsilon(z, q, steps, delta), RDPAccountant().step(z, q, steps).get_epsilon(delta))
+    eps = max(_opacus_epsilon(z, q, steps, delta), account([Charge("poisson", q, z, steps)], delta))
     return OpacusPlan(float(z), float(max_grad_norm), int(batch_size), int(dataset_size), int(local_steps),
                       int(rounds), eps, delta)
 
@@ -115,11 +116,9 @@ def check(privacy_engine, p: OpacusPlan) -> dict:
     """After training: Opacus's own ε (its accountant's, PRV by default in
     Opacus 1.6, or RDP) beside paretofl's RDP ε for the same history; the
     larger is reported (``epsilon``)."""
-    ours = RDPAccountant()
-    for z, q, n in privacy_engine.accountant.history:
-        ours.step(z, q, n)
+    ours = [Charge("poisson", q, z, n) for z, q, n in privacy_engine.accountant.history]
     theirs = float(privacy_engine.get_epsilon(p.delta))
-    mine = ours.get_epsilon(p.delta) if ours.history else 0.0
+    mine = account(ours, p.delta)
     steps = sum(n for _, _, n in privacy_engine.accountant.history)
     return {"opacus": theirs, "paretofl": mine, "epsilon": max(theirs, mine), "steps": steps,
             "planned_steps": p.steps, "within_plan": max(theirs, mine) <= p.epsilon * (1 + 1e-6)}

@@ -22,12 +22,12 @@ each kind of release lives in :mod:`paretofl.fl.release`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import numpy as np
 
-from ..theory.privacy import DEFAULT_ORDERS, Charge, check_rate
+from ..theory.privacy import DEFAULT_ORDERS, Charge, account, check_rate
 
 __all__ = ["Mechanism", "Noise", "AuditSetting", "Break", "register", "get", "names", "REGISTRY", "positive",
            "rates", "sigmas"]
@@ -254,8 +254,16 @@ class Mechanism:
     def epsilon(self, q, sigma, rounds: int, delta: float, n_clients: int | None = None, orders=None) -> float:
         """ε of ``rounds`` rounds at (q, σ): the charge composed over the
         rounds the most exposed client is charged for."""
-        return self.charge(q, sigma, n_clients).epsilon(delta, self.participations(rounds),
-                                                        self.orders if orders is None else orders)
+        c = self.charge(q, sigma, n_clients)
+        orders = self.orders if orders is None else orders
+        return account([replace(c, steps=int(c.steps) * self.participations(rounds))], delta, orders,
+                       fixed=self.reports_on_orders(orders))
+
+    def reports_on_orders(self, orders) -> bool:
+        """Are ``orders`` an outside accountant's fixed grid, on which it
+        reports ε unrefined (Flower's)?  Then :func:`account` says the larger
+        of that report and the searched ε."""
+        return tuple(orders) != DEFAULT_ORDERS
 
     def error_ratio(self, rounds):
         """The share of independent noise's error on the model's trajectory

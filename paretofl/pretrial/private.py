@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..theory.privacy import Charge, charges_as_data, charges_from_data, compose_epsilon
+from ..theory.privacy import Charge, account, charges_as_data, charges_from_data
 
-__all__ = ["charges", "spent", "as_data", "from_data", "epsilon_of", "charges_of_log", "Spend", "of_store", "of_fit"]
+__all__ = ["charges", "spent", "as_data", "from_data", "charges_of_log", "Spend", "of_store", "of_fit"]
 
-#: charges as plain numbers and back, and their composition (the theory layer's)
-as_data, from_data, epsilon_of = charges_as_data, charges_from_data, compose_epsilon
+#: charges as plain numbers and back (the theory layer's)
+as_data, from_data = charges_as_data, charges_from_data
 
 
 def charges(spec) -> list[Charge]:
@@ -37,7 +37,7 @@ def charges(spec) -> list[Charge]:
 
 def spent(spec) -> float:
     """ε the private pre-trial spends at its δ (all its runs composed)."""
-    return compose_epsilon(spec.private_charges(), spec.delta)
+    return account(spec.private_charges(), spec.delta)
 
 
 def charges_of_log(log, clients: int) -> list[Charge]:
@@ -111,7 +111,7 @@ def of_store(path) -> Spend | None:
     if not ch:
         raise ValueError(f"{path} is a private pre-trial that has charged no run yet: run it (paretofl pretrial) "
                          "before designing with it")
-    return Spend(ch, compose_epsilon(ch, delta), delta, clients, f"the spend log of {path}", True, store=path)
+    return Spend(ch, account(ch, delta), delta, clients, f"the spend log of {path}", True, store=path)
 
 
 def locate(recorded, near=None):
@@ -181,15 +181,15 @@ def of_fit(path, data: dict) -> Spend | None:
         if not claimed:
             raise ValueError(f"{path} is the fit of a private pre-trial but lists no charges: run \"paretofl fit\" "
                              "on its store again")
-        eps = compose_epsilon(claimed, delta)
+        eps = account(claimed, delta)
         said = data.get("private_epsilon")
         if not isinstance(said, (int, float)) or not abs(float(said) - eps) <= 1e-6 * max(1.0, eps):
             raise ValueError(f"{path} says its private pre-trial spent epsilon {said!r}, but its charges compose to "
                              f"{eps:.6g}: the file was changed; run \"paretofl fit\" on its store again")
     if from_store is not None:
-        if claimed and compose_epsilon(claimed, from_store.delta) > from_store.epsilon * (1 + 1e-9):
+        if claimed and account(claimed, from_store.delta) > from_store.epsilon * (1 + 1e-9):
             raise ValueError(f"{path} says its pre-trial spent more than the spend log of its store {store}: that "
                              "store is not the one it was fitted on; run \"paretofl fit\" on the store again")
         return replace(from_store, fit=str(path))
     where = f"the fit {path}, unverified: its store {data.get('results')} is not there"
-    return Spend(claimed, compose_epsilon(claimed, delta), delta, clients, where, False, fit=str(path))
+    return Spend(claimed, account(claimed, delta), delta, clients, where, False, fit=str(path))

@@ -201,9 +201,9 @@ class Spec:
                 bad("a private pre-trial is charged: give epsilon, the most it may spend (it comes out of the "
                     "design's budget)")
             num("epsilon", 0, 1e4)
-            from ..theory.privacy import compose_epsilon
+            from ..theory.privacy import account
 
-            cost = compose_epsilon(self.private_charges(), self.delta) if grid else 0.0
+            cost = account(self.private_charges(), self.delta) if grid else 0.0
             if cost > self.epsilon * (1 + 1e-12):
                 bad(f"this grid spends epsilon {cost:.4g} on the clients' data ({len(self.q) * len(self.sigmas)} "
                     f"noise levels x {self.seeds} seeds, {max(self.rounds)} rounds each, composed), above the "

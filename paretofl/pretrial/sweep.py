@@ -309,15 +309,16 @@ def _check_spend(spec: Spec, store: Store, jobs: list) -> None:
     or runs trained afresh on a resume (their noise is new, so they are
     charged again), are refused before anything trains when the total
     would pass it."""
-    from .private import charges_of_log, epsilon_of
+    from ..theory.privacy import account
+    from .private import charges_of_log
 
     planned = [(j.q, sg, sd, max(j.rounds)) for j in jobs for sg, sd in j.replicas]
     if not planned:
         return
     spent_before = store.spend()
-    total = epsilon_of(charges_of_log(spent_before + planned, spec.clients), spec.delta)
+    total = account(charges_of_log(spent_before + planned, spec.clients), spec.delta)
     if total > spec.epsilon * (1 + 1e-12):
-        before = epsilon_of(charges_of_log(spent_before, spec.clients), spec.delta) if spent_before else 0.0
+        before = account(charges_of_log(spent_before, spec.clients), spec.delta) if spent_before else 0.0
         raise ValueError(f"{store.path} has charged epsilon {before:.4g} already; the {len(planned)} run(s) still to "
                          f"train (each trained afresh, with new noise) would bring it to {total:.4g}, above the "
                          f"spec's epsilon = {spec.epsilon:g}: fit what is there (paretofl fit {store.path}), or "

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from .privacy import DEFAULT_ORDERS, Charge, RDPAccountant, conversion_offset, rdp_curve
+from .privacy import DEFAULT_ORDERS, Charge, RDPAccountant, epsilon_on_grid, rdp_curve
 
 __all__ = ["Ledger"]
 
@@ -26,14 +26,15 @@ __all__ = ["Ledger"]
 class Ledger:
     """``rows`` accountants at one δ (see the module docstring)."""
 
-    def __init__(self, rows: int, delta: float, orders=DEFAULT_ORDERS):
+    def __init__(self, rows: int, delta: float, orders=DEFAULT_ORDERS, fixed: bool = False):
         self.orders = np.asarray(orders)
+        #: report on the orders' grid, unrefined (an outside accountant's: :func:`~.privacy.account`)
+        self.fixed = bool(fixed)
         self.delta = delta
         self.rdp = np.zeros((rows, len(self.orders)))
         self.accountants = [RDPAccountant(orders=tuple(orders)) for _ in range(rows)]
         self.unlimited = np.zeros(rows, dtype=bool)  # ran without noise: ε = inf
         self._cache = {}
-        self._offset = conversion_offset(self.orders, delta)
 
     @property
     def rows(self) -> int:
@@ -82,6 +83,8 @@ class Ledger:
         pass the budget."""
         epsilon = np.broadcast_to(np.asarray(epsilon, dtype=float), (self.rows,))
         ok = self.grid_epsilon(self.rdp + inc) <= epsilon
+        if self.fixed:                       # the grid's ε is the one reported
+            return ok
         ask = ~ok & ~self.unlimited & (True if active is None else np.asarray(active, dtype=bool))
         cols = [(ch.sampling, *self._columns(ch)) for ch in charges]
         for r in np.flatnonzero(ask):
@@ -99,12 +102,11 @@ class Ledger:
     def grid_epsilon(self, rdp=None) -> np.ndarray:
         """ε on the grid of orders (an upper bound on the reported one)."""
         rdp = self.rdp if rdp is None else rdp
-        with np.errstate(invalid="ignore"):
-            e = np.min(rdp + self._offset[None, :], axis=1)
-        e = np.where(np.isnan(e), np.inf, np.maximum(e, 0.0))
-        return np.where(np.any(rdp != 0, axis=1), e, 0.0)
+        return np.where(np.any(rdp != 0, axis=1), epsilon_on_grid(rdp, self.delta, self.orders), 0.0)
 
     def epsilon(self) -> np.ndarray:
-        """Each row's ε, its orders searched (what is reported)."""
+        """Each row's ε, its orders searched (what is reported), or on the grid where it is fixed."""
+        if self.fixed:
+            return np.where(self.unlimited, math.inf, self.grid_epsilon())
         return np.array([math.inf if u else a.get_epsilon(self.delta)
                          for a, u in zip(self.accountants, self.unlimited)])

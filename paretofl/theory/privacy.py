@@ -21,7 +21,11 @@ Contents
   improved (Balle et al. 2020, Thm. 21) RDP -> (ε, δ) conversions, and
   :func:`best_epsilon`, which minimises over orders by a grid and then a
   search around its best order and past its ends (docs/theory.md §5.2).
-* :class:`RDPAccountant` -- the accountant interface (``step`` /
+* :func:`account` -- the one entry point: charges in, ε out.  Everything
+  outside :mod:`paretofl.theory` reaches ε through it (or through
+  :meth:`Charge.epsilon` and :meth:`paretofl.mechanisms.Mechanism.epsilon`,
+  which call it); ``tests/test_layers.py`` holds that.
+* :class:`RDPAccountant` -- the accountant under it (``step`` /
   ``get_epsilon``); steps with different σ or sampling compose.  Opacus's
   PRV accountant has the same interface in :mod:`paretofl.fl.prv`.
 * :func:`calibrate_noise` and :func:`max_steps` (ALI-DPFL, Algorithm 3).
@@ -50,13 +54,14 @@ __all__ = [
     "rdp_curve",
     "rdp_to_epsilon",
     "conversion_offset",
+    "epsilon_on_grid",
     "best_epsilon",
     "RDPAccountant",
     "compute_epsilon",
     "calibrate_noise",
     "max_steps",
     "Charge",
-    "compose_epsilon",
+    "account",
     "charges_as_data",
     "charges_from_data",
     "check_delta",
@@ -651,6 +656,18 @@ def rdp_to_epsilon(orders, rdp, delta: float, conversion: str = "improved") -> t
     return float(max(eps[idx], 0.0)), float(a[idx])
 
 
+def epsilon_on_grid(rdp, delta: float, orders: Sequence[float] = DEFAULT_ORDERS,
+                    conversion: str = "improved") -> np.ndarray:
+    """ε of composed RDP (..., len(orders)) on the grid of ``orders``,
+    unrefined: an upper bound on :func:`account`'s searched ε (what it
+    reports where the grid is an outside accountant's).  Vectorised over
+    the leading axes (a plot's points, a ledger's rows); NaN reads as +inf."""
+    rdp = np.asarray(rdp, dtype=float)
+    with np.errstate(invalid="ignore"):
+        e = np.min(rdp + conversion_offset(orders, delta, conversion), axis=-1)
+    return np.where(np.isnan(e), np.inf, np.maximum(e, 0.0))
+
+
 def sorted_unique(a) -> np.ndarray:
     """``np.unique(a)`` (flattened, sorted, each value once) without NumPy
     2's import of numpy.ma that its first call makes (a few ms of every
@@ -774,12 +791,40 @@ class RDPAccountant:
         return best_epsilon(self.rdp, delta, self.conversion, self.orders)
 
 
+def account(charges, delta: float, orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
+            fixed: bool = False, order: bool = False):
+    """The accountant's one entry point: charges in, ε out.
+
+    ``charges``: scalar :class:`Charge` objects (each a mechanism's, or read
+    back from a record), composed by adding their RDP curves; ε is the
+    minimum over orders α of RDP(α) + c_α(δ), searched from ``orders``
+    (:func:`best_epsilon`).  ``fixed``: ``orders`` are the fixed grid of an
+    outside accountant that reports ε on them unrefined (Flower's,
+    Opacus's): ε on that grid, which is the larger of the two (the search
+    starts from the grid's minimum and only goes down), so paretofl never
+    says less than the framework it runs in.  ``order``: return (ε, the
+    best order).  The design, the pre-trial's composition, the bridges and
+    the views all reach ε here; the trainer's
+    :class:`~paretofl.theory.ledger.Ledger` keeps the same accountant's
+    running books, round by round."""
+    acct = RDPAccountant(orders=tuple(orders), conversion=conversion)
+    for c in charges:
+        acct.step(float(c.noise_multiplier), float(c.rate), int(c.steps), c.sampling)
+    if not acct.history:
+        eps, alpha = 0.0, math.nan
+    elif fixed:     # the same value as epsilon_on_grid, with its order
+        eps, alpha = rdp_to_epsilon(acct.orders, acct.rdp(), delta, conversion)
+    else:
+        eps, alpha = acct.epsilon_and_order(delta)
+    return (eps, alpha) if order else eps
+
+
 def compute_epsilon(q: float, noise_multiplier: float, steps: int, delta: float, sampling: str = "poisson",
                     **kwargs) -> float:
-    """ε (RDP accountant) after ``steps`` Gaussian steps of noise multiplier
-    ``noise_multiplier`` at sampling rate ``q``; ``kwargs`` go to
-    :class:`RDPAccountant` (orders, conversion)."""
-    return RDPAccountant(**kwargs).step(noise_multiplier, q, steps, sampling).get_epsilon(delta)
+    """ε after ``steps`` Gaussian steps of noise multiplier
+    ``noise_multiplier`` at sampling rate ``q`` (:func:`account` of one
+    charge; ``kwargs``: its orders, conversion)."""
+    return account([Charge(sampling, q, noise_multiplier, steps)], delta, **kwargs)
 
 
 # --------------------------------------------------------------------------
@@ -1064,16 +1109,8 @@ class Charge:
 
     def epsilon(self, delta: float, rounds: int = 1, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
         """ε of ``rounds`` compositions of this (scalar) charge."""
-        return compute_epsilon(float(self.rate), float(self.noise_multiplier), int(rounds) * int(self.steps),
-                               delta, self.sampling, orders=orders)
-
-
-def compose_epsilon(charges, delta: float, orders: Sequence[float] = DEFAULT_ORDERS) -> float:
-    """ε of charges (scalar :class:`Charge` objects) composed: one RDP accountant, orders searched."""
-    acct = RDPAccountant(orders=tuple(orders))
-    for c in charges:
-        acct.step(float(c.noise_multiplier), float(c.rate), int(c.steps), c.sampling)
-    return acct.get_epsilon(delta)
+        return account([Charge(self.sampling, float(self.rate), float(self.noise_multiplier),
+                               int(rounds) * int(self.steps))], delta, orders)
 
 
 def charges_as_data(charges) -> list[dict]:

@@ -219,7 +219,7 @@ def test_the_pipeline_claims_the_pretrial_and_the_training_composed():
     made from such a pre-trial composes: the spec's charges with the
     training's, in one accountant."""
     from paretofl.pretrial.spec import Spec
-    from paretofl.theory.privacy import Charge, compose_epsilon
+    from paretofl.theory.privacy import Charge, account
 
     s = audit_setting("client-aggregate/pipeline")
     p = s.params
@@ -236,7 +236,7 @@ def test_the_pipeline_claims_the_pretrial_and_the_training_composed():
                                sigmas=list(p["sigmas"]), rounds=[p["pretrial_rounds"]], seeds=1, clip=p["clip"],
                                delta=p["delta"], private=True, epsilon=10.0))
     training = Charge("poisson", p["q"], z_train, p["rounds"])
-    assert claim == pytest.approx(compose_epsilon([*spec.private_charges(), training], p["delta"]), rel=1e-9)
+    assert claim == pytest.approx(account([*spec.private_charges(), training], p["delta"]), rel=1e-9)
     # the noise multipliers the adversary uses are the public ones
     _, _, z, zt = A.pipeline_release(s, "out", 2, 1)
     assert np.allclose(z, z_pre) and zt == pytest.approx(z_train)

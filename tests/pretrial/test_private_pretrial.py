@@ -13,12 +13,12 @@ import pytest
 
 import paretofl
 from paretofl.pretrial.fit import fit
-from paretofl.pretrial.private import charges, epsilon_of, from_data, spent
+from paretofl.pretrial.private import charges, from_data, spent
 from paretofl.pretrial.spec import Spec
 from paretofl.pretrial.store import COLUMNS, Store
 from paretofl.pretrial.sweep import run_sweep
 from paretofl.recommendation import shipped_fit
-from paretofl.theory.privacy import compute_epsilon
+from paretofl.theory.privacy import account, compute_epsilon
 
 N = 40
 
@@ -204,7 +204,7 @@ def test_every_closed_form_design_says_what_kappas_interval_moves():
 
 def test_epsilon_of_composes_like_the_accountant():
     ch = charges(_spec())
-    assert epsilon_of(ch, 1e-4) == pytest.approx(spent(_spec()), rel=1e-12)
+    assert account(ch, 1e-4) == pytest.approx(spent(_spec()), rel=1e-12)
 
 
 def test_the_cost_of_a_wrong_kappa_every_design_quotes_is_the_measured_table():

@@ -122,6 +122,15 @@ class Policy:
     def fixed_epsilon(self):
         return None
 
+    def ledger(self, rows: int, delta: float) -> Ledger:
+        """The books of ``rows`` accountants for this policy's charges, on
+        its mechanism's orders (and, where an outside accountant reports on
+        them, at its fixed grid: never below it)."""
+        mech = getattr(self, "mech", None)
+        if mech is None:
+            return Ledger(rows, delta)
+        return Ledger(rows, delta, mech.orders, fixed=mech.reports_on_orders(mech.orders))
+
     def vec(self, v, dtype=float):
         """A setting (scalar or per replica) as an (R,) numpy array."""
         return np.broadcast_to(np.asarray(v, dtype=dtype), (self.engine.R,)).copy()
@@ -221,7 +230,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     G, names = policy.n_groups, policy.group_names()
     if names is not None:
         epsilon = np.tile(policy.group_budgets, R)
-    ledger = Ledger(R * G, delta)
+    ledger = policy.ledger(R * G, delta)
     if spent:
         ledger.commit(list(spent), ledger.increment(list(spent)), np.ones(R * G, dtype=bool))
     glob = eng.init_global()
