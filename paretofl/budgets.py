@@ -241,7 +241,8 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
     ts = _t_grid(t_cap)
     if mech.noise_on == "sum":
         qs = np.geomspace(q_max * 1e-3, q_max, 24)
-        zs = np.geomspace(max(0.05, sigma_min), max(sigma_max * math.sqrt(n), 0.1), 40)
+        # noise multipliers on the sum up to the most σ_max can release (every client a round)
+        zs = np.geomspace(max(0.05, sigma_min), max(mech.noise(1.0, sigma_max, n).std, 0.1), 40)
         # the per-round RDP of every (q, z) once; each group's most rounds from it
         off = conversion_offset(np.asarray(orders, dtype=float), delta)
         room = eps[:, None] - off[None, :]                                                        # (G, A)
