@@ -123,9 +123,10 @@ class Noise:
     noise in each client's quantised share, summed modulo 2^bits by secure
     aggregation: the distributed mechanism).  ``std``: its standard
     deviation over C (scalar or one per replica).  ``split``: who adds it —
-    "shares" (noise on the sum: each selected client adds its share m/N of
-    the total variance and the server the rest, so the total is fixed
-    whatever the cohort's size), "server" (the server adds it all) or
+    "shares" (noise on the sum: the total variance std² cut into N equal
+    shares, one added by each selected client and the rest by the server,
+    so the total is fixed whatever the cohort's size: each client's share
+    is (m/N)σ²C² at std = σ√m), "server" (the server adds it all) or
     "client" (each client on its own update).  ``divisor``: what the
     aggregate is divided by (the expected cohort: a public number).
 
