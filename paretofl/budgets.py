@@ -196,8 +196,8 @@ def group_epsilons(mechanism: str, groups: list, group_of: list, sigma: float, d
     mech = mechanism_of(mechanism)
     counts = np.bincount(np.asarray(group_of, dtype=int), minlength=len(groups))
     rates = np.array([float(g["q"]) for g in groups])
-    if mech.noise_on == "sum":
-        z = float(sigma) * math.sqrt(float(counts @ rates))
+    if mech.noise_on == "sum":    # one noise on the sum of the expected cohort m, as the mechanism releases it
+        z = mech.noise(float(rates.min()), sigma, len(group_of), cohort=float(counts @ rates)).std
         return [_group_charge(mech, float(q), z).epsilon(delta, int(rounds)) for q in rates]
     return [_group_charge(mech, float(q), float(g["sigma"])).epsilon(delta, int(rounds)) for q, g in zip(rates, groups)]
 
@@ -241,7 +241,8 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
     ts = _t_grid(t_cap)
     if mech.noise_on == "sum":
         qs = np.geomspace(q_max * 1e-3, q_max, 24)
-        zs = np.geomspace(max(0.05, sigma_min), max(sigma_max * math.sqrt(n), 0.1), 40)
+        # noise multipliers on the sum up to the most σ_max can release (every client a round)
+        zs = np.geomspace(max(0.05, sigma_min), max(mech.noise(1.0, sigma_max, n).std, 0.1), 40)
         # the per-round RDP of every (q, z) once; each group's most rounds from it
         off = conversion_offset(np.asarray(orders, dtype=float), delta)
         room = eps[:, None] - off[None, :]                                                        # (G, A)
@@ -271,7 +272,7 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
         m = np.tensordot(counts, rate, axes=1)                                   # (Z, T)
         feasible = np.all(rate > 0, axis=0) & (m >= 1 - 1e-9)
         with np.errstate(divide="ignore", invalid="ignore"):
-            sig = zs[:, None] / np.sqrt(m)
+            sig = mech.sigma_for(zs[:, None], None, n, cohort=m)     # the σ whose sum of m carries z
             u = 1.0 / ts[None, :] + kappa * zs[:, None] ** 2 / m ** 2
         feasible &= (sig >= sigma_min) & (sig <= sigma_max)
         if not feasible.any():
@@ -289,7 +290,7 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
 
         def cost(z):
             r, mm = rates_at(z)
-            ss = z / math.sqrt(mm) if mm > 0 else math.inf
+            ss = mech.sigma_for(z, None, n, cohort=mm) if mm > 0 else math.inf
             bad = mm < 1 - 1e-9 or not (sigma_min <= ss <= sigma_max) or min(r) <= 0
             return (math.inf if bad else 1.0 / T + kappa * z * z / (mm * mm)), r, mm
 
@@ -309,7 +310,7 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
             else:
                 a_ = c_
         _, q_g, m, z = best
-        sigma = z / math.sqrt(m)
+        sigma = mech.sigma_for(z, None, n, cohort=m)     # what the trainer puts in noise() to release z
         spent = [_group_charge(mech, float(qq), z).epsilon(delta, T) for qq in q_g]
         groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=float(qq), sigma=sigma,
                        epsilon=float(s)) for e, c, qq, s in zip(eps, counts, q_g, spent)]

@@ -64,12 +64,13 @@ and the training after it, claimed as the two composed.  The canary pairs (``Aud
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
 from ..mechanisms import REGISTRY, AuditSetting, audit_setting, audit_settings
+from ..mechanisms import get as get_mechanism
 from ..theory.privacy import Charge
 from .build import Setup, assemble, assemble_pretrial
 from .data import Dataset
@@ -191,13 +192,27 @@ class _UnclippedEngine(Engine):
 class _LegacyTopup(SumRelease):
     """The aggregate view's release before 0.2.0: each client adds σ²C², the
     server tops a small cohort up to qNσ²C² — so a large cohort shows in
-    the noise."""
+    the noise.  In terms of the mechanism's noise on the sum, s² = qNσ²C²
+    (noise().std·C): each client adds s²/m, m = qN, and the server
+    (m − |S|)s²/m where that is positive."""
 
     def noise_stds(self, c):
         eng = self.engine
-        sc = torch.as_tensor(self.sigma * self.clip, dtype=eng.dtype, device=eng.device)
-        qn = torch.as_tensor(self.client_rate * eng.N, dtype=eng.dtype, device=eng.device)
-        return sc[c.replica], sc * (qn - torch.as_tensor(c.counts, dtype=eng.dtype)).clamp(min=0).sqrt()
+        noise = self.noise()
+        each = torch.as_tensor(noise.std * self.clip / np.sqrt(noise.divisor), dtype=eng.dtype, device=eng.device)
+        m = torch.as_tensor(noise.divisor, dtype=eng.dtype, device=eng.device)
+        return each[c.replica], each * (m - torch.as_tensor(c.counts, dtype=eng.dtype)).clamp(min=0).sqrt()
+
+
+class _CountUncharged(SumRelease):
+    """Adaptive clipping with the sum noised at the full charge z, the count
+    on top (uncharged): the sum's noise is the charge's multiplier, not the
+    mechanism's z_Δ."""
+
+    def noise(self):
+        n = super().noise()
+        z = self.mech.charge(self.client_rate, self.sigma, self.engine.N, cohort=self.cohort).noise_multiplier
+        return replace(n, std=np.broadcast_to(z, np.shape(n.std)))
 
 
 class _UncentredCount(SumRelease):
@@ -244,7 +259,7 @@ class _EveryRound(CorrelatedRelease):
 
 #: breaks in the release: how each makes its broken copy of a policy's release
 _BROKEN = {"legacy-topup": _LegacyTopup, "uncentred-count": _UncentredCount, "noise-at-next-clip": _NoiseAtNextClip,
-           "independent-noise": _IndependentNoise, "every-round": _EveryRound}
+           "independent-noise": _IndependentNoise, "every-round": _EveryRound, "count-uncharged": _CountUncharged}
 
 
 def _synthetic(n_samples, seed, features, canary_label=None, replace=False):
@@ -346,8 +361,6 @@ def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none",
         rel.rates[:] = rel.rates.max()
     if broken == "loosest-sigma":     # every client noised at the loosest sigma; each still claimed at its own
         rel.group_sigmas[:] = rel.group_sigmas.min()
-    if broken == "count-uncharged":   # the sum noised at the full charge, the count on top
-        rel.update_factor[:] = 1.0
     if hasattr(rel, "modulus_bits"):     # a modular sum's broken copies (and the simulated dropout) set on its release
         from .quantise import break_release
         break_release(rel, broken, p)
@@ -366,7 +379,7 @@ def _adaptive_scores(pol, release, k, clip):
     relative weights: the audit picks the best on its selection half."""
     rel = pol.release
     m = float(rel.cohort[0])
-    z_sum = float(rel.sigma[0] * math.sqrt(m) * rel.update_factor[0]) or 1.0
+    z_sum = float(rel.noise().std[0]) or 1.0      # the sum's noise multiplier, as the mechanism says
     proj = release[:, k].cpu().numpy() * m / (z_sum * clip)
     count = rel.last_count.cpu().numpy()
     sb = float(rel.count_noise[0])
@@ -623,7 +636,7 @@ def claimed_epsilon(s: AuditSetting | str, broken: str = "none") -> float:
         return Charge("poisson", p["q"], p["sigma"]).epsilon(delta)
     if broken in ("charged-at-z", "charged-as-before"):   # the sum's z, as if the sensitivity were C
         q = p["cohort"] / p["clients"]
-        z = p["sigma"] * math.sqrt(p["cohort"])
+        z = get_mechanism(s.mechanism).noise(q, p["sigma"], p["clients"], cohort=p["cohort"]).std   # on the sum
         return Charge("fixed-size" if broken == "charged-at-z" else "none", q, z).epsilon(delta)
     n = p["samples"] * (1 if s.canary.startswith("sample") else p["clients"])
     pol = _policy(s, _synthetic(n, 12345, p["features"]), p["clients"], 1, 0)

@@ -19,6 +19,11 @@ A policy (:class:`paretofl.fl.algorithms.DPFedAvg`) trains the cohort's
 clients and hands their updates to :meth:`Release.release`; the audit
 drives the same public methods with canaries.  Every replica's settings
 (σ, C, its clients' rates) are the release's own arrays.
+
+How much noise a round adds is never worked out here: it is the
+mechanism's :meth:`~paretofl.mechanisms.Mechanism.noise` for the replica's
+(q, σ, expected cohort) — :meth:`Release.noise` — times the replica's C;
+a release only says who adds which part of it.
 """
 
 from __future__ import annotations
@@ -176,6 +181,12 @@ class Release:
                else np.tile(self.group_sigmas, R))
         return [self.mech.charge(np.tile(self.group_rates[g], R), sig, N, cohort=np.repeat(self.cohort, self.n_groups))]
 
+    def noise(self):
+        """The mechanism's :class:`~paretofl.mechanisms.Noise` for each
+        replica's round (``std``, ``divisor``: (R,), in units of C) at the
+        release's σ and expected cohort: what the release adds."""
+        return self.mech.noise(self.client_rate, self.sigma, self.engine.N, cohort=self.cohort)
+
     def release(self, glob, updates, cohort: Cohort, active):
         raise NotImplementedError
 
@@ -197,12 +208,13 @@ class SumRelease(Release):
     noise always uses the C its updates were clipped to.  The charge is
     unchanged: the sum's own noise multiplier is raised to z_Δ so that sum
     and count together are one Gaussian of z
-    (:func:`paretofl.mechanisms.adaptive_update_multiplier`)."""
+    (:func:`paretofl.mechanisms.adaptive_update_multiplier`): the
+    mechanism's :meth:`~paretofl.mechanisms.Mechanism.noise` says z_Δ, and
+    that is what is added."""
 
     def __init__(self, mechanism, engine, sigma, clip, client_rate, groups=None, sizes=None):
         super().__init__(mechanism, engine, sigma, clip, client_rate, groups, sizes)
         self.split = mechanism.split
-        self.update_factor = np.ones(engine.R)
         self.adaptive = bool(getattr(mechanism, "adaptive", False))
         self.last_count = None
         if self.adaptive:
@@ -212,29 +224,28 @@ class SumRelease(Release):
         mech, R = self.mech, self.engine.R
         self.clip = np.array(self.clip, dtype=float)
         self.clip_lr, self.clip_quantile = mech.clip_lr, mech.clip_quantile
+        # the count's noise σ_b from the charged z (the sum's own, z_Δ, is the mechanism's noise())
         z = np.broadcast_to(self.mech.charge(self.client_rate, self.sigma, self.engine.N,
                                              cohort=self.cohort).noise_multiplier, (R,))
         sb = np.array([mech.count_std(m, float(zr)) for m, zr in zip(self.cohort, z)])
         self.count_noise = np.where(self.sigma > 0, sb, 0.0)
-        for r in range(R):
-            if self.sigma[r] > 0:
-                self.update_factor[r] = self.update_multiplier(float(z[r]), float(self.cohort[r])) / float(z[r])
-
-    def update_multiplier(self, z: float, cohort: float) -> float:
-        """The sum's own noise multiplier for a charged z (z_Δ with adaptive clipping)."""
-        return self.mech.update_multiplier(z, cohort)
 
     def noise_stds(self, c: Cohort):
         """(each cohort client's noise std (K,), the server's std (R,)) per
-        coordinate, in units of the update (docs/theory.md §5)."""
+        coordinate, in units of the update (docs/theory.md §5): the sum
+        carries the mechanism's noise, std s = noise().std·C.  "server": the
+        server adds it all.  "shares": the total variance s² is cut into N
+        equal shares s²/N; each selected client adds one and the server the
+        N − |S| left, so the total is s² whatever the cohort's size."""
         eng = self.engine
-        sc = torch.as_tensor(self.sigma * self.update_factor * self.clip, dtype=eng.dtype, device=eng.device)
+        total = self.noise().std * self.clip                          # s (R,), float64
         if self.split == "server":
-            m = torch.as_tensor(self.cohort, dtype=eng.dtype, device=eng.device)
-            return torch.zeros(c.size, dtype=eng.dtype, device=eng.device), sc * m.sqrt()
-        q = torch.as_tensor(self.share, dtype=eng.dtype, device=eng.device)
-        rest = (eng.N - torch.as_tensor(c.counts, dtype=eng.dtype, device=eng.device)).clamp(min=0)
-        return (sc * q.sqrt())[c.replica], sc * (q * rest).sqrt()
+            return (torch.zeros(c.size, dtype=eng.dtype, device=eng.device),
+                    torch.as_tensor(total, dtype=eng.dtype, device=eng.device))
+        n = eng.N
+        share = torch.as_tensor(total / math.sqrt(n), dtype=eng.dtype, device=eng.device)   # s/√N
+        rest = (n - torch.as_tensor(c.counts, dtype=eng.dtype, device=eng.device)).clamp(min=0)
+        return share[c.replica], share * rest.sqrt()
 
     def clip_updates(self, updates, c: Cohort):
         """Each update clipped to its replica's C; the norms before clipping
@@ -295,12 +306,19 @@ class UpdateRelease(SumRelease):
     server adds nothing; the server's sum is divided by the expected cohort."""
 
     def noise_stds(self, c: Cohort):
+        """(each cohort client's noise std (K,), zeros for the server): the
+        mechanism's noise on each update, noise().std·C — of its group's σ_g
+        where clients have budgets of their own."""
         eng = self.engine
-        sc = torch.as_tensor(self.sigma * self.update_factor * self.clip, dtype=eng.dtype, device=eng.device)
+        none = torch.zeros(eng.R, dtype=eng.dtype, device=eng.device)
         if self.groups is not None:
-            own = self.group_sigmas[self.group_of][c.client.cpu().numpy()] * self.clip[c.replica.cpu().numpy()]
-            return torch.as_tensor(own, dtype=eng.dtype, device=eng.device), torch.zeros_like(sc)
-        return sc[c.replica], torch.zeros_like(sc)
+            client, replica = c.client.cpu().numpy(), c.replica.cpu().numpy()
+            row = self.mech.noise(self.rates[replica, client], self.group_sigmas[self.group_of][client], eng.N,
+                                  cohort=self.cohort[replica])           # one per cohort row
+            own = row.std * self.clip[replica]
+            return torch.as_tensor(own, dtype=eng.dtype, device=eng.device), none
+        std = torch.as_tensor(self.noise().std * self.clip, dtype=eng.dtype, device=eng.device)
+        return std[c.replica], none
 
 
 class GradientRelease(Release):
@@ -334,7 +352,8 @@ class GradientRelease(Release):
     def local_noise(self, c: Cohort) -> dict:
         """What DP-SGD's local steps need: per-sample clipping, noise and the public divisor."""
         eng = self.engine
-        return dict(batch_rate=eng.rows(self.batch_rate, c), sigma=eng.rows(self.sigma, c),
+        std = self.mech.noise(self.batch_rate, self.sigma, eng.N).std       # σ on each step's clipped sum
+        return dict(batch_rate=eng.rows(self.batch_rate, c), sigma=eng.rows(std, c),
                     clip=eng.rows(self.clip, c), batch_divisor=self.divisor(c))
 
     def release(self, glob, new, c: Cohort, active):
@@ -424,9 +443,10 @@ class CorrelatedRelease(SumRelease):
         return y
 
     def privatise(self, clipped, c: Cohort):
-        """The clipped updates as they are, and the server's noise z·C·y_t (R, d)."""
+        """The clipped updates as they are, and the server's noise z·C·y_t
+        (R, d), z the mechanism's noise() (Z's std per unit C)."""
         eng = self.engine
-        zc = torch.as_tensor(self.sigma * np.sqrt(self.cohort) * self.clip, dtype=eng.dtype, device=eng.device)
+        zc = torch.as_tensor(self.noise().std * self.clip, dtype=eng.dtype, device=eng.device)
         return clipped, zc[:, None] * self.correlated_noise(clipped.shape[1])
 
     def release(self, glob, updates, c: Cohort, active):
@@ -478,7 +498,7 @@ class DistributedRelease(SumRelease):
 
     def variance(self, r: int) -> float:
         """μ of replica r: (z·Δ)², z the mechanism's noise multiplier on the sum, in grid units."""
-        z = self.mech.noise(self.client_rate, float(self.sigma[r]), self.engine.N, cohort=float(self.cohort[r])).std
+        z = float(self.noise().std[r])
         return (z * self.calibrated_to) ** 2
 
     def release(self, glob, updates, c: Cohort, active):

@@ -78,7 +78,9 @@ def flower_epsilon(num_clients: int, num_sampled_clients: int, noise_multiplier:
     C (replace-one neighbours: sensitivity 2C, so z/2 is charged)."""
     p = FlowerPlan(num_clients, num_sampled_clients, rounds, noise_multiplier, 1.0, 0.0, delta)   # checks them
     n, m = p.num_clients, p.num_sampled_clients
-    return mechanism_of("flower").charge(m / n, noise_multiplier / math.sqrt(m), n).epsilon(delta, p.num_rounds)
+    mech = mechanism_of("flower")
+    sigma = mech.sigma_for(noise_multiplier, m / n, n, cohort=m)     # the σ whose noise() on the sum is z
+    return mech.charge(m / n, sigma, n).epsilon(delta, p.num_rounds)
 
 
 @dataclass

@@ -196,9 +196,16 @@ class ClientAggregate(Mechanism):
         return adaptive_update_multiplier(z, self.count_std(cohort, z))
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
+        """One noise on the sum of multiplier z = σ√m (z_Δ >= z with adaptive
+        clipping: the count takes the rest of the charge), divided by m."""
         m = expected_cohort(q, n_clients, cohort)
-        z = float(sigma) * math.sqrt(m)
-        return Noise("sum", self.update_multiplier(z, m), split=self.split, divisor=m)
+        if not (np.ndim(m) or np.ndim(sigma)):
+            z = float(sigma) * math.sqrt(m)
+            return Noise("sum", self.update_multiplier(z, m), split=self.split, divisor=m)
+        # one per replica (or per ledger row): each its own z and, adaptive, its own z_Δ
+        z, m = np.broadcast_arrays(sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m), m)
+        std = np.array([self.update_multiplier(float(a), float(b)) for a, b in zip(z.ravel(), m.ravel())])
+        return Noise("sum", std.reshape(z.shape), split=self.split, divisor=m.astype(float))
 
     # -------------------------------------------------------------- statement
     def statement_notes(self, d) -> list[str]:

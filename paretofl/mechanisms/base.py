@@ -8,8 +8,12 @@ of this package.  It owns:
 * who is trusted, the neighbouring relation, what is released (the
   privacy statement's fields, :mod:`paretofl.mechanisms.statement`);
 * how the trainer draws a round's cohort (:attr:`Mechanism.selection`) and
-  where the noise goes (:attr:`Mechanism.noise_on`): the trainer adds
-  exactly what :meth:`Mechanism.noise` says;
+  where the noise goes (:attr:`Mechanism.noise_on`), and how much: the
+  trainer, the audit's releases and the bridges add exactly what
+  :meth:`Mechanism.noise` says (per replica where they run several), and
+  no layer outside this package works a noise scale out of σ itself (the
+  inverse, the σ that releases a given noise, is
+  :meth:`Mechanism.sigma_for`);
 * its charge per round, one :class:`~paretofl.theory.privacy.Charge`
   (:meth:`Mechanism.charge`): the only place the charge is worked out;
 * its audit settings (:attr:`Mechanism.audits`): the canary release the
@@ -30,7 +34,7 @@ import numpy as np
 from ..theory.privacy import DEFAULT_ORDERS, Charge, account, check_rate
 
 __all__ = ["Mechanism", "Noise", "AuditSetting", "Break", "register", "get", "names", "REGISTRY", "positive",
-           "rates", "sigmas"]
+           "rates", "sigmas", "sum_multiplier", "sum_sigma"]
 
 #: name -> mechanism class, in the order the modules register them
 REGISTRY: dict[str, type[Mechanism]] = {}
@@ -97,6 +101,14 @@ def sum_multiplier(q, sigma, n_clients, cohort=None):
     return sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m)
 
 
+def sum_sigma(std, q, n_clients, cohort=None):
+    """σ = z/√m, the inverse of :func:`sum_multiplier`: the σ whose sum of m
+    clients carries noise multiplier ``std``.  No checks on m (a search grid
+    may hold cohorts below one: it masks them itself).  Arrays stay arrays."""
+    m = cohort if cohort is not None else np.asarray(q, dtype=float) * int(n_clients)
+    return std / np.sqrt(m) if np.ndim(m) or np.ndim(std) else std / math.sqrt(m)
+
+
 @dataclass(frozen=True)
 class Noise:
     """The Gaussian noise one round releases, per coordinate, in units of the
@@ -111,11 +123,16 @@ class Noise:
     noise in each client's quantised share, summed modulo 2^bits by secure
     aggregation: the distributed mechanism).  ``std``: its standard
     deviation over C (scalar or one per replica).  ``split``: who adds it —
-    "shares" (noise on the sum: each selected client adds its share m/N of
-    the total variance and the server the rest, so the total is fixed
-    whatever the cohort's size), "server" (the server adds it all) or
+    "shares" (noise on the sum: the total variance std² cut into N equal
+    shares, one added by each selected client and the rest by the server,
+    so the total is fixed whatever the cohort's size: each client's share
+    is (m/N)σ²C² at std = σ√m), "server" (the server adds it all) or
     "client" (each client on its own update).  ``divisor``: what the
-    aggregate is divided by (the expected cohort: a public number)."""
+    aggregate is divided by (the expected cohort: a public number).
+
+    Where :meth:`Mechanism.noise` is given arrays (one q, σ or cohort per
+    replica, or per client), ``std`` and ``divisor`` are arrays of their
+    broadcast shape."""
 
     on: str
     std: object
@@ -277,8 +294,21 @@ class Mechanism:
         return check_rate(q, "q")
 
     def noise(self, q, sigma, n_clients: int, cohort=None) -> Noise:
-        """The noise a round releases (in units of C); see :class:`Noise`."""
+        """The noise a round releases (in units of C); see :class:`Noise`.
+        Vectorised: q, σ and ``cohort`` may be arrays (one per replica, or
+        per client), taken element by element.  What every layer adds."""
         raise NotImplementedError
+
+    def sigma_for(self, std, q, n_clients: int | None = None, cohort=None):
+        """The σ at which :meth:`noise` releases noise of std ``std`` (in
+        units of C), before adaptive clipping raises the sum's share: ``std``
+        itself where each client's (or step's) noise is σ, std/√m where one
+        noise on the sum of m clients is σ√m (:func:`sum_sigma`).  For a
+        design that searches the noise on what is released, or a framework
+        that is given it (Flower's ``noise_multiplier``).  Vectorised."""
+        if self.noise_on in ("sum", "correlated-sum", "modular-sum"):
+            return sum_sigma(std, q, n_clients, cohort)
+        return std
 
     # -------------------------------------------------------------- statement
     def sampling_text(self, d) -> str:

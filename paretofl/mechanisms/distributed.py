@@ -37,7 +37,19 @@ import numpy as np
 
 from ..theory import skellam as sk
 from ..theory.privacy import Charge, check_rate
-from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, positive, rates, register, sigmas
+from .base import (
+    NO_CLIP,
+    NOISE_DIV10,
+    AuditSetting,
+    Break,
+    Mechanism,
+    Noise,
+    positive,
+    rates,
+    register,
+    sigmas,
+    sum_multiplier,
+)
 
 __all__ = ["DistributedSkellam"]
 
@@ -170,6 +182,10 @@ class DistributedSkellam(Mechanism):
         return np.full(np.shape(rounds), r) if np.ndim(rounds) else r
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
+        if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):     # one per replica: z = σ√m each
+            m = np.asarray(cohort if cohort is not None else np.asarray(q, dtype=float) * n_clients, dtype=float)
+            z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)
+            return Noise("modular-sum", z, split=self.split, divisor=np.broadcast_to(m, np.shape(z)).copy())
         m = float(cohort) if cohort is not None else float(q) * n_clients
         return Noise("modular-sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
 

@@ -61,6 +61,10 @@ class _FixedCohort(Mechanism):
         return q
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
+        if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):     # one per replica: z = σ√m each
+            m = np.asarray(cohort if cohort is not None else np.asarray(q, dtype=float) * n_clients, dtype=float)
+            z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)
+            return Noise("sum", z, split=self.split, divisor=np.broadcast_to(m, np.shape(z)).copy())
         m = float(cohort) if cohort is not None else float(q) * n_clients
         return Noise("sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
 

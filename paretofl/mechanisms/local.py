@@ -57,8 +57,12 @@ class ClientLocal(Mechanism):
         return Charge("attributed", rates(q), sigmas(sigma))
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
-        m = float(np.sum(q)) if np.ndim(q) else float(q) * n_clients
-        return Noise("update", sigma, split=self.split, divisor=cohort if cohort is not None else m)
+        """σ on each client's update (its group's σ_g where it has one: σ is
+        then one per client), the sum divided by the expected cohort."""
+        m = cohort if cohort is not None else (np.asarray(q, dtype=float) * n_clients if np.ndim(q)
+                                               else float(q) * n_clients)
+        return Noise("update", np.asarray(sigma, dtype=float) if np.ndim(sigma) else sigma, split=self.split,
+                     divisor=m)
 
     def sampling_text(self, d) -> str:
         return (f"each client takes part with probability q = {d.q:.4g}; who took part is seen, and each client "

@@ -28,6 +28,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from ..mechanisms import get as mechanism_of
 from ..progress import Progress
 from .spec import MECHANISM, Spec
 
@@ -130,6 +131,8 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     epochs = (spec.local_epochs,) if epochs is None else check_epochs(epochs)
     qp, zp = matched_noise(q, n_clients, noise_multiplier, spec.clients)
     mp = qp * spec.clients
+    # the σ at which the pre-trial's mechanism releases the matched noise multiplier zp on its sum
+    sigma = mechanism_of(MECHANISM).sigma_for(zp, qp, spec.clients, cohort=mp) if zp > 0 else 0.0
     setup = prepared(spec)
     pairs = [(c, e, k) for k in epochs for c in clips for e in lrs]
     reps = [(c, e, k, s) for c, e, k in pairs for s in range(int(seeds))]
@@ -152,7 +155,7 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
         part = reps[first:last]
         pol = assemble(setup, "dpfedavg", len(part), seeds=[s for *_, s in part], device=device,
                        lower="lower chunk (the replicas of the grid trained together) or use a smaller model",
-                       mechanism=MECHANISM, sigma=zp / math.sqrt(mp) if zp > 0 else 0.0,
+                       mechanism=MECHANISM, sigma=sigma,
                        clip=np.array([c for c, *_ in part]), lr=np.array([e for _, e, *_ in part]), client_rate=qp,
                        local_epochs=part[0][2], batch_size=spec.batch_size).policy
 
