@@ -26,6 +26,7 @@ design`` must start fast.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import math
@@ -1497,7 +1498,16 @@ def _tmax(eps, q, s, delta, orders, acct):
 
 
 def _initial_grid(q, eps, delta, t_cap, s_lo, s_hi, orders, acct):
-    """T(σ) = min(t_cap, T_max(σ)) on 17 geometric σ's: the search's start."""
+    """T(σ) = min(t_cap, T_max(σ)) on 17 geometric σ's: the search's start
+    (copies of :func:`_grid_of`'s, which a design choosing its local work
+    asks for once per candidate K: the accountant's answer does not depend
+    on κ)."""
+    s, t = _grid_of(float(q), float(eps), float(delta), int(t_cap), float(s_lo), float(s_hi), tuple(orders), acct)
+    return s.copy(), t.copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _grid_of(q, eps, delta, t_cap, s_lo, s_hi, orders, acct):
     s = np.geomspace(s_lo, s_hi, 17) if s_hi > s_lo else np.array([s_lo])
     return s, np.minimum(t_cap, _tmax(eps, q, s, delta, orders, acct))
 
