@@ -490,10 +490,11 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         dataset = design.dataset if dataset is None else dataset
         model = design.model if model is None else model
         epsilon, delta, rounds = design.budget, design.delta, design.rounds
-        if design.mechanism == "nbafl":
-            if algorithm not in ("dpfedavg", "nbafl"):
-                raise ValueError("NbAFL's design trains the nbafl algorithm")
-            algorithm = "nbafl"
+        own = mechanism_of(design.mechanism).algorithm
+        if own != "dpfedavg":                     # a mechanism with its own algorithm (NbAFL) trains by it
+            if algorithm not in ("dpfedavg", own):
+                raise ValueError(f"NbAFL's design trains the {own} algorithm")
+            algorithm = own
             clip = design.details.get("clip", design.clip)
             missing = [k for k, v in (("clients_per_round", design.details.get("clients_per_round")),
                                       ("clip", clip)) if v is None and k not in options]
@@ -577,7 +578,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         asked = rounds
     # a config naming no mechanism is its algorithm's own (NbAFL)
     unit = mechanism_of(getattr(config, "mechanism", cls.name)).unit
-    check_delta(delta, len(ds.y_train) if unit == "sample" else len(parts), unit)
+    check_delta(delta, len(ds.y_train) if unit != "client" else len(parts), unit)
     rate = getattr(config, "client_rate", 1.0)
     if np.any(np.asarray(rate, dtype=float) * len(parts) < 1 - 1e-9):   # the clients that train, not all ids
         raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * len(parts))):g} < 1: most "
@@ -683,15 +684,19 @@ def keep_freed_memory() -> bool:
 def names() -> dict:
     """What the command line offers by name (no torch): built-in data sets,
     models and partitions, algorithms, mechanisms (all; those ``design``
-    designs for; those DP-FedAvg trains), ``design``'s frameworks."""
+    designs for; those DP-FedAvg trains; those with a design of their own,
+    ``nbafl_design``), ``design``'s frameworks and its "auto" (``search``),
+    the frameworks ``export`` takes a design to, Flower's name."""
     from .fl.options import CONFIGS, DPFEDAVG_MECHANISMS
-    from .mechanisms import REGISTRY
+    from .integrations import EXPORTS, FLOWER
+    from .mechanisms import REGISTRY, SEARCH
     from .mechanisms import names as mechanism_names
     from .pretrial.spec import DATASETS, MODELS, PARTITIONS
 
     return {"datasets": DATASETS, "models": MODELS, "partitions": PARTITIONS, "algorithms": tuple(CONFIGS),
             "mechanisms": mechanism_names(), "designable": recommendation.DESIGN_MECHANISMS,
             "trainable": DPFEDAVG_MECHANISMS, "frameworks": recommendation.FRAMEWORKS, "default_mechanism": DEFAULT,
+            "own_design": mechanism_names(trainable=False), "search": SEARCH, "exports": EXPORTS, "flower_framework": FLOWER,
             "mechanism_options": tuple(dict.fromkeys(o for n in mechanism_names()
                                                      for o in REGISTRY[n].constructor_options))}
 
@@ -880,13 +885,15 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
     if banded != (framework == "jax-privacy"):
         raise ValueError(f"a {d.mechanism} design exports to jax-privacy, whose privatizer runs its correlated noise"
                          if banded else f"a {d.mechanism} design adds independent noise: export it to flower or opacus")
-    if framework in ("jax-privacy", "flower"):       # the server's side: C only, no per-client DP-SGD settings
+    from .integrations import FLOWER
+
+    if framework in ("jax-privacy", FLOWER):       # the server's side: C only, no per-client DP-SGD settings
         from .integrations import flower, jax_privacy
 
         ignored = [n for n, v in (("client_size", client_size), ("batch_size", batch_size),
                                   ("local_steps", local_steps)) if v is not None]
         if ignored:
-            whose = " (Opacus's, inside each client)" if framework == "flower" else ""
+            whose = " (Opacus's, inside each client)" if framework == FLOWER else ""
             raise ValueError(f"export to {framework} does not use {', '.join(ignored)}{whose}: "
                              f"drop {'it' if len(ignored) == 1 else 'them'}")
         if clip is None and d.clip is None:

@@ -24,9 +24,13 @@ EXIT_USAGE = 2
 #: a training that ran but did not do what was asked (no round, fewer rounds, a diverged loss): issue 45
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
-#: optional dependencies and the extra that brings each
-_EXTRAS = {"torch": "train", "torchvision": "train", "opacus": "train", "sklearn": "train", "ray": "ray",
-           "flwr": "flower"}
+#: optional dependencies and the extra that brings each (flwr's: Flower's, :func:`_extra`)
+_EXTRAS = {"torch": "train", "torchvision": "train", "opacus": "train", "sklearn": "train", "ray": "ray"}
+
+
+def _extra(module: str) -> str | None:
+    """The extra that brings ``module`` (Flower's is named after the framework)."""
+    return {**_EXTRAS, "flwr": api.names()["flower_framework"]}.get(module)
 
 
 class _Help(argparse.HelpFormatter):
@@ -309,7 +313,8 @@ def _mechanism_options(a) -> dict:
 
 
 def cmd_design(a):
-    if a.mechanism == "nbafl":
+    known = api.names()
+    if a.mechanism in known["own_design"]:
         return _design_nbafl(a)
     export_flags = {"--clip": a.clip, "--client-size": a.client_size, "--batch-size": a.batch_size,
                     "--local-steps": a.local_steps}
@@ -317,9 +322,10 @@ def cmd_design(a):
     if unused:
         raise ValueError(f"{', '.join(unused)} only apply to --export (and --clip, --client-size to "
                          "--mechanism nbafl)")
-    framework = a.framework or ("flower" if a.export == "flower" else "paretofl")
-    flowers = [f for f in api.names()["frameworks"] if f != "paretofl"]
-    if a.export == "flower" and framework not in flowers and a.mechanism not in flowers:
+    flowers = [f for f in known["frameworks"] if f != "paretofl"]
+    paretofls = [f for f in flowers if not api.mechanism(f).accounted_outside]     # Flower's, accounted by paretofl
+    framework = a.framework or (paretofls[0] if a.export == known["flower_framework"] else "paretofl")
+    if a.export == known["flower_framework"] and framework not in flowers and a.mechanism not in flowers:
         raise ValueError("--export flower designs for Flower: leave --framework out or set it to flower "
                          "(or flower-accounted, for Flower's own accountant)")
     for path, ends in ((a.out, (".json",)), (a.plot, (".png", ".pdf", ".svg"))):
@@ -531,7 +537,7 @@ def _design_groups(a):
     """design --budgets: each group's rate (or sigma), the common T and noise."""
     for flag, v in (("--export", a.export), ("--plot", a.plot), ("--q", a.q), ("--q-min", a.q_min),
                     ("--from-store", a.from_store),
-                    ("--framework flower", (a.framework or "").startswith("flower") or None), ("--tune", a.tune)):
+                    ("--framework flower", a.framework not in (None, "paretofl") or None), ("--tune", a.tune)):
         if v is not None:
             raise ValueError(f"{flag} does not apply with --budgets: each group's rate is designed, in paretofl's "
                              "trainer (docs/api.md says what Flower can run instead)")
@@ -627,7 +633,7 @@ def cmd_train(a):
     if a.history:
         out["history"] = a.history
     lines = []
-    if r.algorithm == "nbafl" and r.options.get("calibration") == "paper":
+    if r.options.get("calibration") == "paper":          # NbAFL's option: the paper's calibration
         out["epsilon_asked"] = r.budget
         lines.append(f"WARNING: NbAFL's calibration does not meet the budget: its noise guarantees epsilon = "
                      f"{r.epsilon:.4g}, not the {r.budget:g} asked (use --calibration clipping)")
@@ -879,7 +885,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--utility-model", choices=("bound", "bend"),
                    help="with --from-store: the bound (1.2) with free constants, or one that bends (adds a term "
                         "growing with sigma^2 T) (default: the one the store's held-out seeds prefer)")
-    s.add_argument("--mechanism", choices=(*known["designable"], "nbafl", "auto"), default=known["default_mechanism"],
+    s.add_argument("--mechanism", choices=(*known["designable"], *known["own_design"], known["search"]),
+                   default=known["default_mechanism"],
                    help="what is released and charged (docs/theory.md, sections 5.3 and 7); auto: the lowest "
                         "bound of client-aggregate, bandmf and bandmf-amplified")
     s.add_argument("--bands", type=INT, help="bandmf, bandmf-amplified: fix the bands b (default: searched)")
@@ -894,7 +901,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--clip-lr", type=FLOAT, help="adaptive clipping: the geometric step (default 0.2)")
     s.add_argument("--count-noise", type=FLOAT, help="adaptive clipping: std of the count's noise (default: "
                                                       "max(expected cohort / 20, the noise multiplier z))")
-    s.add_argument("--export", choices=("flower", "opacus", "jax-privacy"),
+    s.add_argument("--export", choices=known["exports"],
                    help="print the design in the framework's own parameters, with a snippet (jax-privacy: a bandmf "
                         "design's correlated noise)")
     s.add_argument("--clip", type=FLOAT, help="clipping norm C for --export (flower: default the recipe's C; "
@@ -925,7 +932,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("export", help="a saved design (design --out) in Flower's or Opacus's own parameters")
     s.add_argument("design", help="the design file (.json) written by design --out")
-    s.add_argument("--to", choices=("flower", "opacus", "jax-privacy"),
+    s.add_argument("--to", choices=known["exports"],
                    help="the framework (jax-privacy: a bandmf design's correlated noise)")
     s.add_argument("--clip", type=FLOAT, help="flower: the clipping norm C (default: the design's); opacus: the "
                                                "per-sample norm, required")
@@ -1100,7 +1107,7 @@ def _run(args) -> int:
     try:
         rc = args.func(args)
     except ModuleNotFoundError as exc:
-        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        extra = _extra((exc.name or "").split(".")[0])
         if extra is None:
             raise
         print(f"paretofl {args.command}: error: this needs {exc.name}, which is not installed: "
