@@ -400,6 +400,24 @@ def check_out_path(path, suffixes):
         raise ValueError(f"cannot write {path}: it is a folder")
 
 
+#: what :func:`train` uses where neither its caller nor a design says (rounds: at most, a run stops at its
+#: budget before them); the command line's defaults are these too
+TRAIN_DEFAULTS = {"dataset": "fashion-mnist", "model": "lr", "epsilon": 2.0, "delta": 1e-5, "rounds": 100}
+#: what a design fixes: given beside it to :func:`train` (or ``paretofl train --design``) each is refused; the
+#: API lets ``clients`` equal to the design's through, and refuses ``budgets`` with a reason of its own
+SET_BY_DESIGN = ("clients", "epsilon", "delta", "rounds", "budgets", "mechanism", "client_rate", "sigma")
+
+
+def train_defaults() -> dict:
+    """:func:`train`'s defaults, by parameter: its signature's, and
+    :data:`TRAIN_DEFAULTS` where the signature leaves it to a design (the
+    command line's ``train`` flags read these)."""
+    import inspect
+
+    return {**{k: p.default for k, p in inspect.signature(train).parameters.items()
+               if p.default is not inspect.Parameter.empty}, **TRAIN_DEFAULTS}
+
+
 def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | None = None,
           epsilon: float | None = None, delta: float | None = None, rounds: int | None = None,
           partition: str | None = None, beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu",
@@ -475,8 +493,8 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
             raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
                              f"{type(design).__name__}")
         design = check_design(design, "design")      # what it claims, re-derived before it trains
-        fixed = [k for k, v in (("epsilon", epsilon), ("delta", delta), ("rounds", rounds)) if v is not None]
-        fixed += [k for k in ("mechanism", "client_rate", "sigma") if k in options]
+        named = {"epsilon": epsilon, "delta": delta, "rounds": rounds}
+        fixed = [k for k in SET_BY_DESIGN if (named[k] is not None if k in named else k in options)]
         if fixed:
             raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design: leave "
                              f"{'it' if len(fixed) == 1 else 'them'} out, or design again")
@@ -516,12 +534,12 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         if algorithm != "dpfedavg":
             raise ValueError("per-client budgets apply to client-level dpfedavg")
         options = {"mechanism": DEFAULT, **options}
-    dataset = "fashion-mnist" if dataset is None else dataset
-    model = "lr" if model is None else model
-    epsilon = 2.0 if epsilon is None and budgets is None else epsilon
-    delta = 1e-5 if delta is None else delta
+    dataset = TRAIN_DEFAULTS["dataset"] if dataset is None else dataset
+    model = TRAIN_DEFAULTS["model"] if model is None else model
+    epsilon = TRAIN_DEFAULTS["epsilon"] if epsilon is None and budgets is None else epsilon
+    delta = TRAIN_DEFAULTS["delta"] if delta is None else delta
     asked = rounds            # the rounds a design or the caller asked for; None: up to 100, to the budget
-    rounds = 100 if rounds is None else rounds
+    rounds = TRAIN_DEFAULTS["rounds"] if rounds is None else rounds
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**62:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     for name, v in (("clients", clients), ("rounds", rounds), ("replicas", replicas), ("eval_every", eval_every)):
@@ -696,7 +714,8 @@ def names() -> dict:
     return {"datasets": DATASETS, "models": MODELS, "partitions": PARTITIONS, "algorithms": tuple(CONFIGS),
             "mechanisms": mechanism_names(), "designable": recommendation.DESIGN_MECHANISMS,
             "trainable": DPFEDAVG_MECHANISMS, "frameworks": recommendation.FRAMEWORKS, "default_mechanism": DEFAULT,
-            "own_design": mechanism_names(trainable=False), "search": SEARCH, "exports": EXPORTS, "flower_framework": FLOWER,
+            "own_design": mechanism_names(trainable=False), "search": SEARCH, "exports": EXPORTS,
+            "flower_framework": FLOWER,
             "mechanism_options": tuple(dict.fromkeys(o for n in mechanism_names()
                                                      for o in REGISTRY[n].constructor_options))}
 

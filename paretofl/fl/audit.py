@@ -319,7 +319,8 @@ def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none",
     setup = _setup(ds, n_clients)
     if s.canary == "sample-replace":          # NbAFL: its own algorithm, parameter clipping
         pol = assemble(setup, REGISTRY[s.mechanism].algorithm, epsilon=p["epsilon"], rounds=1, clip=p["clip"],
-                       exposures=1, lr=p["lr"], local_steps=5, batch_size=64, calibration=p["calibration"], **run).policy
+                       exposures=1, lr=p["lr"], local_steps=5, batch_size=64, calibration=p["calibration"],
+                       **run).policy
         pol.sigma_u, pol.sigma_d = pol.sigma_u * factor, pol.sigma_d * factor
         return pol
     if s.canary == "sample-add":              # DP-SGD inside the client

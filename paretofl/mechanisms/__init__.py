@@ -26,7 +26,8 @@ DEFAULT = "client-aggregate"
 #: the design's choice that compares the mechanisms whose ``in_auto`` is true and keeps the lowest bound
 SEARCH = "auto"
 
-__all__ = ["DEFAULT", "SEARCH", "Mechanism", "Noise", "AuditSetting", "Break", "REGISTRY", "get", "names", "audit_settings",
+__all__ = ["DEFAULT", "SEARCH",
+           "Mechanism", "Noise", "AuditSetting", "Break", "REGISTRY", "get", "names", "audit_settings",
            "audit_setting", "statement", "ClientAggregate", "ClientLocal", "SampleDPSGD", "NbAFLMechanism",
            "Flower", "FlowerAccounted", "BandMF", "BandMFAmplified", "DistributedSkellam", "adaptive_update_multiplier"]
 
