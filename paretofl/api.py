@@ -401,6 +401,24 @@ def check_out_path(path, suffixes):
         raise ValueError(f"cannot write {path}: it is a folder")
 
 
+#: what :func:`train` uses where neither its caller nor a design says (rounds: at most, a run stops at its
+#: budget before them); the command line's defaults are these too
+TRAIN_DEFAULTS = {"dataset": "fashion-mnist", "model": "lr", "epsilon": 2.0, "delta": 1e-5, "rounds": 100}
+#: what a design fixes: given beside it to :func:`train` (or ``paretofl train --design``) each is refused; the
+#: API lets ``clients`` equal to the design's through, and refuses ``budgets`` with a reason of its own
+SET_BY_DESIGN = ("clients", "epsilon", "delta", "rounds", "budgets", "mechanism", "client_rate", "sigma")
+
+
+def train_defaults() -> dict:
+    """:func:`train`'s defaults, by parameter: its signature's, and
+    :data:`TRAIN_DEFAULTS` where the signature leaves it to a design (the
+    command line's ``train`` flags read these)."""
+    import inspect
+
+    return {**{k: p.default for k, p in inspect.signature(train).parameters.items()
+               if p.default is not inspect.Parameter.empty}, **TRAIN_DEFAULTS}
+
+
 def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | None = None,
           epsilon: float | None = None, delta: float | None = None, rounds: int | None = None,
           partition: str | None = None, beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu",
@@ -475,8 +493,8 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
             raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
                              f"{type(design).__name__}")
         design = check_design(design, "design")      # what it claims, re-derived before it trains
-        fixed = [k for k, v in (("epsilon", epsilon), ("delta", delta), ("rounds", rounds)) if v is not None]
-        fixed += [k for k in ("mechanism", "client_rate", "sigma") if k in options]
+        named = {"epsilon": epsilon, "delta": delta, "rounds": rounds}
+        fixed = [k for k in SET_BY_DESIGN if (named[k] is not None if k in named else k in options)]
         if fixed:
             raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design: leave "
                              f"{'it' if len(fixed) == 1 else 'them'} out, or design again")
@@ -490,10 +508,11 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         dataset = design.dataset if dataset is None else dataset
         model = design.model if model is None else model
         epsilon, delta, rounds = design.budget, design.delta, design.rounds
-        if design.mechanism == "nbafl":
-            if algorithm not in ("dpfedavg", "nbafl"):
-                raise ValueError("NbAFL's design trains the nbafl algorithm")
-            algorithm = "nbafl"
+        own = mechanism_of(design.mechanism).algorithm
+        if own != "dpfedavg":                     # a mechanism with its own algorithm (NbAFL) trains by it
+            if algorithm not in ("dpfedavg", own):
+                raise ValueError(f"NbAFL's design trains the {own} algorithm")
+            algorithm = own
             clip = design.details.get("clip", design.clip)
             missing = [k for k, v in (("clients_per_round", design.details.get("clients_per_round")),
                                       ("clip", clip)) if v is None and k not in options]
@@ -515,12 +534,12 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         if algorithm != "dpfedavg":
             raise ValueError("per-client budgets apply to client-level dpfedavg")
         options = {"mechanism": DEFAULT, **options}
-    dataset = "fashion-mnist" if dataset is None else dataset
-    model = "lr" if model is None else model
-    epsilon = 2.0 if epsilon is None and budgets is None else epsilon
-    delta = 1e-5 if delta is None else delta
+    dataset = TRAIN_DEFAULTS["dataset"] if dataset is None else dataset
+    model = TRAIN_DEFAULTS["model"] if model is None else model
+    epsilon = TRAIN_DEFAULTS["epsilon"] if epsilon is None and budgets is None else epsilon
+    delta = TRAIN_DEFAULTS["delta"] if delta is None else delta
     asked = rounds            # the rounds a design or the caller asked for; None: up to 100, to the budget
-    rounds = 100 if rounds is None else rounds
+    rounds = TRAIN_DEFAULTS["rounds"] if rounds is None else rounds
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**62:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     for name, v in (("clients", clients), ("rounds", rounds), ("replicas", replicas), ("eval_every", eval_every)):
@@ -577,7 +596,7 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         asked = rounds
     # a config naming no mechanism is its algorithm's own (NbAFL)
     unit = mechanism_of(getattr(config, "mechanism", cls.name)).unit
-    check_delta(delta, len(ds.y_train) if unit == "sample" else len(parts), unit)
+    check_delta(delta, len(ds.y_train) if unit != "client" else len(parts), unit)
     rate = getattr(config, "client_rate", 1.0)
     if np.any(np.asarray(rate, dtype=float) * len(parts) < 1 - 1e-9):   # the clients that train, not all ids
         raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * len(parts))):g} < 1: most "
@@ -683,15 +702,20 @@ def keep_freed_memory() -> bool:
 def names() -> dict:
     """What the command line offers by name (no torch): built-in data sets,
     models and partitions, algorithms, mechanisms (all; those ``design``
-    designs for; those DP-FedAvg trains), ``design``'s frameworks."""
+    designs for; those DP-FedAvg trains; those with a design of their own,
+    ``nbafl_design``), ``design``'s frameworks and its "auto" (``search``),
+    the frameworks ``export`` takes a design to, Flower's name."""
     from .fl.options import CONFIGS, DPFEDAVG_MECHANISMS
-    from .mechanisms import REGISTRY
+    from .integrations import EXPORTS, FLOWER
+    from .mechanisms import REGISTRY, SEARCH
     from .mechanisms import names as mechanism_names
     from .pretrial.spec import DATASETS, MODELS, PARTITIONS
 
     return {"datasets": DATASETS, "models": MODELS, "partitions": PARTITIONS, "algorithms": tuple(CONFIGS),
             "mechanisms": mechanism_names(), "designable": recommendation.DESIGN_MECHANISMS,
             "trainable": DPFEDAVG_MECHANISMS, "frameworks": recommendation.FRAMEWORKS, "default_mechanism": DEFAULT,
+            "own_design": mechanism_names(trainable=False), "search": SEARCH, "exports": EXPORTS,
+            "flower_framework": FLOWER,
             "mechanism_options": tuple(dict.fromkeys(o for n in mechanism_names()
                                                      for o in REGISTRY[n].constructor_options))}
 
@@ -880,13 +904,15 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
     if banded != (framework == "jax-privacy"):
         raise ValueError(f"a {d.mechanism} design exports to jax-privacy, whose privatizer runs its correlated noise"
                          if banded else f"a {d.mechanism} design adds independent noise: export it to flower or opacus")
-    if framework in ("jax-privacy", "flower"):       # the server's side: C only, no per-client DP-SGD settings
+    from .integrations import FLOWER
+
+    if framework in ("jax-privacy", FLOWER):       # the server's side: C only, no per-client DP-SGD settings
         from .integrations import flower, jax_privacy
 
         ignored = [n for n, v in (("client_size", client_size), ("batch_size", batch_size),
                                   ("local_steps", local_steps)) if v is not None]
         if ignored:
-            whose = " (Opacus's, inside each client)" if framework == "flower" else ""
+            whose = " (Opacus's, inside each client)" if framework == FLOWER else ""
             raise ValueError(f"export to {framework} does not use {', '.join(ignored)}{whose}: "
                              f"drop {'it' if len(ignored) == 1 else 'them'}")
         if clip is None and d.clip is None:

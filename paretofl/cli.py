@@ -24,9 +24,13 @@ EXIT_USAGE = 2
 #: a training that ran but did not do what was asked (no round, fewer rounds, a diverged loss): issue 45
 EXIT_INCOMPLETE = 3
 EXIT_INTERRUPTED = 130
-#: optional dependencies and the extra that brings each
-_EXTRAS = {"torch": "train", "torchvision": "train", "opacus": "train", "sklearn": "train", "ray": "ray",
-           "flwr": "flower"}
+#: optional dependencies and the extra that brings each (flwr's: Flower's, :func:`_extra`)
+_EXTRAS = {"torch": "train", "torchvision": "train", "opacus": "train", "sklearn": "train", "ray": "ray"}
+
+
+def _extra(module: str) -> str | None:
+    """The extra that brings ``module`` (Flower's is named after the framework)."""
+    return {**_EXTRAS, "flwr": api.names()["flower_framework"]}.get(module)
 
 
 class _Help(argparse.HelpFormatter):
@@ -309,7 +313,8 @@ def _mechanism_options(a) -> dict:
 
 
 def cmd_design(a):
-    if a.mechanism == "nbafl":
+    known = api.names()
+    if a.mechanism in known["own_design"]:
         return _design_nbafl(a)
     export_flags = {"--clip": a.clip, "--client-size": a.client_size, "--batch-size": a.batch_size,
                     "--local-steps": a.local_steps}
@@ -317,9 +322,10 @@ def cmd_design(a):
     if unused:
         raise ValueError(f"{', '.join(unused)} only apply to --export (and --clip, --client-size to "
                          "--mechanism nbafl)")
-    framework = a.framework or ("flower" if a.export == "flower" else "paretofl")
-    flowers = [f for f in api.names()["frameworks"] if f != "paretofl"]
-    if a.export == "flower" and framework not in flowers and a.mechanism not in flowers:
+    flowers = [f for f in known["frameworks"] if f != "paretofl"]
+    paretofls = [f for f in flowers if not api.mechanism(f).accounted_outside]     # Flower's, accounted by paretofl
+    framework = a.framework or (paretofls[0] if a.export == known["flower_framework"] else "paretofl")
+    if a.export == known["flower_framework"] and framework not in flowers and a.mechanism not in flowers:
         raise ValueError("--export flower designs for Flower: leave --framework out or set it to flower "
                          "(or flower-accounted, for Flower's own accountant)")
     for path, ends in ((a.out, (".json",)), (a.plot, (".png", ".pdf", ".svg"))):
@@ -531,7 +537,7 @@ def _design_groups(a):
     """design --budgets: each group's rate (or sigma), the common T and noise."""
     for flag, v in (("--export", a.export), ("--plot", a.plot), ("--q", a.q), ("--q-min", a.q_min),
                     ("--from-store", a.from_store),
-                    ("--framework flower", (a.framework or "").startswith("flower") or None), ("--tune", a.tune)):
+                    ("--framework flower", a.framework not in (None, "paretofl") or None), ("--tune", a.tune)):
         if v is not None:
             raise ValueError(f"{flag} does not apply with --budgets: each group's rate is designed, in paretofl's "
                              "trainer (docs/api.md says what Flower can run instead)")
@@ -588,11 +594,7 @@ def cmd_export(a):
 # --------------------------------------------------------------------------
 _RUN_FLAGS = ("dataset", "data_dir", "model", "clients", "partition", "beta", "epsilon", "delta", "rounds",
               "replicas", "seed", "device", "eval_every", "strategy")
-#: what train uses where neither a flag nor a design says
-#: (no rounds: the API's 100 at most, and a run that stops at its budget before them did what it was asked)
-_TRAIN_DEFAULTS = {"dataset": "fashion-mnist", "model": "cnn", "epsilon": 2.0, "delta": 1e-5}
-#: flags a design file fixes: given beside --design they are refused
-_SET_BY_DESIGN = ("clients", "epsilon", "delta", "rounds", "budgets", "mechanism", "client_rate", "sigma")
+#: flags unset are passed as None: train's own defaults (api.TRAIN_DEFAULTS, its signature) or the design's apply
 
 
 def cmd_train(a):
@@ -601,7 +603,7 @@ def cmd_train(a):
     design = None
     if a.design is not None:
         design = api.load_design(a.design)
-        fixed = [flag(k) for k in _SET_BY_DESIGN if getattr(a, k, None) is not None or given.get(k) is not None]
+        fixed = [flag(k) for k in api.SET_BY_DESIGN if getattr(a, k, None) is not None or given.get(k) is not None]
         if fixed:
             raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design {a.design}: "
                              f"drop {'it' if len(fixed) == 1 else 'them'}, or design again")
@@ -612,8 +614,6 @@ def cmd_train(a):
         api.check_out_path(a.history, (".csv",))
     api.keep_freed_memory()
     run = {k: getattr(a, k) for k in _RUN_FLAGS}
-    if design is None:          # the design says these; without one, train's defaults
-        run.update({k: v for k, v in _TRAIN_DEFAULTS.items() if run[k] is None})
     if a.budgets is not None:
         run["budgets"], run["epsilon"] = a.budgets, a.epsilon
     try:
@@ -627,7 +627,7 @@ def cmd_train(a):
     if a.history:
         out["history"] = a.history
     lines = []
-    if r.algorithm == "nbafl" and r.options.get("calibration") == "paper":
+    if r.options.get("calibration") == "paper":          # NbAFL's option: the paper's calibration
         out["epsilon_asked"] = r.budget
         lines.append(f"WARNING: NbAFL's calibration does not meet the budget: its noise guarantees epsilon = "
                      f"{r.epsilon:.4g}, not the {r.budget:g} asked (use --calibration clipping)")
@@ -879,7 +879,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--utility-model", choices=("bound", "bend"),
                    help="with --from-store: the bound (1.2) with free constants, or one that bends (adds a term "
                         "growing with sigma^2 T) (default: the one the store's held-out seeds prefer)")
-    s.add_argument("--mechanism", choices=(*known["designable"], "nbafl", "auto"), default=known["default_mechanism"],
+    s.add_argument("--mechanism", choices=(*known["designable"], *known["own_design"], known["search"]),
+                   default=known["default_mechanism"],
                    help="what is released and charged (docs/theory.md, sections 5.3 and 7); auto: the lowest "
                         "bound of client-aggregate, bandmf and bandmf-amplified")
     s.add_argument("--bands", type=INT, help="bandmf, bandmf-amplified: fix the bands b (default: searched)")
@@ -894,7 +895,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--clip-lr", type=FLOAT, help="adaptive clipping: the geometric step (default 0.2)")
     s.add_argument("--count-noise", type=FLOAT, help="adaptive clipping: std of the count's noise (default: "
                                                       "max(expected cohort / 20, the noise multiplier z))")
-    s.add_argument("--export", choices=("flower", "opacus", "jax-privacy"),
+    s.add_argument("--export", choices=known["exports"],
                    help="print the design in the framework's own parameters, with a snippet (jax-privacy: a bandmf "
                         "design's correlated noise)")
     s.add_argument("--clip", type=FLOAT, help="clipping norm C for --export (flower: default the recipe's C; "
@@ -925,7 +926,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("export", help="a saved design (design --out) in Flower's or Opacus's own parameters")
     s.add_argument("design", help="the design file (.json) written by design --out")
-    s.add_argument("--to", choices=("flower", "opacus", "jax-privacy"),
+    s.add_argument("--to", choices=known["exports"],
                    help="the framework (jax-privacy: a bandmf design's correlated noise)")
     s.add_argument("--clip", type=FLOAT, help="flower: the clipping norm C (default: the design's); opacus: the "
                                                "per-sample norm, required")
@@ -938,41 +939,44 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("train", help="run DP federated learning (vectorised over clients and replicas)")
-    s.add_argument("--algorithm", choices=known["algorithms"], default="dpfedavg", help="the algorithm")
+    D = api.train_defaults()
+    s.add_argument("--algorithm", choices=known["algorithms"], default=D["algorithm"], help="the algorithm")
     s.add_argument("--design", metavar="FILE", help="train exactly this design (design --out): its mechanism, q, T, "
                                                     "sigma, C, lr, delta, groups, and the model and data its kappa "
                                                     "was fitted for")
     s.add_argument("--dataset", type=DATA,
                    help=f"data set: {', '.join(known['datasets'])}, or your loader as package.module:function "
-                        "(default: the design's, else fashion-mnist)")
+                        f"(default: the design's, else {D['dataset']})")
     s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
     s.add_argument("--model", type=MODEL,
                    help=f"model: {', '.join(known['models'])}, or your factory as package.module:function "
-                        "(default: the design's, else cnn)")
-    s.add_argument("--strategy", choices=("auto", "loop", "vmap"), default="auto",
+                        f"(default: the design's, else {D['model']})")
+    s.add_argument("--strategy", choices=("auto", "loop", "vmap"), default=D["strategy"],
                    help="your model's clients: a loop, or batched under vmap (auto: loop on CPU, vmap on CUDA)")
     s.add_argument("--clients", type=INT, default=None,
                    help="number of clients N (default: the data's own clients with --partition given, else 10)")
     s.add_argument("--partition", choices=known["partitions"], default=None,
                    help="how the data is split (default: given when the data has client ids, else iid)")
-    s.add_argument("--beta", type=FLOAT, default=0.05, help="Dirichlet concentration (dirichlet partitions)")
-    s.add_argument("--epsilon", type=FLOAT, help="privacy budget; a replica stops when it is spent (default 2)")
+    s.add_argument("--beta", type=FLOAT, default=D["beta"], help="Dirichlet concentration (dirichlet partitions)")
+    s.add_argument("--epsilon", type=FLOAT,
+                   help=f"privacy budget; a replica stops when it is spent (default {D['epsilon']:g})")
     s.add_argument("--budgets", metavar="FILE", help="clients with budgets of their own (CSV: client,epsilon or "
                                                      "share,epsilon): the group design for --rounds rounds at most "
                                                      "is made with the shipped kappa and trained, each group stopped "
                                                      "at its own budget (with your own kappa: design --budgets ... "
                                                      "--out FILE, then train --design FILE)")
-    s.add_argument("--delta", type=FLOAT, help="the delta of (epsilon, delta) (default 1e-5)")
+    s.add_argument("--delta", type=FLOAT, help=f"the delta of (epsilon, delta) (default {D['delta']:g})")
     s.add_argument("--rounds", type=INT, help="communication rounds asked for: stopping before them (the budget "
-                   "ran out) is a warning and exit 3 (default: until the budget is spent, at most 100)")
-    s.add_argument("--replicas", type=INT, default=1, help="independent seeds run side by side")
-    s.add_argument("--seed", type=INT, default=0, help="first seed")
+                   f"ran out) is a warning and exit 3 (default: until the budget is spent, at most {D['rounds']})")
+    s.add_argument("--replicas", type=INT, default=D["replicas"], help="independent seeds run side by side")
+    s.add_argument("--seed", type=INT, default=D["seed"], help="first seed")
     s.add_argument("--secure", action="store_true",
                    help="a real release on your clients' data: every random generator seeded from the operating "
                         "system's entropy, afresh for each replica (not reproducible; --seed only labels replicas). "
                         "Without it a run is a simulation: anyone with its seed can draw its noise again")
-    s.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to train")
-    s.add_argument("--eval-every", type=INT, default=1, help="evaluate the test set every this many rounds")
+    s.add_argument("--device", choices=("cpu", "cuda"), default=D["device"], help="where to train")
+    s.add_argument("--eval-every", type=INT, default=D["eval_every"],
+                   help="evaluate the test set every this many rounds")
     s.add_argument("--history", help="write the per-round history here (.csv), row by row")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     g = s.add_argument_group("algorithm options (each algorithm takes only its own; defaults per algorithm)")
@@ -1100,7 +1104,7 @@ def _run(args) -> int:
     try:
         rc = args.func(args)
     except ModuleNotFoundError as exc:
-        extra = _EXTRAS.get((exc.name or "").split(".")[0])
+        extra = _extra((exc.name or "").split(".")[0])
         if extra is None:
             raise
         print(f"paretofl {args.command}: error: this needs {exc.name}, which is not installed: "

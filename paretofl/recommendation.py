@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .mechanisms import DEFAULT, REGISTRY
+from .mechanisms import DEFAULT, REGISTRY, SEARCH, NbAFLMechanism
 from .mechanisms import get as mechanism_of
 from .mechanisms import names as mechanism_names
 from .mechanisms.base import Mechanism
@@ -72,7 +72,7 @@ FIT_BLOCKING = ("even non-private training", "even the least noisy run", "the pr
 #: the mechanisms the closed-form search designs for (the registry's)
 DESIGN_MECHANISMS = mechanism_names(designable=True)
 #: ``design(framework=...)``: where a client-aggregate design runs, which picks its mechanism
-FRAMEWORKS = ("paretofl", *mechanism_names(framework="flower"))
+FRAMEWORKS = ("paretofl", *(n for n, c in REGISTRY.items() if c.framework != "paretofl"))
 #: the format tag of a saved design
 DESIGN_FORMAT = "paretofl-design-1"
 #: the format tag of a fit file (``paretofl fit``; :mod:`paretofl.pretrial.fit` writes it)
@@ -667,7 +667,7 @@ def _mechanism(mechanism, framework, mechanism_options):
         name = framework
     else:
         raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    if name == "nbafl":
+    if name in REGISTRY and not REGISTRY[name].trainable:       # its own algorithm, its own bounds
         raise ValueError("NbAFL's design answers with its own bounds and needs the clipping bound and the smallest "
                          "client's size: use nbafl_design (paretofl design --mechanism nbafl --clip C "
                          "--client-size M)")
@@ -853,7 +853,7 @@ def design(
     ``notes`` says when a bound binds, the budget is not spent, or the
     budget is too small to learn.
     """
-    auto = mechanism == "auto"
+    auto = mechanism == SEARCH
     if auto:
         if mechanism_options:
             raise ValueError("mechanism auto compares the mechanisms at their defaults: name one to give its "
@@ -1280,8 +1280,8 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
 
 #: the most rounds a banded design searches (its error table costs O(T b))
 MAX_BANDED_ROUNDS = 100_000
-#: the mechanisms ``design(mechanism="auto")`` compares
-AUTO = (DEFAULT, "bandmf", "bandmf-amplified")
+#: the mechanisms ``design(mechanism="auto")`` compares (those whose ``in_auto`` is true), the default first
+AUTO = (DEFAULT, *(n for n in mechanism_names(in_auto=True) if n != DEFAULT))
 
 
 def _band_candidates(lo: int, hi: int, count: int = 16) -> list[int]:
@@ -1478,7 +1478,7 @@ def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, clie
     k = r["clients_per_round"]
     d = Design(q=k / n, rounds=r["rounds"], sigma=z, epsilon=r["epsilon_guaranteed_clipping"], delta=delta,
                case="", utility_bound=r["bound_all_clients"], kappa=math.nan, kappa_source="none: NbAFL's bounds",
-               mechanism="nbafl", noise_multiplier=z, charged_noise_multiplier=z, sampling="none",
+               mechanism=NbAFLMechanism.name, noise_multiplier=z, charged_noise_multiplier=z, sampling="none",
                budget=float(epsilon), n_clients=n, max_rounds=t_max, clip=float(clip),
                utility_model="NbAFL's Theorem 2", details=r)
     d.sources = {"rounds": "T* minimising NbAFL's Theorem 2 bound with all clients",

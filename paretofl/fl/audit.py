@@ -332,8 +332,9 @@ def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none",
                delta=p.get("delta", 1e-5), engine_class=_UnclippedEngine if broken == "no-clip" else Engine)
     setup = _setup(ds, n_clients)
     if s.canary == "sample-replace":          # NbAFL: its own algorithm, parameter clipping
-        pol = assemble(setup, "nbafl", epsilon=p["epsilon"], rounds=1, clip=p["clip"], exposures=1, lr=p["lr"],
-                       local_steps=5, batch_size=64, calibration=p["calibration"], **run).policy
+        pol = assemble(setup, REGISTRY[s.mechanism].algorithm, epsilon=p["epsilon"], rounds=1, clip=p["clip"],
+                       exposures=1, lr=p["lr"], local_steps=5, batch_size=64, calibration=p["calibration"],
+                       **run).policy
         pol.sigma_u, pol.sigma_d = pol.sigma_u * factor, pol.sigma_d * factor
         return pol
     if s.canary == "sample-add":              # DP-SGD inside the client
@@ -638,7 +639,7 @@ def claimed_epsilon(s: AuditSetting | str, broken: str = "none") -> float:
         q = p["cohort"] / p["clients"]
         z = get_mechanism(s.mechanism).noise(q, p["sigma"], p["clients"], cohort=p["cohort"]).std   # on the sum
         return Charge("fixed-size" if broken == "charged-at-z" else "none", q, z).epsilon(delta)
-    n = p["samples"] * (1 if s.canary.startswith("sample") else p["clients"])
+    n = p["samples"] * (1 if s.canary in ("sample-add", "sample-replace") else p["clients"])
     pol = _policy(s, _synthetic(n, 12345, p["features"]), p["clients"], 1, 0)
     if pol.fixed_epsilon() is not None:
         return float(pol.fixed_epsilon())

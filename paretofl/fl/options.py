@@ -11,7 +11,7 @@ from dataclasses import MISSING, dataclass, field, fields
 
 import numpy as np
 
-from ..mechanisms import REGISTRY
+from ..mechanisms import REGISTRY, NbAFLMechanism
 from ..mechanisms import names as mechanism_names
 from ..theory.bandmf import MAX_BANDS
 
@@ -52,11 +52,16 @@ def options_of(config_cls) -> dict:
 
 #: the mechanisms client-level DP-FedAvg runs (the registry's trainable ones)
 DPFEDAVG_MECHANISMS = mechanism_names(trainable=True)
+#: DP-SGD inside the clients (the mechanism whose noise goes on the gradients): the one ALI-DPFL and Adap-DPFL
+#: run, and DP-FedAvg's config's default
+(DPSGD,) = mechanism_names(noise_on="gradient")
+#: algorithm -> the mechanism it runs, for the mechanisms with an algorithm of their own (NbAFL)
+OWN_ALGORITHMS = {REGISTRY[n].algorithm: n for n in mechanism_names(trainable=False)}
 
 
 @dataclass
 class DPFedAvgConfig:
-    mechanism: str = option("sample", "what is released and charged: "
+    mechanism: str = option(DPSGD, "what is released and charged: "
                             + "; ".join(f"{n}: {REGISTRY[n].summary}" for n in DPFEDAVG_MECHANISMS),
                             choices=DPFEDAVG_MECHANISMS)
     sigma: float = option(1.0, "noise multiplier σ (0: no noise, no privacy)", per_replica=True)
@@ -123,7 +128,7 @@ class ALIDPFLConfig(DPFedAvgConfig):
     tau_max: int = option(50, "largest τ* a round may use")
 
     def __post_init__(self):
-        if self.mechanism != "sample":
+        if self.mechanism != DPSGD:
             raise ValueError("ali-dpfl runs DP-SGD clients: its mechanism is 'sample'")
         if self.local_steps != 1:
             raise ValueError("ali-dpfl chooses its local steps itself (τ*): do not set local_steps")
@@ -143,7 +148,7 @@ class AdapDPFLConfig(DPFedAvgConfig):
     sigma_min: float = option(0.0, "floor σ never decays below")
 
     def __post_init__(self):
-        if self.mechanism != "sample":
+        if self.mechanism != DPSGD:
             raise ValueError("adap-dpfl runs DP-SGD clients: its mechanism is 'sample'")
         super().__post_init__()
         check_range("alpha", self.alpha, 0, 1e12)
@@ -193,14 +198,14 @@ UNUSED_BY = {n: tuple(o for o in _SPECIFIC if o not in REGISTRY[n].options) for 
 def unused_options(algorithm: str, options) -> tuple[str, list]:
     """(mechanism, the options given that it would ignore), for
     ``algorithm`` run with ``options`` (the names given, with values)."""
-    if algorithm == "nbafl":
-        return "nbafl", []
-    mechanism = options.get("mechanism") or "sample"
+    if algorithm in OWN_ALGORITHMS:
+        return OWN_ALGORITHMS[algorithm], []
+    mechanism = options.get("mechanism") or DPSGD
     unused = [o for o in options if o in UNUSED_BY.get(mechanism, ())]
-    if "clip_quantile" in REGISTRY.get(mechanism, REGISTRY["sample"]).options and options.get("clip_quantile") is None:
+    if "clip_quantile" in REGISTRY.get(mechanism, REGISTRY[DPSGD]).options and options.get("clip_quantile") is None:
         unused += [o for o in options if o in _ADAPTIVE]   # fixed clipping: no count to noise, no step
     return mechanism, unused
 
 
 CONFIGS = {"dpfedavg": DPFedAvgConfig, "ali-dpfl": ALIDPFLConfig, "adap-dpfl": AdapDPFLConfig,
-           "nbafl": NbAFLConfig}
+           NbAFLMechanism.algorithm: NbAFLConfig}

@@ -20,10 +20,14 @@ from .nbafl import NbAFLMechanism
 from .sample import SampleDPSGD
 from .statement import statement
 
-#: the mechanism a design or a training is for when none is named
+#: the mechanism a design or a training is for when none is named (the one place it is named: the
+#: other layers read this, tests/test_house_literals.py)
 DEFAULT = "client-aggregate"
+#: the design's choice that compares the mechanisms whose ``in_auto`` is true and keeps the lowest bound
+SEARCH = "auto"
 
-__all__ = ["DEFAULT", "Mechanism", "Noise", "AuditSetting", "Break", "REGISTRY", "get", "names", "audit_settings",
+__all__ = ["DEFAULT", "SEARCH",
+           "Mechanism", "Noise", "AuditSetting", "Break", "REGISTRY", "get", "names", "audit_settings",
            "audit_setting", "statement", "ClientAggregate", "ClientLocal", "SampleDPSGD", "NbAFLMechanism",
            "Flower", "FlowerAccounted", "BandMF", "BandMFAmplified", "DistributedSkellam", "adaptive_update_multiplier"]
 

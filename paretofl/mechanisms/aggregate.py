@@ -91,6 +91,7 @@ class ClientAggregate(Mechanism):
     noise_on = "sum"
     split = "shares"
     designable = True
+    in_auto = True
     options = ("local_epochs", "batch_size", "clip_quantile", "clip_lr", "count_noise")
     constructor_options = ("clip_quantile", "clip_lr", "count_noise")
     audits = (

@@ -57,6 +57,7 @@ class _Banded(Mechanism):
     noise_on = "correlated-sum"
     split = "server"
     designable = True
+    in_auto = True
     options = ("local_epochs", "batch_size", "bands")
     constructor_options = ("bands",)
     trusted = ("the server (or a secure aggregator), which sees the clipped updates and keeps the last b - 1 noise "

@@ -223,6 +223,11 @@ class Mechanism:
     designable: ClassVar[bool] = False
     #: can client-level DP-FedAvg (``train(algorithm="dpfedavg")``) run it
     trainable: ClassVar[bool] = True
+    #: the algorithm that trains a design for it: DP-FedAvg, or one of its own (NbAFL's, named after it, which
+    #: also designs with bounds of its own: ``nbafl_design``)
+    algorithm: ClassVar[str] = "dpfedavg"
+    #: does ``design(mechanism="auto")`` (:data:`paretofl.mechanisms.SEARCH`) compare it
+    in_auto: ClassVar[bool] = False
     #: the trainer options this mechanism uses (beyond sigma, clip, lr, client_rate, optimizer)
     options: ClassVar[tuple] = ()
     #: those of them that configure the mechanism itself (its constructor's)

@@ -33,6 +33,7 @@ class NbAFLMechanism(Mechanism):
     noise_on = "parameters"
     split = "client"
     trainable = False          # its own algorithm, not client-level DP-FedAvg
+    algorithm = "nbafl"
     audits = (
         AuditSetting("nbafl", "nbafl", "sample-replace", "one client, C = 10, sigma_U for epsilon = 2",
                      dict(_SETTING, epsilon=2.0, calibration="clipping"), (NOISE_DIV10, NO_CLIP)),

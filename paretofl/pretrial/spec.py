@@ -13,9 +13,11 @@ import tomllib
 from dataclasses import asdict, dataclass, field, fields
 
 from ..fl.names import DATASETS, MODELS, PARTITIONS, is_reference  # noqa: F401  (torch-free; re-exported)
+from ..mechanisms import DEFAULT
 
-#: what every pre-trial runs: client-level DP-FedAvg in the aggregate view (Gu et al.'s mechanism)
-MECHANISM = "client-aggregate"
+#: what every pre-trial runs: the registry's default, client-level DP-FedAvg in the aggregate view (Gu et al.'s
+#: mechanism)
+MECHANISM = DEFAULT
 
 #: fields that do not change what a run computes (grid, seeds, where it runs)
 _NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk", "local_work")

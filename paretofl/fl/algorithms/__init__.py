@@ -11,4 +11,4 @@ from .base import History, Policy, train  # noqa: F401
 from .dpfedavg import DPFedAvg  # noqa: F401
 from .nbafl import NbAFL  # noqa: F401
 
-ALGORITHMS = {"dpfedavg": DPFedAvg, "ali-dpfl": ALIDPFL, "adap-dpfl": AdapDPFL, "nbafl": NbAFL}
+ALGORITHMS = {"dpfedavg": DPFedAvg, "ali-dpfl": ALIDPFL, "adap-dpfl": AdapDPFL, NbAFL.name: NbAFL}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...mechanisms import get as mechanism_of
+from ...mechanisms import NbAFLMechanism
 from ...theory.convergence import nbafl_sigma_downlink, nbafl_sigma_downlink_k, nbafl_sigma_uplink
 from ...theory.privacy import calibrate_noise
 from ..options import NbAFLConfig
@@ -34,12 +34,12 @@ from .base import Policy
 
 
 class NbAFL(Policy):
-    name = "nbafl"
+    name = NbAFLMechanism.algorithm
     Config = NbAFLConfig
 
     def __init__(self, engine, config=None, *, sizes=None, **kw):
         super().__init__(engine, config, **kw)
-        self.mech = mechanism_of("nbafl")
+        self.mech = NbAFLMechanism()
         c, N = self.config, engine.N
         if self.epsilon is None or self.rounds is None:
             raise ValueError("nbafl calibrates its noise to the budget: give epsilon and rounds")
