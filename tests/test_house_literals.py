@@ -28,10 +28,6 @@ ROOT = Path(__file__).resolve().parents[1] / "paretofl"
 NAMES = frozenset(mechanisms.REGISTRY)
 
 #: paths (relative to the repository) whose literals another change is removing: each with why; empty is the aim
-PENDING = {
-    "paretofl/integrations/flower.py":
-        "flower_epsilon and plan (lines ~75-150) are being rewritten elsewhere; they name 'flower' until then",
-}
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -110,15 +106,9 @@ def test_the_checker_sees_a_literal(tmp_path):
 
 
 def test_no_module_outside_mechanisms_names_a_mechanism():
-    found = [f for f in literals() if f.split(":")[0] not in PENDING]
+    found = literals()
     print(f"{len(found)} mechanism literal(s) outside paretofl/mechanisms/")
     assert not found, "ask the mechanism's attributes or the registry instead:\n" + "\n".join(found)
-
-
-def test_the_pending_files_still_exist_and_still_need_it():
-    """Each pending file is dropped from PENDING once its literals are gone."""
-    for path in PENDING:
-        assert any(f.startswith(path + ":") for f in literals()), f"{path} names no mechanism now: drop it from PENDING"
 
 
 def test_the_default_is_the_registrys():

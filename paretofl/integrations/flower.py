@@ -64,8 +64,10 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..mechanisms import get as mechanism_of
+from ..mechanisms import names
 from ..recommendation import Design
 from ..theory.privacy import check_delta
+from . import FLOWER
 
 __all__ = ["FlowerPlan", "plan", "strategy", "flower_epsilon", "equal_weight_fedavg", "snippet", "accountant",
            "accounted_strategy"]
@@ -78,9 +80,10 @@ def flower_epsilon(num_clients: int, num_sampled_clients: int, noise_multiplier:
     C (replace-one neighbours: sensitivity 2C, so z/2 is charged)."""
     p = FlowerPlan(num_clients, num_sampled_clients, rounds, noise_multiplier, 1.0, 0.0, delta)   # checks them
     n, m = p.num_clients, p.num_sampled_clients
-    mech = mechanism_of("flower")
+    (name,) = names(framework=FLOWER, accounted_outside=False)      # Flower's sampling, paretofl's accountant
+    mech = mechanism_of(name)
     sigma = mech.sigma_for(noise_multiplier, m / n, n, cohort=m)     # the σ whose noise() on the sum is z
-    return mech.charge(m / n, sigma, n).epsilon(delta, p.num_rounds)
+    return mech.epsilon(m / n, sigma, p.num_rounds, delta, n)
 
 
 @dataclass
@@ -145,7 +148,7 @@ def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     the ``client-aggregate`` mechanism) and a clipping norm C."""
     if not isinstance(design, Design):
         raise ValueError("plan needs a paretofl Design (paretofl.design(..., framework='flower'))")
-    if mechanism_of(design.mechanism).framework != "flower":
+    if mechanism_of(design.mechanism).framework != FLOWER:
         raise ValueError("this design was not made for Flower's sampling: run design(..., framework='flower') "
                          "(or 'flower-accounted' for Flower's own accountant)")
     if clipping_norm is None:
