@@ -56,7 +56,7 @@ def grid_for(eps_pre, partition):
 def cross_device(epsilons, out):
     """The same at N = 10⁴ (a cohort of at most 100): the private pre-trial
     of ``pretrials/private_lr.toml`` (ε 0.74), then its design at each total ε."""
-    from paretofl.pretrial.private import from_data
+    from paretofl.theory.privacy import charges_from_data as from_data
 
     n = 10_000
     spec = Spec.from_toml(ROOT / "pretrials" / "private_lr.toml")
@@ -118,7 +118,7 @@ def main():
                 continue
             pol = assemble(setup, "dpfedavg", 3, seeds=range(3), mechanism="client-aggregate", sigma=d.sigma,
                            clip=CLIP, lr=LR, client_rate=d.q, local_epochs=1, batch_size=64).policy
-            from paretofl.pretrial.private import from_data
+            from paretofl.theory.privacy import charges_from_data as from_data
 
             _, _, fin = train(pol, rounds=d.rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, eval_every=d.rounds,
                               spent=from_data(f.private_charges))

@@ -466,10 +466,9 @@ def _plain_charges(rows) -> list:
 def _private_epsilon(res) -> float | None:
     if not res.private:
         return None
-    from ..theory.privacy import account
-    from .private import from_data
+    from ..theory.privacy import account, charges_from_data
 
-    return account(from_data(_plain_charges(res.charges)), float(res.base.get("delta", 1e-5)))
+    return account(charges_from_data(_plain_charges(res.charges)), float(res.base.get("delta", 1e-5)))
 
 
 def _utility_summary(path, reference) -> dict:

@@ -20,12 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..theory.privacy import Charge, account, charges_as_data, charges_from_data
+from ..theory.privacy import Charge, account, charges_from_data
 
-__all__ = ["charges", "spent", "as_data", "from_data", "charges_of_log", "Spend", "of_store", "of_fit"]
-
-#: charges as plain numbers and back (the theory layer's)
-as_data, from_data = charges_as_data, charges_from_data
+__all__ = ["charges", "spent", "charges_of_log", "Spend", "of_store", "of_fit"]
 
 
 def charges(spec) -> list[Charge]:

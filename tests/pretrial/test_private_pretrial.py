@@ -13,12 +13,12 @@ import pytest
 
 import paretofl
 from paretofl.pretrial.fit import fit
-from paretofl.pretrial.private import charges, from_data, spent
+from paretofl.pretrial.private import charges, spent
 from paretofl.pretrial.spec import Spec
 from paretofl.pretrial.store import COLUMNS, Store
 from paretofl.pretrial.sweep import run_sweep
 from paretofl.recommendation import shipped_fit
-from paretofl.theory.privacy import account, compute_epsilon
+from paretofl.theory.privacy import account, charges_from_data, compute_epsilon
 
 N = 40
 
@@ -125,7 +125,7 @@ def private_fit(tmp_path_factory):
 def test_the_fit_records_what_the_pre_trial_spent(private_fit):
     spec, f, _ = private_fit
     assert f.private and f.private_epsilon == pytest.approx(spent(spec), rel=1e-9)
-    assert from_data(f.private_charges) == charges(spec)
+    assert charges_from_data(f.private_charges) == charges(spec)
 
 
 def _pld(events, delta):
