@@ -637,6 +637,8 @@ def cmd_train(a):
               f"  test accuracy {r.accuracy:.4f}   test loss {r.test_loss:.4f}",
               f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {r.delta:g} ({r.unit}) after "
               f"{_plural(r.rounds, 'round')}"
+              + (" - no guarantee: at this epsilon the noise sampler's floating-point delta reaches 1"
+                 if r.delta >= 1 else "")
               + (f" (the private pre-trial's epsilon {design.details['pretrial']['epsilon']:.4g} composed in, from "
                  f"{design.details['pretrial']['source']})"
                  if design is not None and "pretrial" in design.details else ""),

@@ -797,7 +797,6 @@ def design(
     framework: str | None = "paretofl",
     utility=None,
     spec: dict | None = None,
-    orders=None,
     budgets=None,
     mechanism_options: dict | None = None,
     pretrial=None,
@@ -861,8 +860,7 @@ def design(
         if budgets is not None or framework not in (None, "paretofl"):
             raise ValueError("mechanism auto designs for paretofl's trainer with one budget for all clients")
     mech = _mechanism(DEFAULT if auto else mechanism, framework, mechanism_options)
-    if orders is None:   # an outside accountant (Flower's) reports on its orders: design on them
-        orders = mech.orders
+    orders = mech.orders     # where an outside accountant (Flower's) reports on its orders, those
     n = _int_at_least(n_clients, 1, "n_clients")
     if n > MAX_CLIENTS:
         raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")

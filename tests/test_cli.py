@@ -327,3 +327,16 @@ def test_account_errors_name_the_flags(capsys):
         assert main(["account", *args, "--steps", "10"]) == 2
         err = capsys.readouterr().err
         assert flag in err and "noise_multiplier" not in err and "sample_rate" not in err
+
+
+def test_a_delta_past_one_says_there_is_no_guarantee(capsys):
+    """NbAFL's paper calibration spends epsilon in the thousands, where the noise sampler's floating-point delta
+    (1 + e^eps)·n·2^-U passes 1: the run reports delta = 1 (a probability) and says it guarantees nothing, not
+    delta = 1e+231."""
+    args = ("train", "--algorithm", "nbafl", "--dataset", "digits", "--model", "lr", "--clients", "10",
+            "--rounds", "2", "--clip", "1", "--calibration", "paper")
+    rc, out, err = run(*args)
+    assert rc == 0, err
+    assert "delta = 1 " in out and "no guarantee" in out
+    got = run_json(capsys, *args)
+    assert got["delta"] == 1.0 and got["epsilon"] > 700

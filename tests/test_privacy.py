@@ -487,6 +487,10 @@ def test_a_ledger_on_an_outside_grid_reports_what_account_reports():
 
     mech = get("flower-accounted")
     assert mech.reports_on_orders(mech.orders) and not get("client-aggregate").reports_on_orders(P.DEFAULT_ORDERS)
+    # other orders are searched, as any orders are: a user's grid is not an outside accountant's
+    assert not get("client-aggregate").reports_on_orders(mech.orders) and not mech.reports_on_orders(range(2, 40))
+    assert get("client-aggregate").epsilon(0.1, 0.3, 1, 1e-3, 20, orders=tuple(range(2, 40))) == pytest.approx(
+        P.account([get("client-aggregate").charge(0.1, 0.3, 20)], 1e-3, tuple(range(2, 40))), rel=1e-12)
     charge = mech.charge(0.1, 0.8, 100)
     fixed = Ledger(1, 1e-5, mech.orders, fixed=True)
     searched = Ledger(1, 1e-5)

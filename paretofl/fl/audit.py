@@ -64,7 +64,7 @@ and the training after it, claimed as the two composed.  The canary pairs (``Aud
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -204,17 +204,6 @@ class _LegacyTopup(SumRelease):
         return each[c.replica], each * (m - torch.as_tensor(c.counts, dtype=eng.dtype)).clamp(min=0).sqrt()
 
 
-class _CountUncharged(SumRelease):
-    """Adaptive clipping with the sum noised at the full charge z, the count
-    on top (uncharged): the sum's noise is the charge's multiplier, not the
-    mechanism's z_Δ."""
-
-    def noise(self):
-        n = super().noise()
-        z = self.mech.charge(self.client_rate, self.sigma, self.engine.N, cohort=self.cohort).noise_multiplier
-        return replace(n, std=np.broadcast_to(z, np.shape(n.std)))
-
-
 class _UncentredCount(SumRelease):
     """Adaptive clipping releasing the raw count of updates that fitted (it
     moves by 1 when a client is added, not by 1/2) with the 1/2-sensitivity
@@ -259,7 +248,7 @@ class _EveryRound(CorrelatedRelease):
 
 #: breaks in the release: how each makes its broken copy of a policy's release
 _BROKEN = {"legacy-topup": _LegacyTopup, "uncentred-count": _UncentredCount, "noise-at-next-clip": _NoiseAtNextClip,
-           "independent-noise": _IndependentNoise, "every-round": _EveryRound, "count-uncharged": _CountUncharged}
+           "independent-noise": _IndependentNoise, "every-round": _EveryRound}
 
 
 def _synthetic(n_samples, seed, features, canary_label=None, replace=False):

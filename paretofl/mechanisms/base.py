@@ -234,6 +234,8 @@ class Mechanism:
     constructor_options: ClassVar[tuple] = ()
     #: RDP orders its ε is searched on (Flower's accountant reports on its own)
     orders: ClassVar[tuple] = DEFAULT_ORDERS
+    #: does the framework it runs in report ε on :attr:`orders`, unrefined (Flower's accountant)
+    fixed_orders: ClassVar[bool] = False
     #: the audit settings (each with its broken copies)
     audits: ClassVar[tuple] = ()
 
@@ -282,10 +284,11 @@ class Mechanism:
                        fixed=self.reports_on_orders(orders))
 
     def reports_on_orders(self, orders) -> bool:
-        """Are ``orders`` an outside accountant's fixed grid, on which it
-        reports ε unrefined (Flower's)?  Then :func:`account` says the larger
-        of that report and the searched ε."""
-        return tuple(orders) != DEFAULT_ORDERS
+        """Are ``orders`` the fixed grid of the accountant of the framework
+        this mechanism runs in, on which it reports ε unrefined (Flower's)?
+        Then :func:`account` reports on that grid (the larger of that report
+        and the searched ε).  Other orders are searched, as any orders are."""
+        return self.fixed_orders and tuple(orders) == tuple(self.orders)
 
     def error_ratio(self, rounds):
         """The share of independent noise's error on the model's trajectory

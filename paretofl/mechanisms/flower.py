@@ -106,6 +106,7 @@ class FlowerAccounted(_FixedCohort):
     accounted_outside = True
     relation = "add/remove: one client added to or removed from the population, with all of its data"
     orders = FLOWER_ORDERS
+    fixed_orders = True
     audits = (
         AuditSetting("flower-accounted", "flower-accounted", "witness-add-remove",
                      "N = 20 with the canary client, m = 19, z = 1.5: every client sends a, the added one -a; "

@@ -297,7 +297,8 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     final["delta_float"] = np.array([float_delta(e) for e in final["epsilon"]])
     finite = final["delta_float"][np.isfinite(final["epsilon"])]
     if finite.size and finite.max() > 1e-6 * delta:
-        final["delta"] = delta + float(finite.max())
+        # δ is a probability: at 1 the guarantee says nothing (an ε so large that e^ε swamps the truncation)
+        final["delta"] = min(1.0, delta + float(finite.max()))
     if names is not None:
         final["epsilon_groups"] = {n: eps[:, g] for g, n in enumerate(names)}
         final["budgets"] = {n: float(e) for n, e in zip(names, policy.group_budgets)}
