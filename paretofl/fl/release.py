@@ -229,6 +229,7 @@ class SumRelease(Release):
                                              cohort=self.cohort).noise_multiplier, (R,))
         sb = np.array([mech.count_std(m, float(zr)) for m, zr in zip(self.cohort, z)])
         self.count_noise = np.where(self.sigma > 0, sb, 0.0)
+        self.noise()          # refused here, before any round, where the count leaves the update no budget
 
     def noise_stds(self, c: Cohort):
         """(each cohort client's noise std (K,), the server's std (R,)) per

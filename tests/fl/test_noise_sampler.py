@@ -179,6 +179,11 @@ def test_training_reports_the_truncations_delta_and_adds_it_where_it_matters(dig
     assert fin["delta"] == 1e-5
     assert np.all(fin["delta_float"] == [F.float_delta(e) for e in fin["epsilon"]])
     assert np.all(fin["delta_float"] < 1e-200)
+    monkeypatch.setattr(F, "U_MIN_LOG2", -130)
+    fin = run()
+    assert 1e-5 * 1e-6 < fin["delta_float"].max() < 1
+    assert fin["delta"] == pytest.approx(1e-5 + fin["delta_float"].max()) and fin["delta"] > 1e-5
+    # a sampler so coarse (u₁ ≥ 2⁻³⁰) that δ_fp passes 1: δ is a probability, reported as 1 (no guarantee)
     monkeypatch.setattr(F, "U_MIN_LOG2", -30)
     fin = run()
-    assert fin["delta"] == pytest.approx(1e-5 + fin["delta_float"].max()) and fin["delta"] > 1e-5
+    assert fin["delta_float"].max() > 1 and fin["delta"] == 1.0
