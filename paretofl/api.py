@@ -706,7 +706,7 @@ def names() -> dict:
     ``nbafl_design``), ``design``'s frameworks and its "auto" (``search``),
     the frameworks ``export`` takes a design to, Flower's name."""
     from .fl.options import CONFIGS, DPFEDAVG_MECHANISMS
-    from .integrations import EXPORTS, FLOWER
+    from .integrations import EXPORT_OF_NOISE, EXPORTS, FLOWER
     from .mechanisms import REGISTRY, SEARCH
     from .mechanisms import names as mechanism_names
     from .pretrial.spec import DATASETS, MODELS, PARTITIONS
@@ -715,7 +715,7 @@ def names() -> dict:
             "mechanisms": mechanism_names(), "designable": recommendation.DESIGN_MECHANISMS,
             "trainable": DPFEDAVG_MECHANISMS, "frameworks": recommendation.FRAMEWORKS, "default_mechanism": DEFAULT,
             "own_design": mechanism_names(trainable=False), "search": SEARCH, "exports": EXPORTS,
-            "flower_framework": FLOWER,
+            "flower_framework": FLOWER, "export_of_noise": EXPORT_OF_NOISE,
             "mechanism_options": tuple(dict.fromkeys(o for n in mechanism_names()
                                                      for o in REGISTRY[n].constructor_options))}
 
@@ -897,17 +897,19 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
     :class:`paretofl.integrations.flower.FlowerPlan` (``clip`` defaults to
     the recipe's C), an :class:`paretofl.integrations.opacus.OpacusPlan`
     (``clip`` the per-sample norm; ``client_size``, ``batch_size`` and
-    ``local_steps`` needed) or, for a banded design (bandmf), a
-    :class:`paretofl.integrations.jax_privacy.BandMFPlan` (``clip`` as for
+    ``local_steps`` needed), for a banded design (bandmf) a
+    :class:`paretofl.integrations.jax_privacy.BandMFPlan`, for a distributed
+    one a :class:`paretofl.integrations.tff.TFFPlan` (``clip`` as for
     Flower), and Python that builds it there."""
-    banded = mechanism_of(d.mechanism).noise_on == "correlated-sum"
-    if banded != (framework == "jax-privacy"):
-        raise ValueError(f"a {d.mechanism} design exports to jax-privacy, whose privatizer runs its correlated noise"
-                         if banded else f"a {d.mechanism} design adds independent noise: export it to flower or opacus")
-    from .integrations import FLOWER
+    from .integrations import EXPORT_OF_NOISE, FLOWER
 
-    if framework in ("jax-privacy", FLOWER):       # the server's side: C only, no per-client DP-SGD settings
-        from .integrations import flower, jax_privacy
+    own = EXPORT_OF_NOISE.get(mechanism_of(d.mechanism).noise_on)
+    if framework in EXPORT_OF_NOISE.values() or own is not None:
+        if framework != own:
+            raise ValueError(f"a {d.mechanism} design exports to {own}, which runs its noise" if own is not None
+                             else f"a {d.mechanism} design adds independent noise: export it to flower or opacus")
+    if framework in (*EXPORT_OF_NOISE.values(), FLOWER):   # the server's side: C only, no per-client DP-SGD settings
+        from .integrations import flower, jax_privacy, tff
 
         ignored = [n for n, v in (("client_size", client_size), ("batch_size", batch_size),
                                   ("local_steps", local_steps)) if v is not None]
@@ -918,10 +920,10 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
         if clip is None and d.clip is None:
             raise ValueError(f"export to {framework} needs clip (the clipping norm C): this design has no C of its "
                              "own (give tune, or a fit that records its pre-trial)")
-        bridge = jax_privacy if framework == "jax-privacy" else flower
+        bridge = {"jax-privacy": jax_privacy, "tff": tff}.get(framework, flower)
         p = bridge.plan(d, clip if clip is not None else d.clip)
         text = bridge.snippet(p)
-        if framework == "jax-privacy" and d.local_epochs is not None:     # Flower's plan carries the recipe itself
+        if framework in EXPORT_OF_NOISE.values() and d.local_epochs is not None:   # Flower's plan carries it
             said = ", ".join(f"{k}={v!r}" for k, v in (("local_epochs", d.local_epochs), ("learning_rate", d.lr),
                                                        ("batch_size", d.batch_size)) if v is not None)
             text = f"# each client's training runs, each round: {said} (the design's recipe)\n" + text

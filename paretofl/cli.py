@@ -218,6 +218,19 @@ def _export_lines(p, framework):
                 f"{p.clipping_norm:g}); the sum divided by {p.expected_cohort:.6g}",
                 f"  rounds              {p.num_rounds} ({p.participations} per client at most); epsilon "
                 f"{p.epsilon:.4f}, delta {p.delta:g} (client-level, add/remove)"]
+    if framework == "tff":
+        return [f"TensorFlow Federated's DistributedDpSumFactory (distributed DP: Skellam noise, secure aggregation "
+                f"modulo 2^{p.bits}):",
+                f"  noise_multiplier    {p.noise_multiplier:.6g}  (the design's z, times the inflated sensitivity "
+                "over the scaled clip at the scale TFF picks)",
+                f"  expected clients    {p.expected_clients_per_round}  (the fewest survivors the noise is set for)",
+                f"  bits, l2_clip       {p.bits}, {p.l2_clip:g};  modclip_prob {p.modclip_prob:g}, beta {p.beta:.4g}, "
+                f"rotation {p.rotation_type}",
+                f"  scale               {p.scale:.6g} (TFF's; the design's {p.design_scale:.6g}); error ratio "
+                f"{p.error_ratio:.4g} (the design's {p.design_error_ratio:.4g})",
+                f"  rounds              {p.num_rounds}, each client joining with probability {p.client_rate:.4g}; "
+                f"epsilon {p.epsilon:.4f}, delta {p.delta:g} (client-level, zero-out)",
+                *(f"  - {n}" for n in p.notes)]
     if framework == "opacus":
         return [f"Opacus in each client (sample-level DP of its data over the design's {p.rounds} rounds):",
                 f"  DataLoader(client_data, batch_size={p.batch_size})  ->  sample rate {p.sample_rate:.6g}",
@@ -260,7 +273,7 @@ def _export(a, d, out, lines):
                          local_steps=a.local_steps)
     out["export"], out["snippet"] = {"framework": a.export, **p.to_dict()}, code
     recipe = []
-    if a.export == "jax-privacy" and d.local_epochs is not None:     # Flower's and Opacus's plans say it themselves
+    if a.export in ("jax-privacy", "tff") and d.local_epochs is not None:   # Flower's, Opacus's plans say it themselves
         out["export"].update(local_epochs=d.local_epochs, learning_rate=d.lr, batch_size=d.batch_size)
         recipe = [f"  each client trains, each round: {d.local_epochs} local epoch(s)"
                   + (f" of batch {d.batch_size}" if d.batch_size else "") + (f" at learning rate {d.lr:g}" if d.lr
@@ -364,11 +377,13 @@ def cmd_design(a):
         f"  sample ratio q      {d.q:.4g}  (about {_plural(round(d.clients_per_round, 2), 'client')} a round)",
         f"  rounds T            {d.rounds}",
         *(_banded_lines(d) if banded else []),
+        *api.mechanism(d.mechanism, **(d.mechanism_options or {})).design_lines(d),
         f"  noise sigma         {d.sigma:.4g}  per client (noise multiplier on the released sum: "
         f"{d.noise_multiplier:.4g}; charged: {d.charged_noise_multiplier:.4g})",
         f"  epsilon spent       {d.epsilon:.4f}  ({api.unit_text(d.mechanism)}; {_accountant(d)}; budget "
         f"{d.budget:g})",
-        f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa sigma^2{' r' if banded else ''}/(qN): the bound on "
+        f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa sigma^2{' r' if 'error_ratio' in d.details else ''}"
+        "/(qN): the bound on "
         "the loss above non-private training, divided by its 1/T term's constant; lower is better)",
         f"  kappa               {d.kappa:.4g}  ({d.kappa_source})",
         *([f"  predicted loss      {d.predicted_utility_loss:.4g}  (the {d.utility_model} model's utility loss "
@@ -459,7 +474,7 @@ def _finish_design(a, d, out, lines):
         lines.append(f"next: {save}train it with paretofl train --design {where} (the design travels whole: "
                      "mechanism, q, T, sigma, C, lr, local epochs, delta and the model and data kappa came from), or "
                      f"export it with paretofl export {where} --to "
-                     + ("jax-privacy" if "bands" in d.details else "flower|opacus")
+                     + api.names()["export_of_noise"].get(d.noise_on, "flower|opacus")
                      + ("; publish the privacy statement (--statement)" if not a.statement else
                         "; publish the statement above with your results")
                      + ("" if d.tuning or d.groups or d.noise_on != "sum" or "pretrial" in d.details
@@ -572,7 +587,7 @@ def _design_groups(a):
 def cmd_export(a):
     """export DESIGN.json --to flower|opacus: a saved design in a framework's terms."""
     if a.to is None and not a.statement:
-        raise ValueError("give --to flower|opacus|jax-privacy (the framework), or --statement (the design's privacy "
+        raise ValueError("give --to flower|opacus|jax-privacy|tff (the framework), or --statement (the design's privacy "
                          "statement), or both")
     given = [f for f, v in (("--clip", a.clip), ("--client-size", a.client_size), ("--batch-size", a.batch_size),
                             ("--local-steps", a.local_steps)) if v is not None]
@@ -886,6 +901,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what is released and charged (docs/theory.md, sections 5.3 and 7); auto: the lowest "
                         "bound of client-aggregate, bandmf and bandmf-amplified")
     s.add_argument("--bands", type=INT, help="bandmf, bandmf-amplified: fix the bands b (default: searched)")
+    s.add_argument("--dim", type=INT, help="distributed: the model's number of weights (7850 for LR on "
+                                           "FashionMNIST; required)")
+    s.add_argument("--bits", type=INT, help="distributed: fix the secure sum's bit width (default: searched, 6-22)")
+    s.add_argument("--scaled-clip", type=FLOAT, help="distributed: fix the clip on the integer grid (default: "
+                                                      "chosen with the bits)")
+    s.add_argument("--dropout", type=FLOAT, help="distributed: the share of a cohort that may drop out (each client's "
+                                                  "noise is set so that the rest carry it; default 0)")
+    s.add_argument("--rounding-beta", type=FLOAT, help="distributed: conditional rounding's bias (default exp(-1/2))")
     s.add_argument("--framework", choices=known["frameworks"],
                    help="where a client-aggregate design runs: paretofl's trainer (Poisson client sampling), Flower "
                         "(m of N without replacement, accounted by paretofl: the flower mechanism), or Flower with "

@@ -940,7 +940,7 @@ def design(
             return _design_auto(j)
         if mech.noise_on == "correlated-sum":
             return _design_banded(j, mech.name, (mechanism_options or {}).get("bands"))
-        return _design_point(j, mech)
+        return mech.search(lambda m, qs=None: _design_point(j, m, qs), dict(mechanism_options or {}))
 
     ci = _kappa_ci(kappa if kappa_source == "given" else None, fit) if isinstance(utility, ClosedForm) else None
     if lw is None:

@@ -167,7 +167,10 @@ class TestEveryMechanismAndOptionTrains:
     KeyError from inside.  Tiny data (digits, 8 clients, 2 rounds)."""
 
     #: values of each constructor option (the registry says which mechanism takes which)
-    OPTIONS = {"clip_quantile": [0.5], "clip_lr": [1.0], "count_noise": [5.0], "bands": [2]}
+    OPTIONS = {"clip_quantile": [0.5], "clip_lr": [1.0], "count_noise": [5.0], "bands": [2], "dim": [650],
+               "bits": [16], "scaled_clip": [64.0], "rounding_beta": [0.5], "dropout": [0.25]}
+    #: options a mechanism needs with every other (the distributed mechanism's model size: LR on digits)
+    NEEDED = {"dim": 650}
 
     def designs(self):
         from paretofl.mechanisms import REGISTRY
@@ -179,11 +182,15 @@ class TestEveryMechanismAndOptionTrains:
                 continue
             if not cls.designable:
                 continue
-            combos = [{}]
+            needed = {k: v for k, v in self.NEEDED.items() if k in cls.constructor_options}
+            combos = [dict(needed)]
             for k in cls.constructor_options:
                 for v in self.OPTIONS[k]:
+                    if k in needed:
+                        continue
                     # adaptive clipping's step and count noise are options of clip_quantile
-                    combos.append({k: v} if k in ("clip_quantile", "bands") else {"clip_quantile": 0.5, k: v})
+                    base = needed if needed or k in ("clip_quantile", "bands") else {"clip_quantile": 0.5}
+                    combos.append({**base, k: v})
             for o in combos:
                 d = paretofl.design(8, 4.0, delta=1e-3, max_rounds=2, kappa=0.1, mechanism=name,
                                     mechanism_options=o or None, q=1 / o["bands"] if "bands" in o else None)

@@ -18,7 +18,7 @@ def test_the_registry_lists_every_mechanism_once_with_what_it_says_of_itself():
     assert M.names() == ("client-aggregate", "bandmf", "bandmf-amplified", "distributed", "flower",
                          "flower-accounted", "client-local", "nbafl", "sample")
     assert set(M.names(designable=True)) == {"client-aggregate", "client-local", "flower", "flower-accounted",
-                                             "bandmf", "bandmf-amplified"}
+                                             "bandmf", "bandmf-amplified", "distributed"}
     assert "nbafl" not in M.names(trainable=True)
     for name in M.names():
         m = M.get(name)
@@ -116,7 +116,9 @@ def _lines(text):
 
 
 def test_every_statement_has_the_fields_and_the_floating_point_caveat():
-    designs = [paretofl.design(100, 2, max_rounds=50, mechanism=m) for m in M.names(designable=True)]
+    designs = [paretofl.design(100, 2, max_rounds=50, mechanism=m,
+                               mechanism_options={"dim": 650} if "dim" in M.REGISTRY[m].constructor_options else None)
+               for m in M.names(designable=True)]
     designs.append(paretofl.design(100, None, max_rounds=50, budgets=paretofl.budgets.Budgets.shares(
         [0.5, 0.5], [1, 4], 100)))
     designs.append(paretofl.nbafl_design(50, 60, 0.01, 10, 512))

@@ -100,7 +100,7 @@ def break_release(rel, broken: str, params: dict) -> None:
     elif broken == "fit-to-bits":          # 6 bits: the noise cut to fit them (std 2^5/4), the sum modulo 2^6
         rel.modulus_bits = 6
         z = float(rel.noise().std[0])        # the mechanism's noise multiplier on the sum
-        rel.calibrated_to = min(rel.calibrated_to, 2.0 ** 5 / 4 / z)
+        rel.calibrated_to = min(rel.sensitivity_at(z), 2.0 ** 5 / 4 / z)
     elif broken == "fewer-noisers":        # each adds the share of a cohort of 128
         rel.noise_split = lambda n, need: 128
     elif broken == "noise-of-all":         # each adds mu/|S| as if every selected client survived

@@ -488,19 +488,21 @@ class DistributedRelease(SumRelease):
         self.dim, self.padded = d, sk.padded_dim(d)
         self.bits, self.scaled = mechanism.bits, mechanism.scaled_clip
         self.l2 = sk.rounded_l2_bound(self.scaled, self.padded, mechanism.beta)
-        self.sensitivity = sk.effective_sensitivity(self.scaled, self.padded, mechanism.beta)
+        # Δ(z), the mechanism's (what it charges), on this model's d'
+        self.sensitivity_at = lambda z: mechanism.sensitivity_at(z, self.padded)
         self.dropout, self.drop_rate = mechanism.dropout, 0.0
-        # what broken copies change (paretofl.fl.audit): the sensitivity the noise is set for, the modulus,
-        # the clients the noise is split among, the rounding
-        self.calibrated_to, self.modulus_bits, self.noise_split, self.nearest = self.sensitivity, self.bits, None, False
+        # what broken copies change (paretofl.fl.audit): the sensitivity the noise is set for (None: the
+        # mechanism's Δ(z)), the modulus, the clients the noise is split among, the rounding
+        self.calibrated_to, self.modulus_bits, self.noise_split, self.nearest = None, self.bits, None, False
         self.aborted = np.zeros(engine.R, dtype=bool)
         self.survived = np.zeros(engine.R, dtype=int)
         self.keep = None                                   # a client that never drops (the audit's canary)
 
     def variance(self, r: int) -> float:
-        """μ of replica r: (z·Δ)², z the mechanism's noise multiplier on the sum, in grid units."""
+        """μ of replica r: (z·Δ(z))², z the mechanism's noise multiplier on the sum, in grid units."""
         z = float(self.noise().std[r])
-        return (z * self.calibrated_to) ** 2
+        delta = self.sensitivity_at(z) if self.calibrated_to is None else self.calibrated_to
+        return (z * delta) ** 2
 
     def release(self, glob, updates, c: Cohort, active):
         from . import quantise as qz

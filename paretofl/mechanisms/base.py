@@ -290,6 +290,19 @@ class Mechanism:
         and the searched ε).  Other orders are searched, as any orders are."""
         return self.fixed_orders and tuple(orders) == tuple(self.orders)
 
+    def search(self, point, given: dict):
+        """This mechanism's design: ``point(mechanism, qs=None)`` is the exact
+        (q, T, σ) search for one configured mechanism over the cohort sizes
+        ``qs`` (default: those the job allows); it returns a Design, or raises
+        where nothing meets the budget.  A family with knobs of its own
+        searches them around it (``given``: the options the user fixed)."""
+        return point(self)
+
+    def design_lines(self, d) -> list[str]:
+        """The lines ``paretofl design`` prints for this mechanism's own knobs
+        of design ``d`` (its :meth:`search`'s details), beside q, T and σ."""
+        return []
+
     def error_ratio(self, rounds):
         """The share of independent noise's error on the model's trajectory
         that this mechanism's noise leaves at the same noise multiplier, for

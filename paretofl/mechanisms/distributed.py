@@ -15,10 +15,10 @@ is released the sum carries Skellam noise of variance at least μ.  The
 server sees the modular sum only, centred to [−2^(b−1), 2^(b−1)),
 dequantised, rotated back and divided by the survivors' count.
 
-μ = (zΔ)², z = σ√m (m = qN), Δ = √(Δ₂² + 3Δ₁/2) the effective sensitivity
-(:func:`paretofl.theory.skellam.effective_sensitivity`): Theorem 3.5 of
-Agarwal et al. bounds the Skellam mechanism's RDP at integer orders by
-α·Δ²/(2μ) = α/(2z²), the Gaussian's at noise multiplier z.  Secure
+μ = (zΔ)², z = σ√m (m = qN), Δ² = Δ₂² + min(3Δ₁/2, (Δ₂² + 3Δ₁)/(4z²Δ₂²))
+the effective sensitivity (:func:`paretofl.theory.skellam.effective_sensitivity`):
+Theorem 3.5 of Agarwal et al. bounds the Skellam mechanism's RDP at integer
+orders by α·Δ²/(2μ) = α/(2z²), the Gaussian's at noise multiplier z.  Secure
 aggregation shows the server who takes part, so subsampling amplifies
 nothing against it: neighbours are zero-out (one client's data replaced by
 none: its update is zero, it still takes part), and a round is charged as
@@ -31,6 +31,7 @@ processing, they cost no privacy, only utility.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -58,6 +59,16 @@ __all__ = ["DistributedSkellam"]
 #: 2 %), or of 16.3 (the canary's rotated coordinates 0.51: rounding to nearest doubles its norm)
 _AUDIT = dict(q=1.0, clients=2, samples=20, features=50, sigma=3.2, bits=20, scaled_clip=1000.0, dropout=0.0)
 
+#: the bit widths a design searches when none is given (TensorFlow Federated's DistributedDpSumFactory takes 1-22)
+BITS_SEARCHED = (6, 8, 10, 12, 14, 16, 18, 20, 22)
+#: bit widths whose bounds lie within this share of the least count as ties: the fewest bits are kept
+BITS_TIE = 0.005
+#: "matches": a bound within this share of another's
+MATCH = 0.05
+#: the scale is settled when the design it gives chooses it again within this share (at most SETTLE_PASSES designs)
+SETTLED, SETTLE_PASSES = 0.02, 3
+
+
 @register
 class DistributedSkellam(Mechanism):
     name = "distributed"
@@ -73,8 +84,9 @@ class DistributedSkellam(Mechanism):
     selection = "poisson"
     noise_on = "modular-sum"
     split = "client"
-    #: not yet: the generic (q, T, sigma) search ignores the quantisation error and the wrap, and needs dim
-    designable = False
+    #: its knobs (bits, the scaled clip) searched around the (q, T, sigma) search: :meth:`search`
+    designable = True
+    _plan = None                # the design's planning point of error_ratio: (cohort, z), "exact" or None
     options = ("local_epochs", "batch_size", "bits", "scaled_clip", "dim", "rounding_beta", "dropout")
     constructor_options = ("bits", "scaled_clip", "dim", "rounding_beta", "dropout")
     audits = (
@@ -141,17 +153,24 @@ class DistributedSkellam(Mechanism):
 
     @property
     def sensitivity(self) -> float:
-        """Δ = √(Δ₂² + 3Δ₁/2): what the noise is calibrated to (grid units)."""
+        """Δ = √(Δ₂² + 3Δ₁/2): a bound on Δ(z) at every z (grid units)."""
         return sk.effective_sensitivity(self.scaled_clip, self.padded, self.beta)
+
+    def sensitivity_at(self, z: float, padded: int | None = None) -> float:
+        """Δ(z), what the noise is calibrated to at noise multiplier z (grid
+        units; :func:`paretofl.theory.skellam.effective_sensitivity`), on
+        ``padded`` coordinates (default: the mechanism's d')."""
+        return sk.effective_sensitivity(self.scaled_clip, self.padded if padded is None else int(padded), self.beta,
+                                        float(z))
 
     @property
     def inflation(self) -> float:
-        """ι = Δ/c: the noise on the model, in units of C, at noise multiplier z is zι."""
+        """ι = Δ/c: the noise on the model, in units of C, at noise multiplier z is at most zι."""
         return self.sensitivity / self.scaled_clip
 
     def noise_variance(self, z: float) -> float:
-        """μ = (zΔ)², the Skellam variance the sum must carry (grid units)."""
-        return (float(z) * self.sensitivity) ** 2
+        """μ = (zΔ(z))², the Skellam variance the sum must carry (grid units)."""
+        return (float(z) * self.sensitivity_at(z)) ** 2
 
     # ---------------------------------------------------------------- privacy
     def check_rate(self, q, n_clients=None):
@@ -175,11 +194,148 @@ class DistributedSkellam(Mechanism):
         return Charge("attributed-integer", q, z)
 
     def error_ratio(self, rounds):
-        """The noise on the model over a central mechanism's at the same z:
-        ι² (rounding's inflation), over 1 − dropout (every survivor adds
-        μ/n_min: when nobody drops, the sum carries μ/(1 − dropout))."""
-        r = self.inflation ** 2 / (1.0 - self.dropout)
+        """The error on the model over a central mechanism's noise at the
+        same z.  Unplanned: ι² (rounding's inflation, at its bound over z)
+        over 1 − dropout (every survivor adds μ/n_min: when nobody drops, the
+        sum carries μ/(1 − dropout)).  Planned for a cohort m and a z (the
+        design's, :meth:`search`): :func:`paretofl.theory.skellam.coordinate_error`'s
+        ratio — the noise at Δ(z), the rounding and the wraps; the design's
+        first pass (``plan`` "exact") takes the integers as exact: 1/(1 − dropout)."""
+        if self._plan == "exact":
+            r = 1.0 / (1.0 - self.dropout)
+        elif self._plan is not None:
+            r = sk.coordinate_error(self.bits, self.scaled_clip, self.padded, self.beta, *self._plan,
+                                    self.dropout)["ratio"]
+        else:
+            r = self.inflation ** 2 / (1.0 - self.dropout)
         return np.full(np.shape(rounds), r) if np.ndim(rounds) else r
+
+    # ------------------------------------------------------------------ design
+    def _planned(self, plan, **options) -> DistributedSkellam:
+        """A copy with ``options`` changed, planned for ``plan`` ((m, z) or "exact")."""
+        out = copy.copy(self)
+        for k, v in options.items():
+            setattr(out, k, v)
+        out._plan = plan
+        return out
+
+    def search(self, point, given: dict):
+        """The knobs with (q, T, σ) (docs/theory.md §8, "the design"): at each
+        bit width (``bits`` given: that one; else :data:`BITS_SEARCHED`) the
+        scaled clip whose coordinate error is least with the sum wrapping at
+        most :data:`~paretofl.theory.skellam.WRAP_TARGET` a coordinate
+        (``scaled_clip`` given: that one), planned at the cohort and z of the
+        design it gives at the exact-integer design's q, until they settle;
+        the fewest bits within :data:`BITS_TIE` of the least bound are kept
+        and designed again over every q (``point(mechanism, qs)``).  Beside it: the same
+        design with exact integers (what quantisation costs) and the central
+        client-aggregate design (what distributing the trust costs)."""
+        from . import DEFAULT, get                # the registry imports this module
+        self._dim()
+        exact = point(self._planned("exact"))
+        bits = (self.bits,) if given.get("bits") is not None else BITS_SEARCHED
+        found, skipped = {}, {}
+        for b in bits:
+            m, z, d, mech = exact.cohort, exact.noise_multiplier, None, None
+            for _ in range(SETTLE_PASSES):
+                c = self._scale(b, m, z, given)
+                if c is None:
+                    skipped[b] = (f"every scale wraps more than {sk.WRAP_TARGET:g} a coordinate (cohort {m:.4g}, "
+                                  f"z {z:.4g})")
+                    break
+                if mech is not None and abs(c / mech.scaled_clip - 1) < SETTLED:
+                    break                       # the design's own (m, z) choose the scale it was planned with
+                mech = self._planned((m, z), bits=int(b), scaled_clip=float(c))
+                d = point(mech, [exact.q])      # at the exact design's q: the final width searches every q
+                m, z = d.cohort, d.noise_multiplier
+            if d is not None and b not in skipped:
+                found[b] = (d, mech)
+                if d.utility_bound <= exact.utility_bound * (1 + BITS_TIE):
+                    break                       # no wider sum can be more than a tie better: the fewest bits win
+        if not found:
+            raise ValueError("no bit width searched fits the sum: " + "; ".join(f"{b} bits: {w}"
+                                                                               for b, w in skipped.items())
+                             + "; allow more bits (at most 32), a smaller cohort (q_max) or more wrapping")
+        least = min(d.utility_bound for d, _ in found.values())
+        b = min(x for x in found if found[x][0].utility_bound <= least * (1 + BITS_TIE))
+        d, mech = found[b]
+        for _ in range(SETTLE_PASSES):          # the width kept, over every q, its scale settled again
+            d = point(mech)
+            c = self._scale(b, d.cohort, d.noise_multiplier, given)
+            if c is None or abs(c / mech.scaled_clip - 1) < SETTLED:
+                break
+            mech = self._planned((d.cohort, d.noise_multiplier), scaled_clip=float(c))
+        e = sk.coordinate_error(mech.bits, mech.scaled_clip, mech.padded, mech.beta, d.cohort,
+                                d.noise_multiplier, mech.dropout)
+        n_min = max(1.0, math.ceil((1 - mech.dropout) * d.cohort - 1e-9))
+        within = [x for x in sorted(found) if found[x][0].utility_bound <= exact.utility_bound * (1 + MATCH)]
+        try:
+            central = point(get(DEFAULT))
+        except ValueError as exc:                # InfeasibleBudget is one
+            central = None
+            central_error = str(exc)
+        d.details = {
+            "bits": mech.bits, "scaled_clip": mech.scaled_clip, "padded": mech.padded,
+            "inflation": e["inflation"], "error_ratio": e["ratio"], "wrap_probability": e["wrap_probability"],
+            "noise_variance": mech.noise_variance(d.noise_multiplier),
+            "noise_per_client": mech.noise_variance(d.noise_multiplier) / n_min, "n_min": n_min,
+            "bits_searched": {str(x): found[x][0].utility_bound for x in sorted(found)},
+            "bits_skipped": {str(x): w for x, w in skipped.items()},
+            "bits_from": "given" if given.get("bits") is not None else
+            f"searched over {', '.join(map(str, bits))}: the fewest within {100 * BITS_TIE:g} % of the least bound",
+            "exact_integers": {k: getattr(exact, k) for k in ("q", "rounds", "sigma", "utility_bound")},
+            "matches_at_bits": within[0] if within else None,
+            "central": ({"mechanism": DEFAULT, **{k: getattr(central, k)
+                                                  for k in ("q", "rounds", "sigma", "epsilon", "utility_bound")}}
+                        if central is not None else {"error": central_error}),
+        }
+        d.notes.append(self._cost_note(d, exact, central, within))
+        return d
+
+    def design_lines(self, d) -> list[str]:
+        x = d.details or {}
+        if "bits" not in x:
+            return []
+        searched = ", ".join(f"{b}: {u:.4g}" for b, u in x["bits_searched"].items())
+        return [f"  bits                {x['bits']}  ({x['bits_from']}; bound by width {searched})",
+                f"  scaled clip c       {x['scaled_clip']:.5g}  (the clip on the integer grid: each update is scaled "
+                f"by c/C; a coordinate of the sum wraps with probability <= {x['wrap_probability']:.2g} a round)",
+                f"  noise per client    Skellam of variance {x['noise_per_client']:.5g}  (grid units; the "
+                f"{x['n_min']:g} fewest survivors carry {x['noise_variance']:.5g}, z x the effective sensitivity, "
+                "squared)",
+                f"  error ratio r       {x['error_ratio']:.4g}  (noise, rounding and wraps on the model over a central "
+                "mechanism's noise at the same z)"]
+
+    def _scale(self, bits, cohort, z, given):
+        """The scaled clip at ``bits`` for a cohort and z: given, or the best (None: every one wraps)."""
+        if given.get("scaled_clip") is not None:
+            return self.scaled_clip
+        best = sk.best_scaled_clip(bits, self.padded, self.beta, cohort, z, self.dropout)
+        return None if best is None else best[0]
+
+    def _cost_note(self, d, exact, central, within) -> str:
+        x = d.details
+        text = (f"{x['bits']} bits, scaled clip {x['scaled_clip']:.4g} on the integer grid: the error on the model "
+                f"is {x['error_ratio']:.4g} x a central mechanism's noise at the same z (rounding's inflation "
+                f"{x['inflation']:.4g}, dropout bound {self.dropout:g}), a coordinate wraps with probability <= "
+                f"{x['wrap_probability']:.2g} a round; ")
+        if within:
+            text += (f"from {within[0]} bits the bound is within {100 * MATCH:g} % of exact integers' "
+                     f"({exact.utility_bound:.4g})")
+        else:
+            text += f"no bit width searched comes within {100 * MATCH:g} % of exact integers' bound"
+        if central is not None:
+            rel = 100 * (d.utility_bound / central.utility_bound - 1)
+            text += (f"; the central client-aggregate design for the same budget (the server trusted with the sum, "
+                     f"who took part hidden) has bound {central.utility_bound:.4g} (q = {central.q:.4g}, T = "
+                     f"{central.rounds}): this design's is {abs(rel):.1f} % {'above' if rel >= 0 else 'below'} it")
+            gap = 100 * (exact.utility_bound / central.utility_bound - 1)
+            why = [w for w, on in (("the noise set for dropouts (1/(1 - dropout) of it when nobody drops)",
+                                    self.dropout > 0),
+                                   ("the sampling's amplification the server forgoes", central.q < 1)) if on]
+            text += (f"; {gap:.1f} % of it with exact integers" + (": " + " and ".join(why) if why else
+                                                                 " (the charge at integer orders)"))
+        return text
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):     # one per replica: z = σ√m each
@@ -198,7 +354,7 @@ class DistributedSkellam(Mechanism):
     def accountant_text(self, d) -> str:
         return ("RDP of the Skellam mechanism (Agarwal, Kairouz, Liu 2021, Theorem 3.5) bounded at integer orders by "
                 f"the Gaussian's at z = {d.noise_multiplier:.4g} (noise calibrated to the rounded update's effective "
-                "sensitivity sqrt(D2^2 + 3 D1/2)), at each participation, participation seen, composed over the rounds")
+                "sensitivity sqrt(D2^2 + min(3 D1/2, (D2^2 + 3 D1)/(4 z^2 D2^2)))), at each participation, participation seen, composed over the rounds")
 
     def mechanism_text(self, d) -> str:
         clip = f"C = {d.clip:g}" if d.clip is not None else "C (the clipping norm: not chosen by this design)"
@@ -207,7 +363,7 @@ class DistributedSkellam(Mechanism):
                 f"scaled to norm {self.scaled_clip:g} on the integer grid, rounded (conditional randomised rounding, "
                 f"beta = {self.beta:.4g}: L2 norm <= {self.l2_bound:.5g}); the surviving clients' Skellam noise sums "
                 f"to variance >= {mu:.5g} per coordinate (z = {d.noise_multiplier:.4g} x the effective sensitivity "
-                f"{self.sensitivity:.5g}); summed modulo 2^{self.bits} by secure aggregation")
+                f"{self.sensitivity_at(d.noise_multiplier):.5g}); summed modulo 2^{self.bits} by secure aggregation")
 
     def statement_notes(self, d) -> list[str]:
         return [f"Dropout: each selected client adds Skellam noise of variance mu/n_min, n_min = ceil((1 - "

@@ -28,13 +28,23 @@ releases only the modular sum.
   ε(α) ≤ αΔ₂²/(2μ) + min(((2α − 1)Δ₂² + 6Δ₁)/(16μ²), 3Δ₁/(4μ)).
   Checked in the tests against the brute-force Rényi divergence of shifted
   Skellam pmfs.
-* :func:`effective_sensitivity` — Δ = √(Δ₂² + 3Δ₁/2): for α ≥ 1 the bound
-  above is at most α·Δ²/(2μ) (the min is at most 3Δ₁/(4μ) ≤ α·3Δ₁/(4μ)), the
-  RDP of a Gaussian of noise multiplier √μ/Δ.  paretofl's noise is
-  calibrated to this Δ, so a Skellam release of variance (zΔ)² is charged
-  as a Gaussian of noise multiplier z (at integer orders: the theorem's).
+* :func:`effective_sensitivity` — Δ with Δ² = Δ₂² + min(3Δ₁/2,
+  (Δ₂² + 3Δ₁)/(4z²Δ₂²)): for α ≥ 1 and μ = (zΔ)² the bound above is at
+  most α·Δ²/(2μ), the RDP of a Gaussian of noise multiplier z = √μ/Δ.
+  The first term: the min is at most 3Δ₁/(4μ) ≤ α·3Δ₁/(4μ).  The second:
+  ((2α − 1)Δ₂² + 6Δ₁)/(16μ²) ≤ α(Δ₂² + 3Δ₁)/(8μ²) ≤ α(Δ₂² + 3Δ₁)/(8μ·z²Δ₂²)
+  (μ ≥ z²Δ₂²), which is α·X/(2μ) at X = (Δ₂² + 3Δ₁)/(4z²Δ₂²).  paretofl's
+  noise is calibrated to this Δ, so a Skellam release of variance (zΔ)²
+  is charged as a Gaussian of noise multiplier z (at integer orders: the
+  theorem's).  Without z, the first term alone (valid at every z).
 * :func:`wrap_probability` — a Chernoff bound on one coordinate of the
   modular sum leaving [−2^(bits−1), 2^(bits−1)).
+* :func:`coordinate_error` — what a coordinate of the released sum carries
+  beyond the clients' updates, against a central mechanism's noise at the
+  same noise multiplier z (docs/theory.md §8, "the design"): the Skellam
+  noise (calibrated to the inflated sensitivity, and set for the fewest
+  survivors), the rounding, and the wraps; :func:`best_scaled_clip` the
+  scaled clip c that makes it least at a bit width.
 """
 
 from __future__ import annotations
@@ -44,7 +54,8 @@ import math
 import numpy as np
 
 __all__ = ["padded_dim", "rounded_l2_bound", "rounded_l1_bound", "effective_sensitivity", "inflation",
-           "skellam_rdp", "wrap_probability", "quantisation_variance", "DEFAULT_BETA", "MAX_BITS"]
+           "skellam_rdp", "wrap_probability", "quantisation_variance", "coordinate_error", "best_scaled_clip",
+           "DEFAULT_BETA", "MAX_BITS", "WRAP_TARGET"]
 
 #: TensorFlow Federated's default conditional-rounding bias, exp(−1/2)
 DEFAULT_BETA = math.exp(-0.5)
@@ -75,17 +86,23 @@ def rounded_l1_bound(l2: float, dim: int) -> float:
     return min(l2 * l2, math.sqrt(dim) * l2)
 
 
-def effective_sensitivity(scaled_clip: float, dim: int, beta: float = DEFAULT_BETA) -> float:
-    """Δ = √(Δ₂² + 3Δ₁/2), in units of the integer grid: the Gaussian
-    sensitivity whose RDP dominates the Skellam mechanism's bound."""
+def effective_sensitivity(scaled_clip: float, dim: int, beta: float = DEFAULT_BETA, z: float | None = None) -> float:
+    """Δ, in units of the integer grid: the Gaussian sensitivity whose RDP
+    at noise multiplier z dominates the Skellam mechanism's bound at
+    variance (zΔ)²: Δ² = Δ₂² + min(3Δ₁/2, (Δ₂² + 3Δ₁)/(4z²Δ₂²)) (the
+    module's docstring proves both); without z (or z = 0), Δ₂² + 3Δ₁/2."""
     l2 = rounded_l2_bound(scaled_clip, dim, beta)
-    return math.sqrt(l2 * l2 + 1.5 * rounded_l1_bound(l2, dim))
+    l1 = rounded_l1_bound(l2, dim)
+    extra = 1.5 * l1
+    if z is not None and float(z) > 0:
+        extra = min(extra, (l2 * l2 + 3.0 * l1) / (4.0 * float(z) ** 2 * l2 * l2))
+    return math.sqrt(l2 * l2 + extra)
 
 
-def inflation(scaled_clip: float, dim: int, beta: float = DEFAULT_BETA) -> float:
+def inflation(scaled_clip: float, dim: int, beta: float = DEFAULT_BETA, z: float | None = None) -> float:
     """ι = Δ/c >= 1: how much rounding inflates the sensitivity (and so the
     noise, in units of C) at the same noise multiplier."""
-    return effective_sensitivity(scaled_clip, dim, beta) / float(scaled_clip)
+    return effective_sensitivity(scaled_clip, dim, beta, z) / float(scaled_clip)
 
 
 def skellam_rdp(alpha, l1: float, l2: float, variance: float):
@@ -119,3 +136,51 @@ def wrap_probability(bits: int, signal: float, rounding: float, noise_variance: 
     lam = lam[lam < 60]                                   # cosh(60) is about 5e25: no overflow
     log_p = lam * lam * v / 2 + mu * (np.cosh(lam) - 1) - lam * t
     return float(min(1.0, 2.0 * math.exp(float(np.min(log_p)))))
+
+
+def coordinate_error(bits: int, scaled_clip: float, padded: int, beta: float, cohort: float, z: float,
+                     dropout: float = 0.0) -> dict:
+    """The error a coordinate of the dequantised sum carries, in units of
+    the integer grid squared, for a cohort of m = ``cohort`` clients (its
+    expected size), noise multiplier z on the sum and each client's update
+    scaled to norm c = ``scaled_clip`` over d' = ``padded`` coordinates:
+
+    * ``noise``: m·μ/n_min, μ = (zΔ)², n_min = ⌈(1 − dropout)·m⌉: the
+      Skellam variance when every client survives (each adds μ/n_min);
+    * ``rounding``: m/4, each client's rounding (variance <= 1/4 a coordinate);
+    * ``wrap_probability``: :func:`wrap_probability` with the signal's
+      proxy (c·m)²/d' (every update aligned: the worst case, as TensorFlow
+      Federated's scale heuristic takes it), and ``wrap``: 4^bits times it
+      (a wrapped coordinate is off by 2^bits);
+    * ``ratio``: their sum over (z·c)², a central mechanism's variance at
+      the same z: the factor the utility bound's noise term takes."""
+    m, z, c = float(cohort), float(z), float(scaled_clip)
+    if not (m >= 1 and z > 0 and c > 0):
+        raise ValueError(f"coordinate_error needs a cohort >= 1, z > 0 and a positive scaled clip, got {m}, {z}, {c}")
+    n_min = max(1.0, math.ceil((1.0 - float(dropout)) * m - 1e-9))
+    mu = (z * effective_sensitivity(c, padded, beta, z)) ** 2
+    noise, rounding = m * mu / n_min, m * quantisation_variance()
+    p = wrap_probability(bits, c * m / math.sqrt(padded), rounding, noise)
+    wrap = 4.0 ** int(bits) * p
+    return {"noise": noise, "rounding": rounding, "wrap_probability": p, "wrap": wrap,
+            "ratio": (noise + rounding + wrap) / (z * c) ** 2, "inflation": math.sqrt(mu) / (z * c)}
+
+
+#: the most a coordinate of the sum may wrap in a round where a design chooses the scale (TensorFlow
+#: Federated's default ``modclip_prob``)
+WRAP_TARGET = 1e-4
+
+
+def best_scaled_clip(bits: int, padded: int, beta: float, cohort: float, z: float, dropout: float = 0.0,
+                     wrap_target: float = WRAP_TARGET, points: int = 160) -> tuple[float, dict] | None:
+    """The scaled clip c in [2^-6, 2^(bits−1)] (``points`` geometric) whose
+    :func:`coordinate_error` ratio is least among those whose wrap
+    probability is at most ``wrap_target``, and that error; None where
+    none is.  A larger c shrinks rounding's share (and its inflation of the
+    sensitivity); it also widens the sum, which then wraps."""
+    best = None
+    for c in np.geomspace(2.0 ** -6, 2.0 ** (int(bits) - 1), int(points)):
+        e = coordinate_error(bits, float(c), padded, beta, cohort, z, dropout)
+        if e["wrap_probability"] <= wrap_target and (best is None or e["ratio"] < best[1]["ratio"]):
+            best = (float(c), e)
+    return best
