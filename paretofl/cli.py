@@ -585,10 +585,10 @@ def _design_groups(a):
 
 
 def cmd_export(a):
-    """export DESIGN.json --to flower|opacus: a saved design in a framework's terms."""
+    """export DESIGN.json --to flower|opacus|jax-privacy|tff: a saved design in a framework's terms."""
     if a.to is None and not a.statement:
-        raise ValueError("give --to flower|opacus|jax-privacy|tff (the framework), or --statement (the design's privacy "
-                         "statement), or both")
+        raise ValueError("give --to flower|opacus|jax-privacy|tff (the framework), or --statement (the design's "
+                         "privacy statement), or both")
     given = [f for f, v in (("--clip", a.clip), ("--client-size", a.client_size), ("--batch-size", a.batch_size),
                             ("--local-steps", a.local_steps)) if v is not None]
     if a.to is None and given:
@@ -952,7 +952,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("export", help="a saved design (design --out) in Flower's or Opacus's own parameters")
     s.add_argument("design", help="the design file (.json) written by design --out")
     s.add_argument("--to", choices=known["exports"],
-                   help="the framework (jax-privacy: a bandmf design's correlated noise)")
+                   help="the framework (jax-privacy: a bandmf design's correlated noise; tff: a distributed design's "
+                        "DistributedDpSumFactory)")
     s.add_argument("--clip", type=FLOAT, help="flower: the clipping norm C (default: the design's); opacus: the "
                                                "per-sample norm, required")
     s.add_argument("--client-size", type=INT, help="opacus: samples per client")

@@ -230,7 +230,7 @@ class DistributedSkellam(Mechanism):
         and designed again over every q (``point(mechanism, qs)``).  Beside it: the same
         design with exact integers (what quantisation costs) and the central
         client-aggregate design (what distributing the trust costs)."""
-        from . import DEFAULT, get                # the registry imports this module
+        from . import DEFAULT, get  # the registry imports this module
         self._dim()
         exact = point(self._planned("exact"))
         bits = (self.bits,) if given.get("bits") is not None else BITS_SEARCHED
@@ -354,7 +354,8 @@ class DistributedSkellam(Mechanism):
     def accountant_text(self, d) -> str:
         return ("RDP of the Skellam mechanism (Agarwal, Kairouz, Liu 2021, Theorem 3.5) bounded at integer orders by "
                 f"the Gaussian's at z = {d.noise_multiplier:.4g} (noise calibrated to the rounded update's effective "
-                "sensitivity sqrt(D2^2 + min(3 D1/2, (D2^2 + 3 D1)/(4 z^2 D2^2)))), at each participation, participation seen, composed over the rounds")
+                "sensitivity sqrt(D2^2 + min(3 D1/2, (D2^2 + 3 D1)/(4 z^2 D2^2)))), at each participation, "
+                "participation seen, composed over the rounds")
 
     def mechanism_text(self, d) -> str:
         clip = f"C = {d.clip:g}" if d.clip is not None else "C (the clipping norm: not chosen by this design)"
