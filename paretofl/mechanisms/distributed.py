@@ -236,21 +236,10 @@ class DistributedSkellam(Mechanism):
         bits = (self.bits,) if given.get("bits") is not None else BITS_SEARCHED
         found, skipped = {}, {}
         for b in bits:
-            m, z, d, mech = exact.cohort, exact.noise_multiplier, None, None
-            for _ in range(SETTLE_PASSES):
-                c = self._scale(b, m, z, given)
-                if c is None:
-                    skipped[b] = (f"every scale wraps more than {sk.WRAP_TARGET:g} a coordinate (cohort {m:.4g}, "
-                                  f"z {z:.4g})")
-                    break
-                if mech is not None and abs(c / mech.scaled_clip - 1) < SETTLED:
-                    break                       # the design's own (m, z) choose the scale it was planned with
-                mech = self._planned((m, z), bits=int(b), scaled_clip=float(c))
-                d = point(mech, [exact.q])      # at the exact design's q: the final width searches every q
-                m, z = d.cohort, d.noise_multiplier
-            if d is not None and b not in skipped:
-                found[b] = (d, mech)
-                if d.utility_bound <= exact.utility_bound * (1 + BITS_TIE):
+            got = self._width(point, b, exact, given, skipped)
+            if got is not None:
+                found[b] = got
+                if got[0].utility_bound <= exact.utility_bound * (1 + BITS_TIE):
                     break                       # no wider sum can be more than a tie better: the fewest bits win
         if not found:
             raise ValueError("no bit width searched fits the sum: " + "; ".join(f"{b} bits: {w}"
@@ -259,12 +248,17 @@ class DistributedSkellam(Mechanism):
         least = min(d.utility_bound for d, _ in found.values())
         b = min(x for x in found if found[x][0].utility_bound <= least * (1 + BITS_TIE))
         d, mech = found[b]
+        trial = mech
         for _ in range(SETTLE_PASSES):          # the width kept, over every q, its scale settled again
-            d = point(mech)
-            c = self._scale(b, d.cohort, d.noise_multiplier, given)
-            if c is None or abs(c / mech.scaled_clip - 1) < SETTLED:
+            cand = point(trial)
+            c = self._scale(b, cand.cohort, cand.noise_multiplier, given)
+            if c is None:
+                break                           # that cohort's sum would not fit: keep the one that does
+            if abs(c / trial.scaled_clip - 1) < SETTLED:
+                if cand.utility_bound < d.utility_bound:       # one ratio for every q: kept only where it gains
+                    d, mech = cand, trial
                 break
-            mech = self._planned((d.cohort, d.noise_multiplier), scaled_clip=float(c))
+            trial = self._planned((cand.cohort, cand.noise_multiplier), scaled_clip=float(c))
         e = sk.coordinate_error(mech.bits, mech.scaled_clip, mech.padded, mech.beta, d.cohort,
                                 d.noise_multiplier, mech.dropout)
         n_min = max(1.0, math.ceil((1 - mech.dropout) * d.cohort - 1e-9))
@@ -305,6 +299,44 @@ class DistributedSkellam(Mechanism):
                 "squared)",
                 f"  error ratio r       {x['error_ratio']:.4g}  (noise, rounding and wraps on the model over a central "
                 "mechanism's noise at the same z)"]
+
+    def _settled(self, point, b, start, given):
+        """(design, mechanism) at width b and the cohort of ``start``, the
+        scale planned at the cohort and z of the design it gives until it
+        settles; None where no scale holds the sum."""
+        m, z, d, mech = start.cohort, start.noise_multiplier, None, None
+        for _ in range(SETTLE_PASSES):
+            c = self._scale(b, m, z, given)
+            if c is None:
+                return None
+            if mech is not None and abs(c / mech.scaled_clip - 1) < SETTLED:
+                break                           # the design's own (m, z) choose the scale it was planned with
+            mech = self._planned((m, z), bits=int(b), scaled_clip=float(c))
+            d = point(mech, [start.q])
+            m, z = d.cohort, d.noise_multiplier
+        return d, mech
+
+    def _width(self, point, b, exact, given, skipped):
+        """The best (design, mechanism) at width b: at the exact-integer
+        design's cohort, and where the sum does not fit there or quantisation
+        costs more than :data:`MATCH`, at halved cohorts while the bound
+        improves (a smaller sum fits a finer scale)."""
+        best, start, worse = None, exact, 0
+        while True:
+            got = self._settled(point, b, start, given)
+            if got is not None:
+                if best is None or got[0].utility_bound < best[0].utility_bound:
+                    best, worse = got, 0
+                else:
+                    worse += 1
+            done = best is not None and (worse >= 2 or best[0].utility_bound <= exact.utility_bound * (1 + MATCH))
+            if done or start.cohort < 2:
+                break
+            start = point(self._planned("exact"), [start.q / 2])
+        if best is None:
+            skipped[b] = (f"every scale wraps more than {sk.WRAP_TARGET:g} a coordinate, at every cohort down to "
+                          f"{start.cohort:.3g}")
+        return best
 
     def _scale(self, bits, cohort, z, given):
         """The scaled clip at ``bits`` for a cohort and z: given, or the best (None: every one wraps)."""
