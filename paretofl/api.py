@@ -44,6 +44,9 @@ SAMPLING_RELATIONS = {
                    "noise multiplier z on that sum is --sigma z/2 here"),
     "none": ("the relation its sensitivity is taken for (no sampling): the noise multiplier is the noise std over "
              "that sensitivity (a fixed cohort m < N under add/remove moves a sum by 2C: --sigma z/2)"),
+    "attributed-integer": ("zero-out of one participant's contribution, its participation seen, read at integer "
+                           "orders (the Skellam mechanism's bound): the noise multiplier is the noise std over the "
+                           "contribution's effective sensitivity"),
 }
 
 
@@ -236,11 +239,28 @@ def check_design(d: Design, where: str = "the design", near=None) -> Design:
             raise ValueError(f"{where} composes {'no' if not pre else f'epsilon {have:.4g} of its'} private "
                              f"pre-trial, but {found.source} charged epsilon {found.epsilon:.4g}: its ε would be "
                              "under-reported; design again with the pre-trial's fit or store")
-        d.details["pretrial"] = dict(pre, verified=found.verified, source=found.source)
+        # the charges composed are the store's, never the file's: the same ε alone is not the same composition
+        logged = privacy.charges_as_data(found.charges)
+        if pre and not _same_charges(charges_from_data(pre["charges"]), found.charges):
+            raise ValueError(f"{where} records private pre-trial charges other than those {found.source} logged "
+                             "(changed by hand or by another version): design again with the pre-trial's fit or "
+                             "store, nothing was believed")
+        d.details["pretrial"] = dict(pre, charges=logged, verified=found.verified, source=found.source)
     elif pre:
         d.details["pretrial"] = dict(pre, verified=False,
                                      source=f"{where}, unverified: the pre-trial's store is not here")
     return d
+
+
+def _same_charges(a, b) -> bool:
+    """Two lists of scalar charges, equal up to float rounding."""
+    if len(a) != len(b):
+        return False
+    key = lambda c: (c.sampling, float(c.rate), float(c.noise_multiplier), int(c.steps))  # noqa: E731
+    a, b = sorted(a, key=key), sorted(b, key=key)
+    close = lambda x, y: abs(float(x) - float(y)) <= 1e-9 * max(abs(float(x)), abs(float(y)), 1e-12)  # noqa: E731
+    return all(x.sampling == y.sampling and close(x.rate, y.rate) and close(x.noise_multiplier, y.noise_multiplier)
+               and int(x.steps) == int(y.steps) for x, y in zip(a, b))
 
 
 def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: int = 3, progress: bool = False,
@@ -635,7 +655,11 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         epsilon_groups=None if "epsilon_groups" not in fin else {
             k: float(np.max(v)) for k, v in fin["epsilon_groups"].items()},
         complete=not problems, problems=problems, noise="entropy" if secure else "seeded",
-        unit=mechanism_of(getattr(config, "mechanism", cls.name)).unit_text)
+        unit=mechanism_of(getattr(config, "mechanism", cls.name)).unit_text
+        + ("; the clients' sizes read from their data and assumed public (DP-SGD's divisor and weights: declare "
+           "them with declared_sizes to drop the assumption)"
+           if getattr(config, "declared_sizes", "") in (None, "data")
+           and mechanism_of(config.mechanism).noise_on == "gradient" else ""))
 
 
 def train_problems(final: dict, asked: int | None, budget, by: str = "rounds") -> list[str]:
@@ -738,7 +762,7 @@ def algorithm_options() -> dict:
     for name, cfg in CONFIGS.items():
         decl = {f.name: str(f.type) for f in fields(cfg)}
         for opt, (default, help_, choices, _) in options_of(cfg).items():
-            kinds = {t for t, word in ((float, "float"), (int, "int")) if word in decl[opt]}
+            kinds = {t for t, word in ((float, "float"), (int, "int"), (str, "str")) if word in decl[opt]}
             out.setdefault(opt, {})[name] = (default, help_, choices, kinds)
     return out
 
@@ -903,6 +927,7 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
     Flower), and Python that builds it there."""
     from .integrations import EXPORT_OF_NOISE, FLOWER
 
+    d = check_design(d, "the design")          # what it claims, re-derived: an object edited in memory too
     own = EXPORT_OF_NOISE.get(mechanism_of(d.mechanism).noise_on)
     if framework in EXPORT_OF_NOISE.values() or own is not None:
         if framework != own:

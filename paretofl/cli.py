@@ -228,7 +228,8 @@ def _export_lines(p, framework):
                 f"rotation {p.rotation_type}",
                 f"  scale               {p.scale:.6g} (TFF's; the design's {p.design_scale:.6g}); error ratio "
                 f"{p.error_ratio:.4g} (the design's {p.design_error_ratio:.4g})",
-                f"  rounds              {p.num_rounds}, each client joining with probability {p.client_rate:.4g}; "
+                f"  rounds              {p.num_rounds}, exactly {p.clients_per_round} of {p.num_clients} clients a "
+                f"round, a model of {p.dim} weights; "
                 f"epsilon {p.epsilon:.4f}, delta {p.delta:g} (client-level, zero-out)",
                 *(f"  - {n}" for n in p.notes)]
     if framework == "opacus":
@@ -1009,7 +1010,7 @@ def build_parser() -> argparse.ArgumentParser:
     for opt, per_alg in api.algorithm_options().items():
         kinds = {type(d) for d, _, _, _ in per_alg.values() if d is not None}
         kinds = kinds or set().union(*(k for _, _, _, k in per_alg.values()))
-        typ = INT if kinds == {int} else (FLOAT if kinds & {int, float} else str)
+        typ = INT if kinds == {int} else (str if str in kinds else (FLOAT if kinds & {int, float} else str))
         (default0, help0, choices, _) = next(iter(per_alg.values()))
         values = {d for d, _, _, _ in per_alg.values()}
         defaults = (f"{default0}" if len(values) == 1 else

@@ -427,6 +427,11 @@ def account_design(d: Design) -> dict:
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
     pre = (d.details or {}).get("pretrial")
     prior = tuple(charges_from_data(pre.get("charges") if isinstance(pre, dict) else None)) if pre is not None else ()
+    if pre is not None:                  # what design() refuses to compose, a file may not compose either
+        from types import SimpleNamespace
+
+        _check_pretrial_fits(SimpleNamespace(clients=pre.get("clients", d.n_clients)), d.n_clients, mech,
+                             d.groups or None)
     out = {"pretrial": account(prior, d.delta) if prior else None, "groups": None}
     if d.groups:
         if pre is not None:
@@ -437,6 +442,8 @@ def account_design(d: Design) -> dict:
         out.update(epsilon=max(out["groups"]), training=max(out["groups"]))
         return out
     c = mech.charge(d.q, d.sigma, d.n_clients)
+    if mech.trainable:
+        mech.noise(d.q, d.sigma, d.n_clients)     # the release it names must exist (a count noise leaving no budget)
     out.update(charged_noise_multiplier=float(c.noise_multiplier), sampling=c.sampling,
                noise_multiplier=float(mechanism_of(d.mechanism).noise(d.q, d.sigma, d.n_clients).std))
     if not mech.designable:       # its own design (NbAFL's): a Gaussian of σ per upload, every round, searched orders
@@ -673,6 +680,7 @@ def _mechanism(mechanism, framework, mechanism_options):
                          "--client-size M)")
     if name not in DESIGN_MECHANISMS:
         raise ValueError(f"mechanism must be one of {', '.join(DESIGN_MECHANISMS)}, got {name!r}")
+    REGISTRY[name].check_options(mechanism_options or {})
     return mechanism_of(name, **(mechanism_options or {}))
 
 
@@ -1249,6 +1257,7 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
     # the noise multiplier on the released sum, per unit C (adaptive clipping's
     # share of it for the count is said by the statement, not here)
     released = mechanism_of(mech.name).noise(qb, sig, n).std
+    mech.noise(qb, sig, n)                 # the configured release must exist (adaptive clipping's count noise)
     d = Design(q=qb, rounds=T, sigma=sig, epsilon=eps_exact, delta=job.delta, case=case, utility_bound=u,
                kappa=kappa, kappa_source=kappa_source, mechanism=mech.name, noise_multiplier=released,
                charged_noise_multiplier=sig * acct.zf, sampling=acct.sampling, sigma_relation=relation,

@@ -54,7 +54,7 @@ def test_skellam_rdp_is_tight_for_large_variance():
 
 @pytest.mark.parametrize("c,d", [(0.5, 16), (3.0, 64), (50.0, 1024), (2000.0, 8192)])
 def test_effective_sensitivity_dominates_the_skellam_bound(c, d):
-    """α·Δ²/(2μ), Δ = √(Δ₂² + 3Δ₁/2), is at least Theorem 3.5's bound at every order ≥ 1."""
+    """α·Δ²/(2μ), Δ = √(Δ₂² + 3Δ₁), is at least Theorem 3.5's bound at every order ≥ 1."""
     l2 = sk.rounded_l2_bound(c, d)
     l1 = sk.rounded_l1_bound(l2, d)
     delta = sk.effective_sensitivity(c, d)
@@ -236,3 +236,16 @@ def test_release_aborts_below_the_dropout_bound_and_noise_carries_the_charge():
     want = math.sqrt(rel.variance(0))
     assert std >= want * 0.95                                       # 4 noisers of mu/2 each: 2 mu
     assert std == pytest.approx(want * math.sqrt(2), rel=0.05)
+
+
+@pytest.mark.parametrize("s", [1.0, 3.0, 250.0])
+def test_skellam_rdp_is_the_authors_bound_in_grid_units(s):
+    """Agarwal et al.'s own accounting (google-research/federated,
+    distributed_dp/accounting_utils.py, _skellam_rdp), written out here in
+    model units (sensitivities l1, l2, central variance v, scale s): the same
+    as paretofl's bound on the integer grid (Δ₁ = s·l1, Δ₂ = s·l2, μ = s²v)."""
+    for a in (2, 5, 32):
+        for l1, l2, v in ((3.0, 1.0, 0.5), (40.0, 2.0, 9.0), (1e3, 5.0, 1e-3)):
+            theirs = a / (2 * v) * l2 ** 2 + min(((2 * a - 1) * s * l2 ** 2 + 6 * l1) / (4 * s ** 3 * v ** 2),
+                                                  3 * l1 / (2 * s * v))
+            assert float(sk.skellam_rdp(a, s * l1, s * l2, s * s * v)) == pytest.approx(theirs, rel=1e-12)

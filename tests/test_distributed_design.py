@@ -163,7 +163,9 @@ def test_tff_export_covers_the_sensitivity_at_the_scale_tff_picks():
     carried = (p.noise_multiplier * p.l2_clip * p.scale) ** 2
     assert carried >= (d.noise_multiplier * sk.effective_sensitivity(scaled, mech.padded, mech.beta,
                                                                      d.noise_multiplier)) ** 2
-    assert n == math.ceil(0.9 * d.cohort - 1e-9) and p.bits == mech.bits and p.epsilon == d.epsilon
+    assert p.clients_per_round == math.floor(d.cohort) and p.clients_per_round / d.n_clients <= d.q
+    assert n == math.ceil(0.9 * p.clients_per_round - 1e-9) and p.bits == mech.bits and p.epsilon == d.epsilon
+    assert p.dim == 7850 and "7850 weights" in code
     assert "DistributedDpSumFactory" in code and f"bits={p.bits}" in code
     assert tff.tff_scale(1.0, 1.0, 22, 10, 1024) <= tff.MAX_TFF_SCALE
 
@@ -177,3 +179,23 @@ def test_tff_export_refuses_what_tff_cannot_run():
     central = paretofl.design(1000, 2.0, max_rounds=200, kappa=12.0)
     with pytest.raises(ValueError, match="flower or opacus"):
         api.export(central, "tff", clip=0.3)
+
+
+def test_a_given_scale_that_wraps_an_edited_design_and_a_model_size_out_of_range_are_refused():
+    """The attack on this work: a scaled clip so large that the sum spans
+    many moduli (it keeps nothing) was designed as if it cost nothing; an
+    in-memory design with a lowered noise multiplier was exported as it
+    said; an infinite dim raised OverflowError."""
+    import dataclasses
+
+    with pytest.raises(ValueError, match="scaled clip given wraps") as e:
+        _design(bits=8, scaled_clip=1e6)
+    assert "\n" not in str(e.value)
+    d = _design()
+    with pytest.raises(ValueError, match="does not add up"):
+        api.export(dataclasses.replace(d, noise_multiplier=1.0, epsilon=0.5), "tff", clip=0.3)
+    for dim in (math.inf, math.nan, -3, 2.5, True, "7850"):
+        with pytest.raises(ValueError, match="dim"):
+            M.get("distributed", dim=dim)
+    with pytest.raises(ValueError, match="bits"):
+        M.get("distributed", bits=math.nan)

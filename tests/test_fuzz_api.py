@@ -56,7 +56,13 @@ CALLS = {
         "partition": [("not a partition", v) for v in ("dirichlet", "dirichlet:0", "dirichlet:-1", "dirichlet:nan",
                                                         "dirichlet:inf", "shards:0", "shards:1.5", "iid:2", "nope", 3)],
         "mechanism_options": [("an option the mechanism does not take", {"clip_quantile": 1.5}),
-                              ("an option the mechanism does not take", {"quantile": 0.5})]}),
+                              ("an option the mechanism does not take", {"quantile": 0.5}),
+                              # options another option switches on, given without it (issue 47's attack)
+                              ("an option the mechanism does not take", {"count_noise": 5.0}),
+                              ("an option the mechanism does not take", {"clip_lr": 1.0}),
+                              # a release that cannot exist: adaptive clipping's count noise leaving no budget
+                              ("a release that cannot exist", {"clip_quantile": 0.5, "count_noise": 0.1}),
+                              ("a release that cannot exist", {"clip_quantile": 0.5, "count_noise": 1.0})]}),
     "design one client": (paretofl.design, dict(n_clients=1, epsilon=2.0, max_rounds=5, q=1.0, kappa=0.1), {
         "delta": [("delta above 0.01", 0.5), ("delta above 0.01", 0.05), ("delta above 0.01", 0.0101)]}),
     "design bandmf": (paretofl.design, dict(n_clients=400, epsilon=2.0, max_rounds=40, mechanism="bandmf",

@@ -502,3 +502,29 @@ def test_a_ledger_on_an_outside_grid_reports_what_account_reports():
     assert fixed.epsilon()[0] == pytest.approx(want, rel=1e-9)
     assert fixed.epsilon()[0] >= searched.epsilon()[0]
     assert mech.epsilon(0.1, 0.8, 30, 1e-5, 100) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_charge_is_numbers_and_whole_steps():
+    """A charge refuses what the accountant would silently floor or coerce
+    (issue 47's attack: 2.5 steps gave the 2-step ε), in one line; a
+    recorded charge with fractional steps is damaged, not read as fewer."""
+    from paretofl.theory.privacy import Charge, charges_from_data
+
+    for bad in (dict(steps=2.5), dict(steps=-1), dict(steps="3"), dict(steps=True), dict(noise_multiplier="1"),
+                dict(rate=True), dict(noise_multiplier=[1.0, "x"])):
+        kw = dict(sampling="poisson", rate=0.1, noise_multiplier=1.0, steps=3) | bad
+        with pytest.raises(ValueError):
+            Charge(**kw)
+    assert Charge("poisson", 0.1, 1.0, 3.0).epsilon(1e-5) == Charge("poisson", 0.1, 1.0, 3).epsilon(1e-5)
+    with pytest.raises(ValueError, match="damaged"):
+        charges_from_data([{"sampling": "poisson", "rate": 0.1, "noise_multiplier": 1.0, "steps": 12.9}])
+
+
+def test_every_sampling_of_account_says_its_relation():
+    from paretofl import api
+    from paretofl.theory.privacy import SAMPLINGS
+
+    assert set(api.SAMPLING_RELATIONS) == set(SAMPLINGS)
+    for s in SAMPLINGS:
+        a = api.account(1.0, 0.1, 10, sampling=s)
+        assert a.relation and a.epsilon > 0

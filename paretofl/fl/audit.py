@@ -328,7 +328,8 @@ def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none",
         return pol
     if s.canary == "sample-add":              # DP-SGD inside the client
         return assemble(setup, "dpfedavg", mechanism=s.mechanism, sigma=p["sigma"] * factor, clip=p.get("clip", 1.0),
-                        lr=p.get("lr", 0.1), batch_rate=p["q"], local_steps=1, client_rate=1.0, **run).policy
+                        lr=p.get("lr", 0.1), batch_rate=p["q"], local_steps=1, client_rate=1.0,
+                        declared_sizes="data" if sizes is None else None, **run).policy
     groups = _groups(s) if "group_of" in p else None
     sigma = (groups.groups[0]["sigma"] if groups is not None else p["sigma"]) * factor
     q = p["cohort"] / p["clients"] if "cohort" in p else (

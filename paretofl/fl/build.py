@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..mechanisms import get as mechanism_of
 from .data import Dataset, load_dataset, make_partition, public_subset
 from .models import MODELS, Model, build_model
 from .modules import ModuleModel, is_reference, resolve
@@ -133,6 +134,15 @@ def assemble(setup: Setup, algorithm: str = "dpfedavg", replicas: int = 1, seeds
     from .engine import Engine
 
     cls, config = check_fits(setup, algorithm, replicas, device, lower, groups, **options)
+    mech = getattr(config, "mechanism", None)
+    if secure and mech is not None and mechanism_of(mech).noise_on == "gradient" and sizes is None \
+            and getattr(config, "declared_sizes", None) is None:
+        # a real release: DP-SGD's divisor must not be read from the data unannounced (a simulation reads the
+        # clients' counts and says so: its ε assumes them public, paretofl.api.train's unit)
+        raise ValueError("DP-SGD in clients divides each step's noised sum by q_b times the client's size and "
+                         "weighs the clients by it: one sample more would move it, so a real release declares the "
+                         "sizes before training: give declared_sizes (a number: every client's), or declared_sizes="
+                         "'data' to take the clients' own counts and publish them")
     ds, parts, net = setup.data, setup.parts, setup.model
     lower = lower or LOWER
     seeds = list(range(replicas)) if seeds is None else list(seeds)

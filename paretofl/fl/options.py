@@ -72,6 +72,10 @@ class DPFedAvgConfig:
     local_steps: int = option(1, "sample: local DP-SGD iterations τ per round", per_replica=True)
     batch_divisor: float | None = option(None, "sample: divide the noised sum by this fixed number instead of "
                                                "q_b times the client's declared size (ALI-DPFL's code: 64)")
+    declared_sizes: float | str | None = option(
+        None, "sample: every client's size as declared before training, a public number (DP-SGD's divisor q_b "
+              "times it, the average's weights); 'data': take the clients' own counts and treat them as public "
+              "(the guarantee then assumes them published). Needed: a divisor read from the data leaks its count")
     local_epochs: int = option(1, "client-*: local epochs of plain SGD")
     batch_size: int = option(64, "client-*: batch size of the local SGD")
     optimizer: str = option("sgd", "clients' optimizer; adam keeps each client's moments across rounds",
@@ -113,6 +117,18 @@ class DPFedAvgConfig:
         check_range("bands", self.bands, 1, MAX_BANDS, lo_open=False, integer=True)
         if self.count_noise is not None:
             check_range("count_noise", self.count_noise, 0, 1e12)
+        if self.declared_sizes is not None:
+            if self.declared_sizes != "data":
+                if isinstance(self.declared_sizes, str):
+                    try:
+                        self.declared_sizes = float(self.declared_sizes)
+                    except ValueError:
+                        raise ValueError(f"declared_sizes must be a positive number or 'data', got "
+                                         f"{self.declared_sizes!r}") from None
+                check_range("declared_sizes", self.declared_sizes, 0, 1e12)
+            if "declared_sizes" not in REGISTRY[self.mechanism].options:
+                raise ValueError("declared_sizes applies to DP-SGD clients (mechanism 'sample'), whose steps are "
+                                 "divided by a size; client-level mechanisms divide by the expected cohort")
         if self.batch_divisor is not None:
             check_range("batch_divisor", self.batch_divisor, 0, 1e12)
             if "batch_divisor" not in REGISTRY[self.mechanism].options:

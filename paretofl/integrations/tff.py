@@ -58,6 +58,8 @@ class TFFPlan:
     num_rounds: int
     client_rate: float
     num_clients: int
+    clients_per_round: int       # m = floor(qN): a fixed cohort drawn uniformly each round
+    dim: int                     # the model's weights the noise was solved for (TFF's d' follows from it)
     scale: float                 # the scale TFF picks for these parameters (its heuristic, replayed here)
     design_scale: float          # the design's: c/C
     error_ratio: float           # the error on the model over central noise at the same z, at TFF's scale
@@ -100,7 +102,10 @@ def plan(d: Design, clip: float) -> TFFPlan:
         raise ValueError(f"the design sums modulo 2^{mech.bits}; TFF's DistributedDpSumFactory takes at most "
                          f"{MAX_TFF_BITS} bits: design with --bits {MAX_TFF_BITS} or fewer")
     z, clip = float(d.noise_multiplier), float(clip)
-    n = max(1, math.ceil((1.0 - mech.dropout) * d.cohort - 1e-9))      # n_min: the fewest survivors
+    # a fixed cohort of m = floor(qN) clients drawn uniformly each round: each client joins with probability
+    # m/N <= q (the rate charged), and the noise is split among the n fewest survivors of those m
+    m = max(1, math.floor(d.cohort + 1e-9))
+    n = max(1, math.ceil((1.0 - mech.dropout) * m - 1e-9))
     padded = mech.padded
     if 2 ** mech.bits < n:
         raise ValueError(f"TFF needs bits >= log2(expected_clients_per_round): 2^{mech.bits} < {n}")
@@ -123,27 +128,31 @@ def plan(d: Design, clip: float) -> TFFPlan:
     scaled = s * clip
 
     def ratio(c):
-        return sk.coordinate_error(mech.bits, c, padded, mech.beta, d.cohort, z, mech.dropout)["ratio"]
+        return sk.coordinate_error(mech.bits, c, padded, mech.beta, m, z, mech.dropout)["ratio"]
 
     r_tff, r_ours = ratio(scaled), ratio(mech.scaled_clip)
     notes = [f"TFF picks its own scale: {s:.6g} (scaled clip {scaled:.5g}) where the design chose "
              f"{mech.scaled_clip / clip:.6g} (scaled clip {mech.scaled_clip:.5g}); the error on the model is "
              f"{r_tff:.4g} x central noise at the same z there, against the design's {r_ours:.4g}",
              f"expected_clients_per_round = {n}: the fewest survivors the design's noise is set for (dropout bound "
-             f"{mech.dropout:g} of a cohort of {d.cohort:.4g}); TFF splits the noise among them, so any {n} survivors "
-             "carry it; fewer survivors must abort the round (secure aggregation's threshold)",
+             f"{mech.dropout:g} of a cohort of {m}); TFF splits the noise among them, so any {n} survivors carry it; "
+             "a round with fewer must be aborted (secure aggregation's threshold): TFF's factory does not abort by "
+             "itself",
+             f"the model must have exactly {mech.dim} weights (d' = {padded} rotated coordinates): the noise is solved "
+             "for that d'; another model needs another design (--dim)",
              f"beta = {mech.beta:.4g} (conditional rounding, as designed): TFF's default 0 bounds the rounded norm by "
              f"c + sqrt(d') = {scaled + math.sqrt(padded):.5g} instead of "
              f"{sk.rounded_l2_bound(scaled, padded, mech.beta):.5g}, which needs a larger noise multiplier",
              "rotation_type = 'hd': the randomised Hadamard rotation paretofl simulates (TFF's default 'dft' pads "
              "less; its sensitivity bound differs)",
-             f"sampling: each client joins a round with probability {d.q:.4g}, independently of past rounds (a "
-             "uniform cohort of fixed size a round does too); the epsilon claims no amplification: secure "
-             "aggregation shows who took part",
+             f"sampling: exactly {m} of the {d.n_clients} clients a round, drawn uniformly and afresh each round (each "
+             f"joins with probability {m / d.n_clients:.4g} <= q = {d.q:.4g}, the rate charged); the epsilon claims "
+             "no amplification: secure aggregation shows who took part",
              "TFF does not account distributed DP itself: publish paretofl's epsilon (its statement, --statement)"]
     return TFFPlan(noise_multiplier=nm, expected_clients_per_round=n, bits=mech.bits, l2_clip=clip,
                    modclip_prob=sk.WRAP_TARGET, beta=mech.beta, rotation_type="hd", mechanism="distributed_skellam",
-                   num_rounds=int(d.rounds), client_rate=float(d.q), num_clients=int(d.n_clients), scale=s,
+                   num_rounds=int(d.rounds), client_rate=float(d.q), num_clients=int(d.n_clients),
+                   clients_per_round=m, dim=int(mech.dim), scale=s,
                    design_scale=mech.scaled_clip / clip, error_ratio=r_tff, design_error_ratio=r_ours,
                    epsilon=float(d.epsilon), delta=float(d.delta), notes=notes)
 
@@ -160,7 +169,8 @@ def snippet(p: TFFPlan) -> str:
         f"    beta={p.beta!r}, mechanism={p.mechanism!r}, rotation_type={p.rotation_type!r})",
         "mean = tff.aggregators.UnweightedMeanFactory(value_sum_factory=aggregator)   # divided by the survivors",
         "# tff.learning.algorithms.build_unweighted_fed_avg(model_fn, ..., model_aggregator=mean)",
-        f"# {p.num_rounds} rounds; each of the {p.num_clients} clients joins a round with probability "
-        f"{p.client_rate:.6g}",
+        f"# the model: exactly {p.dim} weights; {p.num_rounds} rounds of exactly {p.clients_per_round} of the "
+        f"{p.num_clients} clients, drawn uniformly each round;",
+        f"# abort a round (release nothing) where fewer than {p.expected_clients_per_round} of them survive",
         f"# epsilon {p.epsilon:.4f} at delta {p.delta:g} (paretofl's accounting: TFF does not account it)",
     ])

@@ -145,6 +145,14 @@ class ClientAggregate(Mechanism):
         self.clip_lr = float(clip_lr)
         self.count_noise = None if count_noise is None else float(count_noise)
 
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        loose = [k for k in ("clip_lr", "count_noise") if (options or {}).get(k) is not None]
+        if loose and (options or {}).get("clip_quantile") is None:
+            raise ValueError(f"{' and '.join(loose)} {'is an option' if len(loose) == 1 else 'are options'} of "
+                             "adaptive clipping: give clip_quantile too, or leave "
+                             f"{'it' if len(loose) == 1 else 'them'} out")
+
     def __repr__(self) -> str:
         if self.clip_quantile is None:
             return "ClientAggregate()"

@@ -290,6 +290,11 @@ class Mechanism:
         and the searched ε).  Other orders are searched, as any orders are."""
         return self.fixed_orders and tuple(orders) == tuple(self.orders)
 
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Refuse, in one line, options given that this mechanism would
+        ignore (by default: none; the constructor checks each value)."""
+
     def search(self, point, given: dict):
         """This mechanism's design: ``point(mechanism, qs=None)`` is the exact
         (q, T, σ) search for one configured mechanism over the cohort sizes

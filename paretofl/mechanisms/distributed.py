@@ -15,7 +15,7 @@ is released the sum carries Skellam noise of variance at least μ.  The
 server sees the modular sum only, centred to [−2^(b−1), 2^(b−1)),
 dequantised, rotated back and divided by the survivors' count.
 
-μ = (zΔ)², z = σ√m (m = qN), Δ² = Δ₂² + min(3Δ₁/2, (Δ₂² + 3Δ₁)/(4z²Δ₂²))
+μ = (zΔ)², z = σ√m (m = qN), Δ² = Δ₂² + min(3Δ₁, (Δ₂² + 3Δ₁)/(z²Δ₂²))
 the effective sensitivity (:func:`paretofl.theory.skellam.effective_sensitivity`):
 Theorem 3.5 of Agarwal et al. bounds the Skellam mechanism's RDP at integer
 orders by α·Δ²/(2μ) = α/(2z²), the Gaussian's at noise multiplier z.  Secure
@@ -109,13 +109,14 @@ class DistributedSkellam(Mechanism):
     )
 
     def __init__(self, bits=16, scaled_clip=None, dim=None, rounding_beta=sk.DEFAULT_BETA, dropout=0.0):
-        if isinstance(bits, bool) or not isinstance(bits, (int, np.integer, float)) or bits != int(bits) \
-                or not 2 <= bits <= sk.MAX_BITS:
+        if isinstance(bits, bool) or not isinstance(bits, (int, np.integer, float)) or not math.isfinite(bits) \
+                or bits != int(bits) or not 2 <= bits <= sk.MAX_BITS:
             raise ValueError(f"bits must be a whole number in [2, {sk.MAX_BITS}], got {bits!r}")
         self.bits = int(bits)
         self.scaled_clip = float(2 ** (self.bits - 1) / 64.0 if scaled_clip is None
                                  else positive(scaled_clip, "scaled_clip"))
-        if dim is not None and (isinstance(dim, bool) or int(dim) != dim or dim < 1):
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, (int, float, np.integer))
+                                or not math.isfinite(dim) or int(dim) != dim or dim < 1):
             raise ValueError(f"dim (the model's number of weights) must be a positive whole number, got {dim!r}")
         self.dim = None if dim is None else int(dim)
         beta = rounding_beta
@@ -153,7 +154,7 @@ class DistributedSkellam(Mechanism):
 
     @property
     def sensitivity(self) -> float:
-        """Δ = √(Δ₂² + 3Δ₁/2): a bound on Δ(z) at every z (grid units)."""
+        """Δ = √(Δ₂² + 3Δ₁): a bound on Δ(z) at every z (grid units)."""
         return sk.effective_sensitivity(self.scaled_clip, self.padded, self.beta)
 
     def sensitivity_at(self, z: float, padded: int | None = None) -> float:
@@ -244,7 +245,8 @@ class DistributedSkellam(Mechanism):
         if not found:
             raise ValueError("no bit width searched fits the sum: " + "; ".join(f"{b} bits: {w}"
                                                                                for b, w in skipped.items())
-                             + "; allow more bits (at most 32), a smaller cohort (q_max) or more wrapping")
+                             + ("; give a smaller --scaled-clip or more bits" if given.get("scaled_clip") is not None
+                                else "; allow more bits (at most 32) or a smaller cohort (q_max)"))
         least = min(d.utility_bound for d, _ in found.values())
         b = min(x for x in found if found[x][0].utility_bound <= least * (1 + BITS_TIE))
         d, mech = found[b]
@@ -261,7 +263,7 @@ class DistributedSkellam(Mechanism):
             trial = self._planned((cand.cohort, cand.noise_multiplier), scaled_clip=float(c))
         e = sk.coordinate_error(mech.bits, mech.scaled_clip, mech.padded, mech.beta, d.cohort,
                                 d.noise_multiplier, mech.dropout)
-        n_min = max(1.0, math.ceil((1 - mech.dropout) * d.cohort - 1e-9))
+        n_min = max(1, math.ceil((1 - mech.dropout) * d.cohort - 1e-9))
         within = [x for x in sorted(found) if found[x][0].utility_bound <= exact.utility_bound * (1 + MATCH)]
         try:
             central = point(get(DEFAULT))
@@ -295,7 +297,7 @@ class DistributedSkellam(Mechanism):
                 f"  scaled clip c       {x['scaled_clip']:.5g}  (the clip on the integer grid: each update is scaled "
                 f"by c/C; a coordinate of the sum wraps with probability <= {x['wrap_probability']:.2g} a round)",
                 f"  noise per client    Skellam of variance {x['noise_per_client']:.5g}  (grid units; the "
-                f"{x['n_min']:g} fewest survivors carry {x['noise_variance']:.5g}, z x the effective sensitivity, "
+                f"at least {x['n_min']} survivors carry {x['noise_variance']:.5g}, z x the effective sensitivity, "
                 "squared)",
                 f"  error ratio r       {x['error_ratio']:.4g}  (noise, rounding and wraps on the model over a central "
                 "mechanism's noise at the same z)"]
@@ -334,14 +336,17 @@ class DistributedSkellam(Mechanism):
                 break
             start = point(self._planned("exact"), [start.q / 2])
         if best is None:
-            skipped[b] = (f"every scale wraps more than {sk.WRAP_TARGET:g} a coordinate, at every cohort down to "
+            what = "the scaled clip given" if given.get("scaled_clip") is not None else "every scale"
+            skipped[b] = (f"{what} wraps more than {sk.WRAP_TARGET:g} a coordinate, at every cohort down to "
                           f"{start.cohort:.3g}")
         return best
 
     def _scale(self, bits, cohort, z, given):
-        """The scaled clip at ``bits`` for a cohort and z: given, or the best (None: every one wraps)."""
+        """The scaled clip at ``bits`` for a cohort and z: given (None where it wraps more than the target: a
+        sum spanning moduli keeps nothing), or the best (None: every one wraps)."""
         if given.get("scaled_clip") is not None:
-            return self.scaled_clip
+            e = sk.coordinate_error(bits, self.scaled_clip, self.padded, self.beta, cohort, z, self.dropout)
+            return self.scaled_clip if e["wrap_probability"] <= sk.WRAP_TARGET else None
         best = sk.best_scaled_clip(bits, self.padded, self.beta, cohort, z, self.dropout)
         return None if best is None else best[0]
 
@@ -386,7 +391,7 @@ class DistributedSkellam(Mechanism):
     def accountant_text(self, d) -> str:
         return ("RDP of the Skellam mechanism (Agarwal, Kairouz, Liu 2021, Theorem 3.5) bounded at integer orders by "
                 f"the Gaussian's at z = {d.noise_multiplier:.4g} (noise calibrated to the rounded update's effective "
-                "sensitivity sqrt(D2^2 + min(3 D1/2, (D2^2 + 3 D1)/(4 z^2 D2^2)))), at each participation, "
+                "sensitivity sqrt(D2^2 + min(3 D1, (D2^2 + 3 D1)/(z^2 D2^2)))), at each participation, "
                 "participation seen, composed over the rounds")
 
     def mechanism_text(self, d) -> str:

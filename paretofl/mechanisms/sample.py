@@ -32,7 +32,7 @@ class SampleDPSGD(Mechanism):
     selection = "poisson"
     noise_on = "gradient"
     split = "client"
-    options = ("batch_rate", "local_steps", "batch_divisor")
+    options = ("batch_rate", "local_steps", "batch_divisor", "declared_sizes")
     audits = (
         AuditSetting("sample", "sample", "sample-add", "one client of 8 samples + canary, q_b = 0.5, sigma = 1.9",
                      dict(sigma=1.9, q=0.5, clients=1, samples=8, features=50),

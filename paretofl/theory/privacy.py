@@ -1085,6 +1085,14 @@ class Charge:
     def __post_init__(self):
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"unknown sampling {self.sampling!r}; use one of {', '.join(SAMPLINGS)}")
+        for name in ("rate", "noise_multiplier", "steps"):
+            v = getattr(self, name)
+            kind = np.asarray(v).dtype.kind
+            if isinstance(v, (str, bytes, bool)) or kind not in "iuf":
+                raise ValueError(f"a charge's {name} must be a number (or numbers), got {v!r}")
+        steps = np.asarray(self.steps)
+        if np.any(steps != np.floor(steps)) or np.any(steps < 0):
+            raise ValueError(f"a charge's steps must be whole numbers >= 0, got {self.steps!r}")
 
     @property
     def size(self) -> int | None:
@@ -1126,6 +1134,8 @@ def charges_from_data(rows) -> list[Charge]:
     out = []
     for r in rows:
         try:
+            if isinstance(r["steps"], bool) or float(r["steps"]) != int(float(r["steps"])):
+                raise ValueError("steps must be a whole number")
             c = Charge(str(r["sampling"]), float(r["rate"]), float(r["noise_multiplier"]), int(r["steps"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"a recorded charge is damaged: {r!r} ({exc})") from None

@@ -25,15 +25,17 @@ releases only the modular sum.
 * :func:`skellam_rdp` — the RDP of adding Sk(μ) (Poisson(μ/2) −
   Poisson(μ/2), variance μ, per coordinate) to an integer vector moved by
   at most Δ₁ in L1 and Δ₂ in L2 (Agarwal et al. 2021, Theorem 3.5):
-  ε(α) ≤ αΔ₂²/(2μ) + min(((2α − 1)Δ₂² + 6Δ₁)/(16μ²), 3Δ₁/(4μ)).
+  ε(α) ≤ αΔ₂²/(2μ) + min(((2α − 1)Δ₂² + 6Δ₁)/(4μ²), 3Δ₁/(2μ)) (in the
+  variance μ; the authors' own accounting code, google-research/federated
+  ``distributed_dp/accounting_utils.py``, has the same in these units).
   Checked in the tests against the brute-force Rényi divergence of shifted
   Skellam pmfs.
-* :func:`effective_sensitivity` — Δ with Δ² = Δ₂² + min(3Δ₁/2,
-  (Δ₂² + 3Δ₁)/(4z²Δ₂²)): for α ≥ 1 and μ = (zΔ)² the bound above is at
-  most α·Δ²/(2μ), the RDP of a Gaussian of noise multiplier z = √μ/Δ.
-  The first term: the min is at most 3Δ₁/(4μ) ≤ α·3Δ₁/(4μ).  The second:
-  ((2α − 1)Δ₂² + 6Δ₁)/(16μ²) ≤ α(Δ₂² + 3Δ₁)/(8μ²) ≤ α(Δ₂² + 3Δ₁)/(8μ·z²Δ₂²)
-  (μ ≥ z²Δ₂²), which is α·X/(2μ) at X = (Δ₂² + 3Δ₁)/(4z²Δ₂²).  paretofl's
+* :func:`effective_sensitivity` — Δ with Δ² = Δ₂² + min(3Δ₁,
+  (Δ₂² + 3Δ₁)/(z²Δ₂²)): for α ≥ 1 and μ = (zΔ)² the bound above is at most
+  α·Δ²/(2μ), the RDP of a Gaussian of noise multiplier z = √μ/Δ.  The
+  first term: the min is at most 3Δ₁/(2μ) ≤ α·3Δ₁/(2μ).  The second:
+  ((2α − 1)Δ₂² + 6Δ₁)/(4μ²) ≤ α(Δ₂² + 3Δ₁)/(2μ²) ≤ α(Δ₂² + 3Δ₁)/(2μ·z²Δ₂²)
+  (μ ≥ z²Δ₂²), which is α·X/(2μ) at X = (Δ₂² + 3Δ₁)/(z²Δ₂²).  paretofl's
   noise is calibrated to this Δ, so a Skellam release of variance (zΔ)²
   is charged as a Gaussian of noise multiplier z (at integer orders: the
   theorem's).  Without z, the first term alone (valid at every z).
@@ -89,13 +91,13 @@ def rounded_l1_bound(l2: float, dim: int) -> float:
 def effective_sensitivity(scaled_clip: float, dim: int, beta: float = DEFAULT_BETA, z: float | None = None) -> float:
     """Δ, in units of the integer grid: the Gaussian sensitivity whose RDP
     at noise multiplier z dominates the Skellam mechanism's bound at
-    variance (zΔ)²: Δ² = Δ₂² + min(3Δ₁/2, (Δ₂² + 3Δ₁)/(4z²Δ₂²)) (the
-    module's docstring proves both); without z (or z = 0), Δ₂² + 3Δ₁/2."""
+    variance (zΔ)²: Δ² = Δ₂² + min(3Δ₁, (Δ₂² + 3Δ₁)/(z²Δ₂²)) (the module's
+    docstring proves both); without z (or z = 0), Δ₂² + 3Δ₁."""
     l2 = rounded_l2_bound(scaled_clip, dim, beta)
     l1 = rounded_l1_bound(l2, dim)
-    extra = 1.5 * l1
+    extra = 3.0 * l1
     if z is not None and float(z) > 0:
-        extra = min(extra, (l2 * l2 + 3.0 * l1) / (4.0 * float(z) ** 2 * l2 * l2))
+        extra = min(extra, (l2 * l2 + 3.0 * l1) / (float(z) ** 2 * l2 * l2))
     return math.sqrt(l2 * l2 + extra)
 
 
@@ -111,7 +113,7 @@ def skellam_rdp(alpha, l1: float, l2: float, variance: float):
     by at most ``l1`` (L1) and ``l2`` (L2)."""
     a = np.asarray(alpha, dtype=float)
     mu = float(variance)
-    return a * l2 * l2 / (2 * mu) + np.minimum(((2 * a - 1) * l2 * l2 + 6 * l1) / (16 * mu * mu), 3 * l1 / (4 * mu))
+    return a * l2 * l2 / (2 * mu) + np.minimum(((2 * a - 1) * l2 * l2 + 6 * l1) / (4 * mu * mu), 3 * l1 / (2 * mu))
 
 
 def quantisation_variance() -> float:

@@ -977,3 +977,28 @@ def test_the_noise_bound_the_statement_gives_is_the_samplers(digits):
     text = statement(d).split("- Floating point: ")[1]
     assert "bounded by 37.47 standard deviations" in text and "2^-1013" in text and "Mironov 2012" in text
     assert f"at most {float_delta(d.epsilon):.1e}." in text and float_delta(d.epsilon) < 1e-270
+
+
+def test_dp_sgd_divides_by_declared_sizes_and_a_real_release_must_declare_them(digits):
+    """Issue 47's attack: DP-SGD in clients divided each step's noised sum by
+    q_b times the client's own count, which one sample more moves (the noise
+    scale then tells the neighbours apart). With declared sizes the divisor
+    and the weights are those numbers, whatever the data's counts; a real
+    release (secure) without them is refused in one line; a simulation
+    without them says that its ε assumes the counts public."""
+    import paretofl
+    from paretofl.fl.build import assemble, prepare
+
+    setup = prepare(digits, "lr", clients=4, partition="iid", seed=0)
+    pol = assemble(setup, "dpfedavg", mechanism="sample", batch_rate=0.1, declared_sizes=100).policy
+    c = pol.release.select(np.ones(pol.engine.R, dtype=bool))
+    assert torch.allclose(pol.release.divisor(c), torch.full((c.size,), 10.0))
+    assert np.all(pol.release.sizes == 100) and len(set(pol.engine.client_n.tolist())) >= 1
+    with pytest.raises(ValueError, match="declared_sizes") as e:
+        assemble(setup, "dpfedavg", mechanism="sample", batch_rate=0.1, secure=True)
+    assert "\n" not in str(e.value)
+    r = paretofl.train(dataset=digits, model="lr", clients=4, rounds=1, epsilon=50, mechanism="sample")
+    assert "assumed public" in r.unit
+    r = paretofl.train(dataset=digits, model="lr", clients=4, rounds=1, epsilon=50, mechanism="sample",
+                       declared_sizes=400)
+    assert "assumed public" not in r.unit

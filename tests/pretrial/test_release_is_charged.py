@@ -232,6 +232,44 @@ def test_training_a_design_of_a_private_store_starts_from_its_spend(shipped_priv
     assert again.epsilon == pytest.approx(d.epsilon, rel=1e-12) and again.details["pretrial"]["verified"]
 
 
+def test_a_design_file_whose_pretrial_charges_were_swapped_or_moved_to_flower_is_refused(shipped_private, tmp_path):
+    """The charges composed are the store's: a file whose pre-trial charges
+    were replaced by others of no smaller ε alone (which compose to less),
+    or whose mechanism was edited to one Flower accounts (which cannot be
+    told of the pre-trial), is refused on load, in one line."""
+    import json
+
+    from paretofl.recommendation import Design, account_design
+    from paretofl.theory.privacy import account, charges_from_data
+
+    path, n, delta = shipped_private
+    d = paretofl.design(n, 1.5 * of_store(path).epsilon, delta=delta, max_rounds=30, sigma_min=0.05,
+                        from_store=str(path))
+    out = tmp_path / "d.json"
+    d.save(out)
+    real = json.loads(out.read_text())
+    alone = account(charges_from_data(real["details"]["pretrial"]["charges"]), delta)
+    fake = [{"sampling": "poisson", "rate": 1e-3, "noise_multiplier": 0.3, "steps": 1}]
+    while account(charges_from_data(fake), delta) < alone:
+        fake[0]["steps"] += 1
+    edited = json.loads(out.read_text())
+    edited["details"]["pretrial"].update(charges=fake, epsilon=account(charges_from_data(fake), delta))
+    body = {k: v for k, v in edited.items() if k not in ("format", "framework")}
+    edited["epsilon"] = account_design(Design(**body))["epsilon"]           # consistent with its own charges
+    assert edited["epsilon"] < real["epsilon"]                             # what the swap would have under-reported
+    bad = tmp_path / "swapped.json"
+    bad.write_text(json.dumps(edited))
+    with pytest.raises(ValueError, match="charges other than") as e:
+        paretofl.api.load_design(str(bad))
+    assert "\n" not in str(e.value)
+    flower = json.loads(out.read_text())
+    flower["mechanism"] = "flower-accounted"
+    (tmp_path / "flower.json").write_text(json.dumps(flower))
+    with pytest.raises(ValueError, match="Flower") as e:
+        paretofl.api.load_design(str(tmp_path / "flower.json"))
+    assert "\n" not in str(e.value)
+
+
 def test_validate_refuses_a_private_spec(tmp_path):
     with pytest.raises(ValueError, match="private") as e:
         paretofl.api.validate(_spec(), tmp_path)

@@ -53,6 +53,12 @@ class DPFedAvg(Policy):
         self.tau = self.vec(c.local_steps, int)
         self.local_epochs, self.batch_size = int(c.local_epochs), int(c.batch_size)
         self.optimizer, self.adam = c.optimizer, None
+        # DP-SGD's divisor and weights are the clients' declared sizes: a number, or the data's own counts
+        # ("data", or none given to this constructor; paretofl.fl.build.assemble, the library's one assembly,
+        # refuses a run that declares none)
+        ds = getattr(c, "declared_sizes", None)
+        if self.mech.noise_on == "gradient" and sizes is None and ds not in (None, "data"):
+            sizes = np.full(engine.N, float(ds))
         settings = dict(sigma=c.sigma, clip=c.clip, client_rate=c.client_rate, groups=groups, sizes=sizes)
         if self.mech.noise_on == "gradient":
             settings.update(batch_rate=c.batch_rate, batch_divisor=c.batch_divisor)
