@@ -834,6 +834,7 @@ def audit_jobs(mechanisms=None, broken: str = "none") -> list[tuple[str, str]]:
 
     pool = audit_settings() if not mechanisms or "all" in mechanisms else \
         [s for n in dict.fromkeys(mechanisms) for s in (audit_settings(n) or [audit_setting(n)])]
+    pool = list({s.name: s for s in pool}.values())   # a setting named and within a mechanism named: once
     jobs = []
     for s in pool:
         if broken == "all":

@@ -163,3 +163,11 @@ def test_nbafls_statement_names_the_guarantee_its_calibration_does_not_meet():
     assert d.mechanism == "nbafl" and d.rounds >= 1 and d.details["clients_per_round"] >= 1
     text = d.statement()
     assert "replace-one" in text and "do not publish their figure" in text
+
+
+def test_an_audit_setting_named_twice_runs_once():
+    """A mechanism and one of its settings named together: each setting once."""
+    from paretofl import api
+
+    jobs = api.audit_jobs(["distributed", "distributed/dropout"], "all")
+    assert len(jobs) == len(set(jobs)) and {s for s, _ in jobs} == {"distributed", "distributed/dropout"}
