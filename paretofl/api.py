@@ -224,13 +224,23 @@ def check_design(d: Design, where: str = "the design", near=None) -> Design:
                          f"{type(d).__name__}")
     recommendation.check_claims(d, where)
     pre = d.details.get("pretrial")
-    source = d.kappa_source[4:] if isinstance(d.kappa_source, str) and d.kappa_source.startswith("fit ") else None
-    store = (pre or {}).get("store") or (d.kappa_source if d.utility_model in ("bound", "bend") else None)
-    found, store, f = None, locate(store, near), locate((pre or {}).get("fit") or source, near)
-    if store is not None:
-        found = pretrial_spend(store=store)
-    elif f is not None:
-        found = pretrial_spend(fit=f)
+    ks = d.kappa_source if isinstance(d.kappa_source, str) else ""
+    # every pre-trial the file names: κ's own (a fit, or the store a fitted model came from) and the one its
+    # pre-trial record names; each found is read, and they must be one pre-trial
+    named = [("fit", ks[4:] if ks.startswith("fit ") else None),
+             ("store", ks.split(" model of ", 1)[1] if d.utility_model in ("bound", "bend") and " model of " in ks
+              else None),
+             ("store", (pre or {}).get("store")), ("fit", (pre or {}).get("fit"))]
+    seen = {}
+    for kind, path in named:
+        loc = locate(path, near)
+        if loc is not None and loc not in seen:
+            seen[loc] = pretrial_spend(**{kind: loc})
+    spends = list(seen.values())
+    if len(spends) > 1 and any(not _same_spend(spends[0], x) for x in spends[1:]):
+        raise ValueError(f"{where} names pre-trials that spent differently ({', '.join(seen)}): κ and the pre-trial "
+                         "it composes must be one pre-trial; design again, nothing was believed")
+    found = next((x for x in spends if x is not None), None)
     if found is not None:
         from .theory.privacy import charges_from_data
 
@@ -250,6 +260,13 @@ def check_design(d: Design, where: str = "the design", near=None) -> Design:
         d.details["pretrial"] = dict(pre, verified=False,
                                      source=f"{where}, unverified: the pre-trial's store is not here")
     return d
+
+
+def _same_spend(a, b) -> bool:
+    """Two pre-trials' spends (None: public) are the same."""
+    if a is None or b is None:
+        return a is None and b is None
+    return _same_charges(a.charges, b.charges)
 
 
 def _same_charges(a, b) -> bool:

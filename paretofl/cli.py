@@ -334,7 +334,8 @@ def cmd_design(a):
                     "--local-steps": a.local_steps}
     unused = [f for f, v in export_flags.items() if v is not None and a.export is None]
     if unused:
-        raise ValueError(f"{', '.join(unused)} only apply to --export (and --clip, --client-size to "
+        raise ValueError(f"{', '.join(unused)} {'applies' if len(unused) == 1 else 'apply'} only to --export (and "
+                         "--clip, --client-size to "
                          "--mechanism nbafl)")
     flowers = [f for f in known["frameworks"] if f != "paretofl"]
     paretofls = [f for f in flowers if not api.mechanism(f).accounted_outside]     # Flower's, accounted by paretofl
@@ -842,12 +843,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--q", type=FLOAT, required=True, help="sampling rate in (0, 1]")
     s.add_argument("--steps", type=INT, required=True, help="number of steps")
     s.add_argument("--delta", type=FLOAT, default=1e-5, help="the delta of (epsilon, delta)")
-    s.add_argument("--sampling", choices=("poisson", "attributed", "fixed-size", "none"), default="poisson",
+    s.add_argument("--sampling", choices=("poisson", "attributed", "fixed-size", "none", "attributed-integer"),
+                   default="poisson",
                    help="poisson: who took part is hidden, add/remove (sigma over the add/remove sensitivity, "
                         "C for a sum of updates clipped to C); attributed: seen (local view); fixed-size: m of n "
                         "without replacement, replace-one: sigma over the replace-one sensitivity, 2C for a sum "
                         "of updates clipped to C, so a Flower design of noise multiplier z is --sigma z/2; none: "
-                        "no amplification (q ignored)")
+                        "no amplification (q ignored); attributed-integer: seen, read at integer orders (the "
+                        "distributed mechanism's Skellam bound)")
     s.add_argument("--accountant", choices=("rdp", "prv", "both"), default="rdp",
                    help="rdp (no torch), Opacus's PRV accountant, or both (reports the larger)")
     s.add_argument("--conversion", choices=("improved", "classic"), default="improved",

@@ -125,6 +125,9 @@ class DPFedAvgConfig:
                     except ValueError:
                         raise ValueError(f"declared_sizes must be a positive number or 'data', got "
                                          f"{self.declared_sizes!r}") from None
+                if isinstance(self.declared_sizes, bool) or not isinstance(self.declared_sizes, (int, float)):
+                    raise ValueError(f"declared_sizes must be a positive number or 'data', got "
+                                     f"{self.declared_sizes!r}")
                 check_range("declared_sizes", self.declared_sizes, 0, 1e12)
             if "declared_sizes" not in REGISTRY[self.mechanism].options:
                 raise ValueError("declared_sizes applies to DP-SGD clients (mechanism 'sample'), whose steps are "

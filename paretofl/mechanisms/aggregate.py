@@ -132,6 +132,7 @@ class ClientAggregate(Mechanism):
     )
 
     def __init__(self, clip_quantile=None, clip_lr=0.2, count_noise=None):
+        clip_lr = 0.2 if clip_lr is None else clip_lr            # None: the default step
         if count_noise is not None:          # whatever else is given: a count noise is a number above 0
             positive(count_noise, "count_noise")
         if clip_quantile is not None:

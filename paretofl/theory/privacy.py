@@ -1091,7 +1091,7 @@ class Charge:
             if isinstance(v, (str, bytes, bool)) or kind not in "iuf":
                 raise ValueError(f"a charge's {name} must be a number (or numbers), got {v!r}")
         steps = np.asarray(self.steps)
-        if np.any(steps != np.floor(steps)) or np.any(steps < 0):
+        if not np.all(np.isfinite(steps)) or np.any(steps != np.floor(steps)) or np.any(steps < 0):
             raise ValueError(f"a charge's steps must be whole numbers >= 0, got {self.steps!r}")
 
     @property
@@ -1137,7 +1137,7 @@ def charges_from_data(rows) -> list[Charge]:
             if isinstance(r["steps"], bool) or float(r["steps"]) != int(float(r["steps"])):
                 raise ValueError("steps must be a whole number")
             c = Charge(str(r["sampling"]), float(r["rate"]), float(r["noise_multiplier"]), int(r["steps"]))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"a recorded charge is damaged: {r!r} ({exc})") from None
         if not (0 < c.rate <= 1) or not (c.noise_multiplier > 0) or c.steps < 1:
             raise ValueError(f"a recorded charge is out of range: {r!r}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +25,8 @@ from paretofl.pretrial.private import charges, of_store, spent
 from paretofl.pretrial.spec import Spec
 from paretofl.pretrial.store import Store
 from paretofl.pretrial.sweep import Job, run_job, run_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
 
 N = 40
 SIGMAS = [1.0, 2.0, 4.0]
@@ -268,6 +271,20 @@ def test_a_design_file_whose_pretrial_charges_were_swapped_or_moved_to_flower_is
     with pytest.raises(ValueError, match="charges other than") as e:
         paretofl.api.load_design(str(bad))
     assert "\n" not in str(e.value)
+    # the pre-trial record dropped (the fitted model's store, named in kappa_source, is still found), or
+    # pointed at a public store (which would hide the private one κ came from): refused too
+    dropped = json.loads(out.read_text())
+    del dropped["details"]["pretrial"]
+    body = {k: v for k, v in dropped.items() if k not in ("format", "framework")}
+    dropped["epsilon"] = account_design(Design(**body))["epsilon"]
+    (tmp_path / "dropped.json").write_text(json.dumps(dropped))
+    with pytest.raises(ValueError, match="composes no private pre-trial"):
+        paretofl.api.load_design(str(tmp_path / "dropped.json"))
+    public = json.loads(out.read_text())
+    public["details"]["pretrial"]["store"] = str(ROOT / "pretrials" / "lr_fmnist.sqlite")
+    (tmp_path / "public.json").write_text(json.dumps(public))
+    with pytest.raises(ValueError, match="one pre-trial"):
+        paretofl.api.load_design(str(tmp_path / "public.json"))
     flower = json.loads(out.read_text())
     flower["mechanism"] = "flower-accounted"
     (tmp_path / "flower.json").write_text(json.dumps(flower))
