@@ -237,7 +237,7 @@ class DistributedSkellam(Mechanism):
         bits = (self.bits,) if given.get("bits") is not None else BITS_SEARCHED
         found, skipped = {}, {}
         for b in bits:
-            got = self._width(point, b, exact, given, skipped)
+            got = self._width(point, b, exact, given, skipped, halve=len(bits) == 1)
             if got is not None:
                 found[b] = got
                 if got[0].utility_bound <= exact.utility_bound * (1 + BITS_TIE):
@@ -318,11 +318,14 @@ class DistributedSkellam(Mechanism):
             m, z = d.cohort, d.noise_multiplier
         return d, mech
 
-    def _width(self, point, b, exact, given, skipped):
+    def _width(self, point, b, exact, given, skipped, halve=True):
         """The best (design, mechanism) at width b: at the exact-integer
-        design's cohort, and where the sum does not fit there or quantisation
-        costs more than :data:`MATCH`, at halved cohorts while the bound
-        improves (a smaller sum fits a finer scale)."""
+        design's cohort, and (``halve``: a width given) where the sum does
+        not fit there or quantisation costs more than :data:`MATCH`, at
+        halved cohorts while the bound improves (a smaller sum fits a finer
+        scale).  Searching the widths, a width that does not hold the
+        design's cohort is left for the wider ones: a halved cohort costs
+        the bound more than the next width does."""
         best, start, worse = None, exact, 0
         while True:
             got = self._settled(point, b, start, given)
@@ -332,13 +335,14 @@ class DistributedSkellam(Mechanism):
                 else:
                     worse += 1
             done = best is not None and (worse >= 2 or best[0].utility_bound <= exact.utility_bound * (1 + MATCH))
-            if done or start.cohort < 2:
+            if done or start.cohort < 2 or not halve:
                 break
             start = point(self._planned("exact"), [start.q / 2])
         if best is None:
             what = "the scaled clip given" if given.get("scaled_clip") is not None else "every scale"
             skipped[b] = (f"{what} wraps more than {sk.WRAP_TARGET:g} a coordinate, at every cohort down to "
-                          f"{start.cohort:.3g}")
+                          f"{start.cohort:.3g}" if halve else
+                          f"{what} wraps more than {sk.WRAP_TARGET:g} a coordinate at the cohort {start.cohort:.4g}")
         return best
 
     def _scale(self, bits, cohort, z, given):
