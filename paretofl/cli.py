@@ -644,8 +644,10 @@ def cmd_train(a):
     if a.history:
         out["history"] = a.history
     lines = []
+    out["guarantee"] = r.delta < 1                     # δ = 1: the floating-point δ reached 1, nothing is promised
     if r.options.get("calibration") == "paper":          # NbAFL's option: the paper's calibration
         out["epsilon_asked"] = r.budget
+        out["budget_met"] = r.budget is None or r.epsilon <= r.budget * (1 + 1e-9)
         lines.append(f"WARNING: NbAFL's calibration does not meet the budget: its noise guarantees epsilon = "
                      f"{r.epsilon:.4g}, not the {r.budget:g} asked (use --calibration clipping)")
     lines += [f"{r.algorithm} on {r.dataset} ({r.model}, {_plural(r.clients, 'client')}, {r.partition}), "

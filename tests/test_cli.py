@@ -340,3 +340,4 @@ def test_a_delta_past_one_says_there_is_no_guarantee(capsys):
     assert "delta = 1 " in out and "no guarantee" in out
     got = run_json(capsys, *args)
     assert got["delta"] == 1.0 and got["epsilon"] > 700
+    assert got["guarantee"] is False and got["budget_met"] is False      # the JSON says it too, not only the text
