@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
+
+from ..theory.skellam import n_min  # noqa: F401  (the fewest survivors: the design's and the release's)
 
 __all__ = ["hadamard", "rotate", "unrotate", "round_conditional", "skellam", "modular_sum"]
 
@@ -83,11 +84,6 @@ def survivors(n: int, drop: float, gen: torch.Generator, device) -> torch.Tensor
     if drop <= 0:
         return torch.ones(n, dtype=torch.bool, device=device)
     return torch.rand(n, dtype=torch.float64, device=device, generator=gen) >= drop
-
-
-def n_min(selected: int, dropout: float) -> int:
-    """⌈(1 − dropout)·|S|⌉ (at least 1): the fewest survivors a round releases with."""
-    return max(1, int(np.ceil((1.0 - dropout) * selected - 1e-9)))
 
 
 def break_release(rel, broken: str, params: dict) -> None:

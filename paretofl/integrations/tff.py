@@ -105,7 +105,7 @@ def plan(d: Design, clip: float) -> TFFPlan:
     # a fixed cohort of m = floor(qN) clients drawn uniformly each round: each client joins with probability
     # m/N <= q (the rate charged), and the noise is split among the n fewest survivors of those m
     m = max(1, math.floor(d.cohort + 1e-9))
-    n = max(1, math.ceil((1.0 - mech.dropout) * m - 1e-9))
+    n = sk.n_min(m, mech.dropout)
     padded = mech.padded
     if 2 ** mech.bits < n:
         raise ValueError(f"TFF needs bits >= log2(expected_clients_per_round): 2^{mech.bits} < {n}")

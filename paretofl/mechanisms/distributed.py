@@ -263,7 +263,7 @@ class DistributedSkellam(Mechanism):
             trial = self._planned((cand.cohort, cand.noise_multiplier), scaled_clip=float(c))
         e = sk.coordinate_error(mech.bits, mech.scaled_clip, mech.padded, mech.beta, d.cohort,
                                 d.noise_multiplier, mech.dropout)
-        n_min = max(1, math.ceil((1 - mech.dropout) * d.cohort - 1e-9))
+        n_min = sk.n_min(d.cohort, mech.dropout)
         within = [x for x in sorted(found) if found[x][0].utility_bound <= exact.utility_bound * (1 + MATCH)]
         try:
             central = point(get(DEFAULT))
@@ -296,7 +296,7 @@ class DistributedSkellam(Mechanism):
         return [f"  bits                {x['bits']}  ({x['bits_from']}; bound by width {searched})",
                 f"  scaled clip c       {x['scaled_clip']:.5g}  (the clip on the integer grid: each update is scaled "
                 f"by c/C; a coordinate of the sum wraps with probability <= {x['wrap_probability']:.2g} a round)",
-                f"  noise per client    Skellam of variance {x['noise_per_client']:.5g}  (grid units; the "
+                f"  noise per client    Skellam of variance {x['noise_per_client']:.5g}  (grid units; "
                 f"at least {x['n_min']} survivors carry {x['noise_variance']:.5g}, z x the effective sensitivity, "
                 "squared)",
                 f"  error ratio r       {x['error_ratio']:.4g}  (noise, rounding and wraps on the model over a central "

@@ -56,7 +56,7 @@ import math
 import numpy as np
 
 __all__ = ["padded_dim", "rounded_l2_bound", "rounded_l1_bound", "effective_sensitivity", "inflation",
-           "skellam_rdp", "wrap_probability", "quantisation_variance", "coordinate_error", "best_scaled_clip",
+           "skellam_rdp", "wrap_probability", "quantisation_variance", "n_min", "coordinate_error", "best_scaled_clip",
            "DEFAULT_BETA", "MAX_BITS", "WRAP_TARGET"]
 
 #: TensorFlow Federated's default conditional-rounding bias, exp(−1/2)
@@ -140,6 +140,13 @@ def wrap_probability(bits: int, signal: float, rounding: float, noise_variance: 
     return float(min(1.0, 2.0 * math.exp(float(np.min(log_p)))))
 
 
+def n_min(cohort: float, dropout: float) -> int:
+    """⌈(1 − dropout)·m⌉, at least 1: the fewest survivors of a cohort of m
+    (selected, or expected) a round releases with, the clients the noise is
+    split among."""
+    return max(1, math.ceil((1.0 - float(dropout)) * float(cohort) - 1e-9))
+
+
 def coordinate_error(bits: int, scaled_clip: float, padded: int, beta: float, cohort: float, z: float,
                      dropout: float = 0.0) -> dict:
     """The error a coordinate of the dequantised sum carries, in units of
@@ -159,9 +166,8 @@ def coordinate_error(bits: int, scaled_clip: float, padded: int, beta: float, co
     m, z, c = float(cohort), float(z), float(scaled_clip)
     if not (m >= 1 and z > 0 and c > 0):
         raise ValueError(f"coordinate_error needs a cohort >= 1, z > 0 and a positive scaled clip, got {m}, {z}, {c}")
-    n_min = max(1.0, math.ceil((1.0 - float(dropout)) * m - 1e-9))
     mu = (z * effective_sensitivity(c, padded, beta, z)) ** 2
-    noise, rounding = m * mu / n_min, m * quantisation_variance()
+    noise, rounding = m * mu / n_min(m, dropout), m * quantisation_variance()
     p = wrap_probability(bits, c * m / math.sqrt(padded), rounding, noise)
     wrap = 4.0 ** int(bits) * p
     return {"noise": noise, "rounding": rounding, "wrap_probability": p, "wrap": wrap,
