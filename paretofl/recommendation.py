@@ -428,10 +428,7 @@ def account_design(d: Design) -> dict:
     pre = (d.details or {}).get("pretrial")
     prior = tuple(charges_from_data(pre.get("charges") if isinstance(pre, dict) else None)) if pre is not None else ()
     if pre is not None:                  # what design() refuses to compose, a file may not compose either
-        from types import SimpleNamespace
-
-        _check_pretrial_fits(SimpleNamespace(clients=pre.get("clients", d.n_clients)), d.n_clients, mech,
-                             d.groups or None)
+        _check_pretrial_fits(pre.get("clients", d.n_clients), d.n_clients, mech, d.groups or None)
     out = {"pretrial": account(prior, d.delta) if prior else None, "groups": None}
     if d.groups:
         if pre is not None:
@@ -913,7 +910,7 @@ def design(
     partition = check_partition(partition)
 
     spend = pretrial if pretrial is not None else _private_pretrial(fit, n)
-    _check_pretrial_fits(spend, n, mech, budgets)
+    _check_pretrial_fits(None if spend is None else spend.clients, n, mech, budgets)
     if budgets is not None:
         from .budgets import Budgets, design_groups, read_budgets
 
@@ -1130,17 +1127,17 @@ def _beats_reference(lw: LocalWork, cands: list) -> dict:
     return out
 
 
-def _check_pretrial_fits(spend, n: int, mech, budgets) -> None:
+def _check_pretrial_fits(clients, n: int, mech, budgets) -> None:
     """A private pre-trial's charges compose with a training only where one
     accountant can hold both, under one neighbouring relation: its own
     clients, one budget (a group design would have to compose it into every
     group), paretofl's own accountant (Flower's cannot be told of it), and
     add/remove or zero-out neighbours (its charges are add/remove; under
     replace-one a sum moves by 2C).  Anything else is refused in one line."""
-    if spend is None:
+    if clients is None:                  # no private pre-trial
         return
-    if int(spend.clients) != n:
-        raise ValueError(f"the private pre-trial behind κ ran on {spend.clients} clients: it protects those, so it "
+    if int(clients) != n:
+        raise ValueError(f"the private pre-trial behind κ ran on {clients} clients: it protects those, so it "
                          f"designs only for them, not for {n} (run it on your federation's own clients)")
     why = None
     if budgets is not None:

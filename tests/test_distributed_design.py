@@ -156,3 +156,12 @@ def test_a_given_scale_that_wraps_an_edited_design_and_a_model_size_out_of_range
             M.get("distributed", dim=dim)
     with pytest.raises(ValueError, match="bits"):
         M.get("distributed", bits=math.nan)
+
+
+def test_the_statement_says_the_skellam_sampler_not_the_gaussians():
+    """An attack found the statement's floating-point paragraph describing
+    the Gaussian mechanisms' Box-Muller draws for integer Skellam noise."""
+    text = paretofl.design(10, 8.0, max_rounds=3, kappa=2.0, mechanism="distributed",
+                           mechanism_options={"dim": 650}).statement()
+    fp = text[text.index("Floating point"):]
+    assert "Skellam" in fp and "Poisson" in fp and "Box-Muller" not in text

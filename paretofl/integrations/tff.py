@@ -124,7 +124,9 @@ def plan(d: Design, clip: float) -> TFFPlan:
         nm = want * (1 + 1e-7)
     s = tff_scale(nm, clip, mech.bits, n, padded)
     if nm < z * inflation(s * clip) * (1 - 1e-12):
-        raise ValueError("internal error: the noise multiplier exported does not cover the sensitivity at TFF's scale")
+        raise ValueError(f"at {mech.bits} bits TFF's scale rule leaves no noise multiplier that covers the rounded "
+                         "update's sensitivity (the scale it picks for more noise shrinks the grid faster): design "
+                         "with more bits, nothing is exported")
     scaled = s * clip
 
     def ratio(c):

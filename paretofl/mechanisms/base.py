@@ -303,6 +303,12 @@ class Mechanism:
         searches them around it (``given``: the options the user fixed)."""
         return point(self)
 
+    def float_text(self, d) -> str | None:
+        """The statement's "Floating point" paragraph where this mechanism's
+        noise is drawn otherwise than its framework's (None: the
+        framework's; ``{here}`` is filled with the truncation's δ)."""
+        return None
+
     def design_lines(self, d) -> list[str]:
         """The lines ``paretofl design`` prints for this mechanism's own knobs
         of design ``d`` (its :meth:`search`'s details), beside q, T and σ."""

@@ -412,6 +412,12 @@ class DistributedSkellam(Mechanism):
                 f"{self.dropout:g}) x the clients selected); the round is aborted (nothing released) if fewer than "
                 "n_min survive. A server that drops clients on purpose cannot lower the noise below what is charged, "
                 "only abort rounds.",
-                "Integers: the noise is exact integer Skellam (differences of Poisson draws), so the floating-point "
-                "caveat of the Gaussian mechanisms does not apply to it; the generator is PyTorch's, not a "
-                "cryptographic one, and the secure aggregation is simulated, not run."]
+                "Simulated: the secure aggregation is simulated, not run (its cryptography is trusted as stated)."]
+
+    def float_text(self, d) -> str:
+        return ("Floating point: the noise is integer, Skellam drawn as the difference of two Poisson draws of "
+                "PyTorch's sampler (from floating-point uniforms of each replica's own generator); the rotation and "
+                "scaling are float64, the rounding, the shares and the modular sum exact int64. Integer noise does "
+                "not lie on a floating-point grid (Mironov 2012), but the Poisson sampler's distance from an exact "
+                "Poisson draw is not analysed and the generator is PyTorch's, not a cryptographic one: the "
+                "guarantee above is that of the ideal Skellam mechanism.")

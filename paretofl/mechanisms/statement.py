@@ -93,7 +93,7 @@ def statement(d) -> str:
         lines += [f"- {x}" for x in _groups(d)]
     lines += [f"- {x}" for x in mech.statement_notes(d)]
     here = f" Here, at epsilon {d.epsilon:.4g} and up to 1e30 pairs: at most {float_delta(d.epsilon):.1e}."
-    lines.append(f"- {_FLOAT[mech.framework].format(here=here)}")
+    lines.append(f"- {(mech.float_text(d) or _FLOAT[mech.framework]).format(here=here)}")
     if d.delta * d.n_clients >= 0.1:
         lines.append(f"- Note: delta {d.delta:g} is not small against 1/N = {1 / d.n_clients:.3g}.")
     return "\n".join(lines)
