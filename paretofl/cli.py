@@ -309,18 +309,6 @@ def _accountant(d) -> str:
     return f"RDP accountant, {d.sampling} sampling"
 
 
-def _banded_lines(d) -> list[str]:
-    """A banded design's own lines: b and where it came from, the groups, k, r."""
-    x = d.details
-    every = api.mechanism(d.mechanism).who_joins(x["group_rate"], of="it")
-    return [f"  bands b             {x['bands']}  ({x['bands_from']})",
-            f"  groups              {x['groups']}  (client i in group i mod b; round t takes {every})",
-            f"  participations k    {x['participations']}  (ceil(T/b): the rounds one client joins at most, b "
-            "apart)",
-            f"  error ratio r       {x['error_ratio']:.4g}  (the correlated noise's error on the model, over "
-            "independent noise's at the same z; 1 at b = 1)"]
-
-
 def _mechanism_options(a) -> dict:
     """The mechanism's own options given as flags (adaptive clipping's, the bands)."""
     return {k: getattr(a, k) for k in api.names()["mechanism_options"] if getattr(a, k, None) is not None}
@@ -372,13 +360,11 @@ def cmd_design(a):
     out["feasible"] = True
     out["notes"] = [_flagged(n, a.flags) for n in d.notes]
     cf = d.closed_form
-    banded = "bands" in d.details
     lines = [
         f"Recommendation for N = {d.n_clients} clients, budget epsilon = {d.budget:g}, delta = {d.delta:g}, "
         f"at most {d.max_rounds} rounds ({d.mechanism} mechanism):",
         f"  sample ratio q      {d.q:.4g}  (about {_plural(round(d.clients_per_round, 2), 'client')} a round)",
         f"  rounds T            {d.rounds}",
-        *(_banded_lines(d) if banded else []),
         *api.mechanism(d.mechanism, **(d.mechanism_options or {})).design_lines(d),
         f"  noise sigma         {d.sigma:.4g}  per client (noise multiplier on the released sum: "
         f"{d.noise_multiplier:.4g}; charged: {d.charged_noise_multiplier:.4g})",

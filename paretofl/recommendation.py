@@ -35,13 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .mechanisms import DEFAULT, REGISTRY, SEARCH, NbAFLMechanism
+from .mechanisms import DEFAULT, REGISTRY, SEARCH, InfeasibleBudget, NbAFLMechanism, search_auto
 from .mechanisms import get as mechanism_of
 from .mechanisms import names as mechanism_names
 from .mechanisms.base import Mechanism
 from .mechanisms.statement import statement as privacy_statement
 from .theory import pareto
-from .theory.bandmf import MAX_BANDS, round_noise_factors
 from .theory.local_work import LocalWork
 from .theory.privacy import (
     DEFAULT_ORDERS,
@@ -83,22 +82,6 @@ def shipped_fit(name: str = "lr_fmnist") -> Path:
     """Path of a fit shipped with the package (``paretofl/data/NAME_fit.json``):
     ``lr_fmnist`` (the default κ) or ``lenet_fmnist``."""
     return Path(__file__).parent / "data" / f"{name}_fit.json"   # not importlib.resources: 10 ms of start-up
-
-
-class InfeasibleBudget(ValueError):
-    """No allowed (q, T, σ) meets the budget; carries the smallest ε reachable."""
-
-    def __init__(self, epsilon: float, min_epsilon: float, where: dict, prior_epsilon: float | None = None):
-        self.epsilon, self.min_epsilon, self.where = epsilon, min_epsilon, where
-        if prior_epsilon is not None and prior_epsilon >= epsilon:
-            why = (f"budget epsilon={epsilon:g} cannot be met: the private pre-trial alone spent epsilon "
-                   f"{prior_epsilon:.4g}; raise epsilon above it, with room for the training")
-        else:
-            why = (f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any allowed (q, T, sigma) "
-                   f"reaches is {min_epsilon:.4g} (q={where['q']:g}, T=1, sigma={where['sigma']:g}"
-                   + (f", after the private pre-trial's {prior_epsilon:.4g}" if prior_epsilon is not None else "")
-                   + "); raise epsilon or sigma_max, or lower q")
-        super().__init__(why)
 
 
 def read_fit(path) -> dict:
@@ -496,8 +479,10 @@ def check_claims(d: Design, where: str = "the design") -> dict:
                 bad.append(f"a group's epsilon {g.get('epsilon')!r} where it spends {e:.6g}")
             if e > float(g.get("budget", 0)) * (1 + CLAIM_RTOL):
                 bad.append(f"a group spends {e:.6g}, past its budget {g.get('budget')!r}")
-    if "bands" in (d.details or {}) and (d.details["bands"] != (d.mechanism_options or {}).get("bands")):
-        bad.append(f"{d.details['bands']!r} bands where its mechanism has {(d.mechanism_options or {}).get('bands')!r}")
+    for k in getattr(REGISTRY.get(d.mechanism), "constructor_options", ()):    # a family's knobs, said twice
+        if k in (d.details or {}) and d.details[k] != (d.mechanism_options or {}).get(k):
+            bad.append(f"{k} {d.details[k]!r} in its details where its mechanism has "
+                       f"{(d.mechanism_options or {}).get(k)!r}")
     if not bad and got["groups"] is None and got["epsilon"] > d.budget * (1 + CLAIM_RTOL):
         bad.append(f"epsilon {got['epsilon']:.6g}, past its budget {d.budget:g}")
     if bad:
@@ -941,11 +926,7 @@ def design(
     job = _Job(n, float(epsilon), delta, t_cap, q, q_min, 1.0 if q_max is None else q_max, sigma_min, sigma_max,
                tuple(orders), utility, capped_by_time=len(caps) == 2 and caps[1] < caps[0], prior=prior)
     def solve(j):
-        if auto:
-            return _design_auto(j)
-        if mech.noise_on == "correlated-sum":
-            return _design_banded(j, mech.name, (mechanism_options or {}).get("bands"))
-        return mech.search(lambda m, qs=None: _design_point(j, m, qs), dict(mechanism_options or {}))
+        return search_auto(_Search(j)) if auto else mech.search(_Search(j), dict(mechanism_options or {}))
 
     ci = _kappa_ci(kappa if kappa_source == "given" else None, fit) if isinstance(utility, ClosedForm) else None
     if lw is None:
@@ -1217,6 +1198,27 @@ class _Job:
     prior: tuple = ()            # a private pre-trial's charges, composed with the training's
 
 
+class _Search:
+    """What a mechanism's :meth:`~paretofl.mechanisms.Mechanism.search` asks
+    of the design: the job's numbers, the cohort sizes it allows, and the
+    exact (q, T, σ) search for one configured mechanism."""
+
+    def __init__(self, job: _Job, compare: bool = True):
+        self.job, self.compare = job, compare
+        self.n, self.q, self.q_min, self.q_max, self.t_cap = job.n, job.q, job.q_min, job.q_max, job.t_cap
+
+    def point(self, mech, qs=None) -> Design:
+        return _design_point(self.job, mech, qs)
+
+    def cohorts(self, top: float) -> list[float]:
+        """The cohort shares q = m/N searched in [q_min (or 1/N), top]."""
+        return _q_candidates(self.n, None, self.q_min, top)
+
+    def alone(self) -> _Search:
+        """The same search, with no other mechanism's design put beside it."""
+        return _Search(self.job, compare=False)
+
+
 def _searched(job: _Job, mech, qs=None) -> tuple:
     """The search of :func:`_design_point`: ((u, T, σ, q), each q's best u,
     the problem, the point's exact ε), the point checked against the budget."""
@@ -1279,164 +1281,6 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
                        "loss as 0 (no worse than non-private training within the fit), not as a gain")
     if job.q is None and len(qs) > 1:
         d.notes.append(_why_q(d, per_q, qs))
-    return d
-
-
-#: the most rounds a banded design searches (its error table costs O(T b))
-MAX_BANDED_ROUNDS = 100_000
-#: the mechanisms ``design(mechanism="auto")`` compares (those whose ``in_auto`` is true), the default first
-AUTO = (DEFAULT, *(n for n in mechanism_names(in_auto=True) if n != DEFAULT))
-
-
-def _band_candidates(lo: int, hi: int, count: int = 16) -> list[int]:
-    """Up to ``count`` band counts in [lo, hi], geometric, ends included."""
-    if hi - lo + 1 <= count:
-        return list(range(lo, hi + 1))
-    return sorted({int(x) for x in np.round(np.geomspace(lo, hi, count))} | {lo, hi})
-
-
-def _design_banded(job: _Job, name: str, bands=None, compare: bool = True) -> Design:
-    """The best design of a banded mechanism (``bandmf``: b groups in turn,
-    every client of the group, so q = 1/b; ``bandmf-amplified``: Poisson
-    within the group, q·b <= 1): the exact search at each band count b
-    (``bands``, or the counts the q range allows), the lowest bound kept.
-    ``compare``: also design client-aggregate (Poisson DP-FedAvg) for the
-    same job and say how the two bounds compare."""
-    cls = REGISTRY[name]
-    fixed = cls.selection == "cyclic"
-    n = job.n
-    if job.t_cap > MAX_BANDED_ROUNDS:
-        raise ValueError(f"{name} designs search at most {MAX_BANDED_ROUNDS:,} rounds, got a cap of {job.t_cap:,}")
-    q_lo = job.q if job.q is not None else (job.q_min if job.q_min is not None else 1.0 / n)
-    q_hi = job.q if job.q is not None else job.q_max
-    if bands is not None:
-        bs = [cls(bands=bands).bands]
-        if fixed and not q_lo * (1 - 1e-9) <= 1 / bs[0] <= q_hi * (1 + 1e-9):
-            raise ValueError(f"bandmf with b = {bs[0]} takes 1/b = {1 / bs[0]:.4g} of the clients a round, outside "
-                             f"the q allowed [{q_lo:g}, {q_hi:g}]")
-        if not fixed and q_lo > 1 / bs[0] * (1 + 1e-9):
-            raise ValueError(f"bandmf-amplified with b = {bs[0]} samples within groups of 1/b of the clients: a "
-                             f"share of at most {1 / bs[0]:.4g} a round, below the q asked ({q_lo:g}); lower the "
-                             "bands or q")
-    elif fixed:                       # b groups, all of a group a round: q = 1/b within [q_lo, q_hi]
-        lo, hi = math.ceil(1 / q_hi - 1e-9), min(math.floor(1 / q_lo + 1e-9), n, MAX_BANDS)
-        if job.q is not None:
-            lo = hi = round(1 / job.q)
-            if abs(lo * job.q - 1) > 1e-9:
-                raise ValueError(f"bandmf takes every client of one of b groups a round, so q = 1/b: q = {job.q:g} "
-                                 "is not one over a whole number")
-        if lo > hi:
-            raise ValueError(f"no band count b gives bandmf's share a round 1/b within [{q_lo:g}, {q_hi:g}]")
-        bs = _band_candidates(lo, hi)
-    else:                             # Poisson within the group: q b <= 1 for some allowed q
-        hi = min(math.floor(1 / q_lo + 1e-9), job.t_cap, MAX_BANDS)
-        bs = _band_candidates(1, max(hi, 1))
-    found, last_error, cohorts = {}, None, {}
-    for b in bs:
-        if fixed:
-            cohorts[b] = [1.0 / b]
-            continue
-        top = min(q_hi, 1.0 / b)
-        if top >= q_lo and top * n >= 1 - 1e-9:
-            qs = [job.q] if job.q is not None else _q_candidates(n, None, job.q_min, top)
-            if len(qs) > 8:           # eight cohort sizes a band count, geometric, ends kept
-                qs = [qs[i] for i in sorted({int(round(x)) for x in np.linspace(0, len(qs) - 1, 8)})]
-            cohorts[b] = qs
-
-    def at(b, qs):
-        nonlocal last_error
-        try:
-            found[b] = _design_point(job, mechanism_of(name, bands=b), qs)
-        except InfeasibleBudget as exc:
-            last_error = exc
-
-    if fixed:
-        for b in cohorts:
-            at(b, cohorts[b])
-    else:
-        # each band count at its largest cohort first (where the bound is
-        # usually least), then every cohort size at the two best counts
-        for b in cohorts:
-            at(b, cohorts[b][-1:])
-        for b in sorted(found, key=lambda x: found[x].utility_bound)[:2]:
-            if len(cohorts[b]) > 1:
-                at(b, cohorts[b])
-    if not found:
-        if last_error is not None:
-            raise last_error
-        raise ValueError(f"no band count b fits the q range [{q_lo:g}, {q_hi:g}] for {name}")
-    b = min(found, key=lambda x: (found[x].utility_bound, x))
-    d = found[b]
-    mech = mechanism_of(name, bands=b)
-    r = float(mech.error_ratio(d.rounds))
-    d.details = {"bands": b, "groups": b, "participations": mech.participations(d.rounds), "error_ratio": r,
-                 "group_rate": float(mech.group_rate(d.q)), "cohort": d.cohort,
-                 "coefficients": mech.coefficients(),
-                 "round_noise_factor": float(round_noise_factors(b, d.rounds).max()),
-                 "bands_searched": {str(x): found[x].utility_bound for x in sorted(found)},
-                 "bands_from": "given" if bands is not None else
-                 f"the exact search at each of {len(bs)} band counts in [{min(bs)}, {max(bs)}]: the lowest bound"}
-    others = sorted((found[x].utility_bound, x) for x in found if x != b)
-    if bands is None and len(bs) > 1:
-        text = (f"b = {b} has the lowest utility bound of the {len(bs)} band counts searched in [{min(bs)}, "
-                f"{max(bs)}]")
-        if others:
-            text += f"; the next best, b = {others[0][1]}, is {100 * (others[0][0] / d.utility_bound - 1):.1f} % worse"
-        d.notes.append(text)
-    if b > 1:
-        d.notes.append(f"the bound credits the correlated noise with cancelling in training as it does on the sums "
-                       f"(r = {r:.3g}); measured on FashionMNIST (docs/results.md section 10) training kept up to "
-                       "three times more of it, so this design may run more rounds with more noise than the best")
-    if compare:
-        _compare_with_dpfedavg(job, d)
-    return d
-
-
-def _compare_with_dpfedavg(job: _Job, d: Design) -> None:
-    """Put the Poisson DP-FedAvg (client-aggregate) design for the same job
-    beside a banded design: in its details, and a note."""
-    try:
-        other = _design_point(job, mechanism_of(DEFAULT))
-    except (InfeasibleBudget, ValueError) as exc:
-        d.details["dpfedavg"] = {"error": str(exc)}
-        return
-    d.details["dpfedavg"] = {"mechanism": DEFAULT,
-                             **{k: getattr(other, k) for k in ("q", "rounds", "sigma", "epsilon", "utility_bound")}}
-    rel = 100 * (other.utility_bound / d.utility_bound - 1)
-    verdict = f"{abs(rel):.1f} % {'above' if rel > 0 else 'below'} this design's"
-    d.notes.append(f"the DP-FedAvg design with Poisson sampling (client-aggregate) for the same budget: q = "
-                   f"{other.q:.4g}, T = {other.rounds}, sigma = {other.sigma:.4g}, utility bound "
-                   f"{other.utility_bound:.4g} ({verdict}); it needs each client sampled independently"
-                   + _on_floor(other))
-
-
-def _on_floor(d: Design) -> str:
-    """A remark where a design compared sits on the σ floor (its best lies lower)."""
-    if d.sigma <= d.sigma_min * (1 + 1e-6):
-        return (f" (its sigma sits on sigma_min = {d.sigma_min:g}, and the budget is not spent: lower sigma_min to "
-                "compare at its best)")
-    return ""
-
-
-def _design_auto(job: _Job) -> Design:
-    """The lowest bound of the mechanisms in :data:`AUTO` (each at its best
-    band count), with every one's bound in the notes."""
-    found, errors = {}, []
-    for name in AUTO:
-        try:
-            found[name] = (_design_point(job, mechanism_of(name)) if name == DEFAULT
-                           else _design_banded(job, name, compare=False))
-        except (InfeasibleBudget, ValueError) as exc:
-            errors.append(exc)
-    if not found:
-        raise errors[0]
-    best = min(found, key=lambda x: (found[x].utility_bound, AUTO.index(x)))
-    d = found[best]
-    d.details = dict(d.details, compared={k: v.utility_bound for k, v in found.items()})
-    each = "; ".join(f"{k} {v.utility_bound:.4g}" + (f" (b = {v.details['bands']})" if "bands" in v.details else "")
-                     + _on_floor(v) for k, v in found.items())
-    d.notes.append(f"mechanism chosen by the utility bound: {each}. bandmf needs no sampling (groups in turn); "
-                   "client-aggregate and bandmf-amplified sample each client independently")
     return d
 
 

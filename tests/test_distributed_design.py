@@ -165,3 +165,23 @@ def test_the_statement_says_the_skellam_sampler_not_the_gaussians():
                            mechanism_options={"dim": 650}).statement()
     fp = text[text.index("Floating point"):]
     assert "Skellam" in fp and "Poisson" in fp and "Box-Muller" not in text
+
+
+@pytest.mark.parametrize("mechanism, options, knob", [("distributed", {"dim": 650}, "bits"),
+                                                      ("bandmf", {}, "bands")])
+def test_a_file_whose_details_say_other_knobs_than_its_mechanism_is_refused(tmp_path, mechanism, options, knob):
+    """A family's knobs are written twice in a saved design (its details,
+    for the reader; its mechanism's options, which train and export): a
+    file where the two differ is refused on load, for every family's
+    constructor options, not only the bands."""
+    import json
+
+    d = paretofl.design(10, 8.0, max_rounds=3, kappa=2.0, mechanism=mechanism, mechanism_options=options or None)
+    path = tmp_path / "d.json"
+    d.save(path)
+    paretofl.Design.load(path)                         # as saved: loads
+    raw = json.loads(path.read_text())
+    raw["details"][knob] += 1
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match=f"does not add up: it records {knob} "):
+        paretofl.Design.load(path)

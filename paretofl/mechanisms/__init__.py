@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import aggregate, bandmf, distributed, flower, local, nbafl, sample  # noqa: F401  (each registers its mechanism)
 from .aggregate import ClientAggregate, adaptive_update_multiplier
 from .bandmf import BandMF, BandMFAmplified
-from .base import REGISTRY, AuditSetting, Break, Mechanism, Noise, get, names
+from .base import REGISTRY, AuditSetting, Break, InfeasibleBudget, Mechanism, Noise, get, names, on_floor
 from .distributed import DistributedSkellam
 from .flower import Flower, FlowerAccounted
 from .local import ClientLocal
@@ -25,8 +25,10 @@ from .statement import statement
 DEFAULT = "client-aggregate"
 #: the design's choice that compares the mechanisms whose ``in_auto`` is true and keeps the lowest bound
 SEARCH = "auto"
+#: the mechanisms ``design(mechanism="auto")`` compares (those whose ``in_auto`` is true), the default first
+AUTO = (DEFAULT, *(n for n in names(in_auto=True) if n != DEFAULT))
 
-__all__ = ["DEFAULT", "SEARCH",
+__all__ = ["DEFAULT", "SEARCH", "AUTO", "search_auto", "InfeasibleBudget",
            "Mechanism", "Noise", "AuditSetting", "Break", "REGISTRY", "get", "names", "audit_settings",
            "audit_setting", "statement", "ClientAggregate", "ClientLocal", "SampleDPSGD", "NbAFLMechanism",
            "Flower", "FlowerAccounted", "BandMF", "BandMFAmplified", "DistributedSkellam", "adaptive_update_multiplier"]
@@ -48,3 +50,26 @@ def audit_setting(name: str) -> AuditSetting:
             return s
     known = ", ".join(s.name for s in audit_settings())
     raise ValueError(f"unknown audit setting {name!r}; choose from {known}")
+
+
+def search_auto(s):
+    """``design(mechanism="auto")``: each mechanism of :data:`AUTO` designed
+    at its defaults by its own search (``s``: see
+    :meth:`Mechanism.search`; each family's best, no comparison of its
+    own), the lowest bound kept, with every one's bound in the notes."""
+    found, errors = {}, []
+    for name in AUTO:
+        try:
+            found[name] = get(name).search(s.alone(), {})
+        except ValueError as exc:                # InfeasibleBudget is one
+            errors.append(exc)
+    if not found:
+        raise errors[0]
+    best = min(found, key=lambda x: (found[x].utility_bound, AUTO.index(x)))
+    d = found[best]
+    d.details = dict(d.details, compared={k: v.utility_bound for k, v in found.items()})
+    each = "; ".join(f"{k} {v.utility_bound:.4g}" + (f" (b = {v.details['bands']})" if "bands" in v.details else "")
+                     + on_floor(v) for k, v in found.items())
+    d.notes.append(f"mechanism chosen by the utility bound: {each}. bandmf needs no sampling (groups in turn); "
+                   "client-aggregate and bandmf-amplified sample each client independently")
+    return d

@@ -39,9 +39,32 @@ import numpy as np
 
 from ..theory import bandmf as mf
 from ..theory.privacy import Charge, check_rate
-from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas, sum_multiplier
+from .base import (
+    NO_CLIP,
+    NOISE_DIV10,
+    AuditSetting,
+    Break,
+    InfeasibleBudget,
+    Mechanism,
+    Noise,
+    on_floor,
+    rates,
+    register,
+    sigmas,
+    sum_multiplier,
+)
 
-__all__ = ["BandMF", "BandMFAmplified"]
+__all__ = ["BandMF", "BandMFAmplified", "MAX_BANDED_ROUNDS"]
+
+#: the most rounds a banded design searches (its error table costs O(T b))
+MAX_BANDED_ROUNDS = 100_000
+
+
+def _band_candidates(lo: int, hi: int, count: int = 16) -> list[int]:
+    """Up to ``count`` band counts in [lo, hi], geometric, ends included."""
+    if hi - lo + 1 <= count:
+        return list(range(lo, hi + 1))
+    return sorted({int(x) for x in np.round(np.geomspace(lo, hi, count))} | {lo, hi})
 
 _EVERY_ROUND = Break("every-round", "the canary's client joins every round of the run, not once every b rounds, "
                                     "charged as if it joined once every b")
@@ -118,6 +141,144 @@ class _Banded(Mechanism):
     def coefficients(self) -> list:
         """The strategy's band coefficients c_0..c_{b-1} (plain numbers)."""
         return [float(x) for x in mf.coefficients(self.bands)]
+
+    # ----------------------------------------------------------------- design
+    def _band_counts(self, s, bands) -> list[int]:
+        """The band counts the design searches: ``bands`` given (checked
+        against the q allowed), or those the q range allows."""
+        fixed = self.selection == "cyclic"
+        q_lo = s.q if s.q is not None else (s.q_min if s.q_min is not None else 1.0 / s.n)
+        q_hi = s.q if s.q is not None else s.q_max
+        if bands is not None:
+            b = type(self)(bands=bands).bands
+            if fixed and not q_lo * (1 - 1e-9) <= 1 / b <= q_hi * (1 + 1e-9):
+                raise ValueError(f"bandmf with b = {b} takes 1/b = {1 / b:.4g} of the clients a round, outside "
+                                 f"the q allowed [{q_lo:g}, {q_hi:g}]")
+            if not fixed and q_lo > 1 / b * (1 + 1e-9):
+                raise ValueError(f"bandmf-amplified with b = {b} samples within groups of 1/b of the clients: a "
+                                 f"share of at most {1 / b:.4g} a round, below the q asked ({q_lo:g}); lower the "
+                                 "bands or q")
+            return [b]
+        if fixed:                     # b groups, all of a group a round: q = 1/b within [q_lo, q_hi]
+            lo, hi = math.ceil(1 / q_hi - 1e-9), min(math.floor(1 / q_lo + 1e-9), s.n, mf.MAX_BANDS)
+            if s.q is not None:
+                lo = hi = round(1 / s.q)
+                if abs(lo * s.q - 1) > 1e-9:
+                    raise ValueError(f"bandmf takes every client of one of b groups a round, so q = 1/b: q = "
+                                     f"{s.q:g} is not one over a whole number")
+            if lo > hi:
+                raise ValueError(f"no band count b gives bandmf's share a round 1/b within [{q_lo:g}, {q_hi:g}]")
+            return _band_candidates(lo, hi)
+        hi = min(math.floor(1 / q_lo + 1e-9), s.t_cap, mf.MAX_BANDS)   # Poisson within the group: q b <= 1
+        return _band_candidates(1, max(hi, 1))
+
+    def search(self, s, given: dict):
+        """The best design of the family (docs/theory.md §7): the exact search
+        at each band count b (``bands`` given: that one; else those the q
+        range allows: ``bandmf`` takes q = 1/b, ``bandmf-amplified`` samples
+        within the group, q·b <= 1), the lowest bound kept; with
+        ``s.compare``, Poisson DP-FedAvg's design for the same job beside it."""
+        fixed = self.selection == "cyclic"
+        if s.t_cap > MAX_BANDED_ROUNDS:
+            raise ValueError(f"{self.name} designs search at most {MAX_BANDED_ROUNDS:,} rounds, got a cap of "
+                             f"{s.t_cap:,}")
+        bands = given.get("bands")
+        bs = self._band_counts(s, bands)
+        q_lo = s.q if s.q is not None else (s.q_min if s.q_min is not None else 1.0 / s.n)
+        q_hi = s.q if s.q is not None else s.q_max
+        found, last_error, cohorts = {}, None, {}
+        for b in bs:
+            if fixed:
+                cohorts[b] = [1.0 / b]
+                continue
+            top = min(q_hi, 1.0 / b)
+            if top >= q_lo and top * s.n >= 1 - 1e-9:
+                qs = [s.q] if s.q is not None else s.cohorts(top)
+                if len(qs) > 8:           # eight cohort sizes a band count, geometric, ends kept
+                    qs = [qs[i] for i in sorted({int(round(x)) for x in np.linspace(0, len(qs) - 1, 8)})]
+                cohorts[b] = qs
+
+        def at(b, qs):
+            nonlocal last_error
+            try:
+                found[b] = s.point(type(self)(bands=b), qs)
+            except InfeasibleBudget as exc:
+                last_error = exc
+
+        if fixed:
+            for b in cohorts:
+                at(b, cohorts[b])
+        else:
+            # each band count at its largest cohort first (where the bound is
+            # usually least), then every cohort size at the two best counts
+            for b in cohorts:
+                at(b, cohorts[b][-1:])
+            for b in sorted(found, key=lambda x: found[x].utility_bound)[:2]:
+                if len(cohorts[b]) > 1:
+                    at(b, cohorts[b])
+        if not found:
+            if last_error is not None:
+                raise last_error
+            raise ValueError(f"no band count b fits the q range [{q_lo:g}, {q_hi:g}] for {self.name}")
+        b = min(found, key=lambda x: (found[x].utility_bound, x))
+        d = found[b]
+        mech = type(self)(bands=b)
+        r = float(mech.error_ratio(d.rounds))
+        d.details = {"bands": b, "groups": b, "participations": mech.participations(d.rounds), "error_ratio": r,
+                     "group_rate": float(mech.group_rate(d.q)), "cohort": d.cohort,
+                     "coefficients": mech.coefficients(),
+                     "round_noise_factor": float(mf.round_noise_factors(b, d.rounds).max()),
+                     "bands_searched": {str(x): found[x].utility_bound for x in sorted(found)},
+                     "bands_from": "given" if bands is not None else
+                     f"the exact search at each of {len(bs)} band counts in [{min(bs)}, {max(bs)}]: the lowest bound"}
+        others = sorted((found[x].utility_bound, x) for x in found if x != b)
+        if bands is None and len(bs) > 1:
+            text = (f"b = {b} has the lowest utility bound of the {len(bs)} band counts searched in [{min(bs)}, "
+                    f"{max(bs)}]")
+            if others:
+                text += (f"; the next best, b = {others[0][1]}, is {100 * (others[0][0] / d.utility_bound - 1):.1f} "
+                         "% worse")
+            d.notes.append(text)
+        if b > 1:
+            d.notes.append(f"the bound credits the correlated noise with cancelling in training as it does on the "
+                           f"sums (r = {r:.3g}); measured on FashionMNIST (docs/results.md section 10) training kept "
+                           "up to three times more of it, so this design may run more rounds with more noise than "
+                           "the best")
+        if s.compare:
+            self._beside_dpfedavg(s, d)
+        return d
+
+    @staticmethod
+    def _beside_dpfedavg(s, d) -> None:
+        """Put the Poisson DP-FedAvg (client-aggregate) design for the same
+        job beside a banded design: in its details, and a note."""
+        from . import DEFAULT, get  # the registry imports this module
+
+        try:
+            other = s.point(get(DEFAULT))
+        except ValueError as exc:                # InfeasibleBudget is one
+            d.details["dpfedavg"] = {"error": str(exc)}
+            return
+        d.details["dpfedavg"] = {"mechanism": DEFAULT, **{k: getattr(other, k) for k in
+                                                          ("q", "rounds", "sigma", "epsilon", "utility_bound")}}
+        rel = 100 * (other.utility_bound / d.utility_bound - 1)
+        verdict = f"{abs(rel):.1f} % {'above' if rel > 0 else 'below'} this design's"
+        d.notes.append(f"the DP-FedAvg design with Poisson sampling (client-aggregate) for the same budget: q = "
+                       f"{other.q:.4g}, T = {other.rounds}, sigma = {other.sigma:.4g}, utility bound "
+                       f"{other.utility_bound:.4g} ({verdict}); it needs each client sampled independently"
+                       + on_floor(other))
+
+    def design_lines(self, d) -> list[str]:
+        x = d.details
+        if "bands" not in x:
+            return []
+        every = self.who_joins(x["group_rate"], of="it")
+        return [f"  bands b             {x['bands']}  ({x['bands_from']})",
+                f"  groups              {x['groups']}  (client i in group i mod b; round t takes {every})",
+                f"  participations k    {x['participations']}  (ceil(T/b): the rounds one client joins at most, b "
+                "apart)",
+                f"  error ratio r       {x['error_ratio']:.4g}  (the correlated noise's error on the model, over "
+                "independent noise's at the same z; 1 at b = 1)"]
 
     # -------------------------------------------------------------- statement
     def mechanism_text(self, d) -> str:

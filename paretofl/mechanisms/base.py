@@ -34,7 +34,31 @@ import numpy as np
 from ..theory.privacy import DEFAULT_ORDERS, Charge, account, check_rate
 
 __all__ = ["Mechanism", "Noise", "AuditSetting", "Break", "register", "get", "names", "REGISTRY", "positive",
-           "rates", "sigmas", "sum_multiplier", "sum_sigma"]
+           "rates", "sigmas", "sum_multiplier", "sum_sigma", "InfeasibleBudget", "on_floor"]
+
+class InfeasibleBudget(ValueError):
+    """No allowed (q, T, σ) meets the budget; carries the smallest ε reachable."""
+
+    def __init__(self, epsilon: float, min_epsilon: float, where: dict, prior_epsilon: float | None = None):
+        self.epsilon, self.min_epsilon, self.where = epsilon, min_epsilon, where
+        if prior_epsilon is not None and prior_epsilon >= epsilon:
+            why = (f"budget epsilon={epsilon:g} cannot be met: the private pre-trial alone spent epsilon "
+                   f"{prior_epsilon:.4g}; raise epsilon above it, with room for the training")
+        else:
+            why = (f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any allowed (q, T, sigma) "
+                   f"reaches is {min_epsilon:.4g} (q={where['q']:g}, T=1, sigma={where['sigma']:g}"
+                   + (f", after the private pre-trial's {prior_epsilon:.4g}" if prior_epsilon is not None else "")
+                   + "); raise epsilon or sigma_max, or lower q")
+        super().__init__(why)
+
+
+def on_floor(d) -> str:
+    """A remark where a design compared sits on the σ floor (its best lies lower)."""
+    if d.sigma <= d.sigma_min * (1 + 1e-6):
+        return (f" (its sigma sits on sigma_min = {d.sigma_min:g}, and the budget is not spent: lower sigma_min to "
+                "compare at its best)")
+    return ""
+
 
 #: name -> mechanism class, in the order the modules register them
 REGISTRY: dict[str, type[Mechanism]] = {}
@@ -295,13 +319,18 @@ class Mechanism:
         """Refuse, in one line, options given that this mechanism would
         ignore (by default: none; the constructor checks each value)."""
 
-    def search(self, point, given: dict):
-        """This mechanism's design: ``point(mechanism, qs=None)`` is the exact
-        (q, T, σ) search for one configured mechanism over the cohort sizes
-        ``qs`` (default: those the job allows); it returns a Design, or raises
-        where nothing meets the budget.  A family with knobs of its own
-        searches them around it (``given``: the options the user fixed)."""
-        return point(self)
+    def search(self, s, given: dict):
+        """This mechanism's design.  ``s`` is what the design was asked
+        (``s.n``, ``s.q``, ``s.q_min``, ``s.q_max``, ``s.t_cap``; ``s.cohorts(top)``,
+        the cohort sizes allowed up to a share ``top``) and its exact search:
+        ``s.point(mechanism, qs=None)`` is the best (q, T, σ) for one
+        configured mechanism over the cohort sizes ``qs`` (default: those
+        the job allows), a Design, or :class:`InfeasibleBudget` where nothing
+        meets the budget.  A family with knobs of its own searches them
+        around it (``given``: the options the user fixed); ``s.compare``
+        says whether to put the default mechanism's design beside it (not
+        when ``auto`` compares the families itself)."""
+        return s.point(self)
 
     def float_text(self, d) -> str | None:
         """The statement's "Floating point" paragraph where this mechanism's

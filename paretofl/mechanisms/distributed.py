@@ -220,7 +220,7 @@ class DistributedSkellam(Mechanism):
         out._plan = plan
         return out
 
-    def search(self, point, given: dict):
+    def search(self, s, given: dict):
         """The knobs with (q, T, σ) (docs/theory.md §8, "the design"): at each
         bit width (``bits`` given: that one; else :data:`BITS_SEARCHED`) the
         scaled clip whose coordinate error is least with the sum wrapping at
@@ -228,16 +228,16 @@ class DistributedSkellam(Mechanism):
         (``scaled_clip`` given: that one), planned at the cohort and z of the
         design it gives at the exact-integer design's q, until they settle;
         the fewest bits within :data:`BITS_TIE` of the least bound are kept
-        and designed again over every q (``point(mechanism, qs)``).  Beside it: the same
+        and designed again over every q (``s.point(mechanism, qs)``).  Beside it: the same
         design with exact integers (what quantisation costs) and the central
         client-aggregate design (what distributing the trust costs)."""
         from . import DEFAULT, get  # the registry imports this module
         self._dim()
-        exact = point(self._planned("exact"))
+        exact = s.point(self._planned("exact"))
         bits = (self.bits,) if given.get("bits") is not None else BITS_SEARCHED
         found, skipped = {}, {}
         for b in bits:
-            got = self._width(point, b, exact, given, skipped, halve=len(bits) == 1)
+            got = self._width(s, b, exact, given, skipped, halve=len(bits) == 1)
             if got is not None:
                 found[b] = got
                 if got[0].utility_bound <= exact.utility_bound * (1 + BITS_TIE):
@@ -252,7 +252,7 @@ class DistributedSkellam(Mechanism):
         d, mech = found[b]
         trial = mech
         for _ in range(SETTLE_PASSES):          # the width kept, over every q, its scale settled again
-            cand = point(trial)
+            cand = s.point(trial)
             c = self._scale(b, cand.cohort, cand.noise_multiplier, given)
             if c is None:
                 break                           # that cohort's sum would not fit: keep the one that does
@@ -266,7 +266,7 @@ class DistributedSkellam(Mechanism):
         n_min = sk.n_min(d.cohort, mech.dropout)
         within = [x for x in sorted(found) if found[x][0].utility_bound <= exact.utility_bound * (1 + MATCH)]
         try:
-            central = point(get(DEFAULT))
+            central = s.point(get(DEFAULT))
         except ValueError as exc:                # InfeasibleBudget is one
             central = None
             central_error = str(exc)
@@ -302,7 +302,7 @@ class DistributedSkellam(Mechanism):
                 f"  error ratio r       {x['error_ratio']:.4g}  (noise, rounding and wraps on the model over a central "
                 "mechanism's noise at the same z)"]
 
-    def _settled(self, point, b, start, given):
+    def _settled(self, s, b, start, given):
         """(design, mechanism) at width b and the cohort of ``start``, the
         scale planned at the cohort and z of the design it gives until it
         settles; None where no scale holds the sum."""
@@ -314,11 +314,11 @@ class DistributedSkellam(Mechanism):
             if mech is not None and abs(c / mech.scaled_clip - 1) < SETTLED:
                 break                           # the design's own (m, z) choose the scale it was planned with
             mech = self._planned((m, z), bits=int(b), scaled_clip=float(c))
-            d = point(mech, [start.q])
+            d = s.point(mech, [start.q])
             m, z = d.cohort, d.noise_multiplier
         return d, mech
 
-    def _width(self, point, b, exact, given, skipped, halve=True):
+    def _width(self, s, b, exact, given, skipped, halve=True):
         """The best (design, mechanism) at width b: at the exact-integer
         design's cohort, and (``halve``: a width given) where the sum does
         not fit there or quantisation costs more than :data:`MATCH`, at
@@ -328,7 +328,7 @@ class DistributedSkellam(Mechanism):
         the bound more than the next width does."""
         best, start, worse = None, exact, 0
         while True:
-            got = self._settled(point, b, start, given)
+            got = self._settled(s, b, start, given)
             if got is not None:
                 if best is None or got[0].utility_bound < best[0].utility_bound:
                     best, worse = got, 0
@@ -337,7 +337,7 @@ class DistributedSkellam(Mechanism):
             done = best is not None and (worse >= 2 or best[0].utility_bound <= exact.utility_bound * (1 + MATCH))
             if done or start.cohort < 2 or not halve:
                 break
-            start = point(self._planned("exact"), [start.q / 2])
+            start = s.point(self._planned("exact"), [start.q / 2])
         if best is None:
             what = "the scaled clip given" if given.get("scaled_clip") is not None else "every scale"
             skipped[b] = (f"{what} wraps more than {sk.WRAP_TARGET:g} a coordinate, at every cohort down to "
