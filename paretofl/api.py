@@ -557,7 +557,8 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
                 raise ValueError(f"this nbafl design lacks NbAFL's {' and '.join(missing)} (its details, which "
                                  "nbafl_design writes): make it with nbafl_design (paretofl design --mechanism "
                                  "nbafl), not by editing another design's mechanism")
-            options = {"clip": clip, "clients_per_round": design.details.get("clients_per_round"), **options}
+            options = {"clip": clip, "clients_per_round": design.details.get("clients_per_round"),
+                       "sigma": design.sigma, **options}     # the designed noise, released as designed
         else:
             if algorithm != "dpfedavg":
                 raise ValueError("a design applies to client-level dpfedavg")

@@ -191,9 +191,16 @@ class NbAFLConfig:
     calibration: str = option("clipping", "uplink noise for the epsilon clipping guarantees (clipping), or "
                                           "NbAFL's, whose guarantee is far above the budget (paper)",
                               choices=CALIBRATIONS)
+    sigma: float | None = option(None, "the uplink noise multiplier on 2C, sigma_U/(2C) (an NbAFL design's); "
+                                       "default: calibrated so that the rounds' uploads meet the budget")
 
     def __post_init__(self):
         check_choice("calibration", self.calibration, CALIBRATIONS)
+        if self.sigma is not None:
+            check_range("sigma", self.sigma, 0, 1e6)
+            if self.calibration == "paper":
+                raise ValueError("sigma fixes the uplink noise: it cannot go with calibration paper, which "
+                                 "computes NbAFL's own")
         check_range("clip", self.clip, 0, 1e12)
         check_range("lr", self.lr, 0, 1e6)
         check_range("local_steps", self.local_steps, 1, 1e6, lo_open=False, integer=True)

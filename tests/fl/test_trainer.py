@@ -1002,3 +1002,26 @@ def test_dp_sgd_divides_by_declared_sizes_and_a_real_release_must_declare_them(d
     r = paretofl.train(dataset=digits, model="lr", clients=4, rounds=1, epsilon=50, mechanism="sample",
                        declared_sizes=400)
     assert "assumed public" not in r.unit
+
+
+def test_an_nbafl_design_releases_its_own_noise_and_a_given_sigma_is_checked(digits):
+    """The design's uplink noise multiplier travels into training (it was
+    dropped and calibrated again); a sigma given by hand that would spend
+    more than the budget over the rounds is refused; with no sigma the
+    calibration to the budget is kept."""
+    import paretofl
+
+    d = paretofl.nbafl_design(4, 2.0, 1e-5, 1.0, 100, max_rounds=10)
+    parts = D.partition_iid(digits.y_train.numpy(), 4)
+    eng = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[0])
+    pol = ALGORITHMS["nbafl"](eng, epsilon=d.budget, rounds=d.rounds, clip=1.0, sigma=d.sigma)
+    assert pol.sigma_u == pytest.approx(2 * 1.0 * d.sigma, rel=1e-12)
+    calibrated = ALGORITHMS["nbafl"](eng, epsilon=d.budget, rounds=d.rounds, clip=1.0)
+    assert calibrated.sigma_u == pytest.approx(pol.sigma_u, rel=1e-6)      # the design's z is the budget's
+    assert pol.fixed_epsilon() <= d.budget * (1 + 1e-9)
+    with pytest.raises(ValueError, match="spends epsilon"):
+        ALGORITHMS["nbafl"](eng, epsilon=2.0, rounds=10, clip=1.0, sigma=0.5 * d.sigma)
+    with pytest.raises(ValueError, match="calibration paper"):
+        ALGORITHMS["nbafl"](eng, epsilon=2.0, rounds=10, clip=1.0, sigma=d.sigma, calibration="paper")
+    r = paretofl.train(dataset="digits", model="lr", design=d, rounds=None, eval_every=10)
+    assert r.options["sigma"] == d.sigma and r.epsilon <= d.budget * (1 + 1e-9)

@@ -55,9 +55,18 @@ class NbAFL(Policy):
         m = int(sizes.min())
         if self.calibration == "paper":
             self.sigma_u = nbafl_sigma_uplink(self.C, m, self.L, self.eps, self.delta)
-        else:  # T uploads of a Gaussian mechanism with sensitivity 2C meet the budget
-            unit = self.mech.charge(1.0, 1.0)
-            self.sigma_u = 2 * self.C * calibrate_noise(self.eps, unit.rate, self.T, self.delta, sampling=unit.sampling)
+        else:  # T uploads of a Gaussian mechanism with sensitivity 2C meet the budget: the design's z, or calibrated
+            z = c.sigma
+            if z is None:
+                unit = self.mech.charge(1.0, 1.0)
+                z = calibrate_noise(self.eps, unit.rate, self.T, self.delta, sampling=unit.sampling)
+            else:
+                spends = self.mech.charge(1.0, z).epsilon(self.delta, self.T)
+                if spends > self.eps * (1 + 1e-9):
+                    raise ValueError(f"sigma {z:g} over {self.T} rounds of uploads spends epsilon {spends:.4g} > "
+                                     f"{self.eps:g}: raise sigma or lower the rounds (or leave sigma out: it is "
+                                     "calibrated to the budget)")
+            self.sigma_u = 2 * self.C * float(self.mech.noise(1.0, z).std)    # the std on the 2C a client moves
         if self.K == N:
             self.sigma_d = nbafl_sigma_downlink(self.C, m, N, self.L, self.T, self.eps, self.delta)
         else:
