@@ -24,6 +24,7 @@ from .api import (
            Accounting,
            Design,
            InfeasibleBudget,
+           Request,
            TrainResult,
            __version__,
            account,
@@ -34,5 +35,5 @@ from .api import (
            train,
 )
 
-__all__ = ["design", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "fit", "train",
+__all__ = ["design", "Request", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "fit", "train",
            "TrainResult", "budgets", "nbafl_design", "__version__"]

@@ -12,14 +12,14 @@ from dataclasses import asdict, dataclass, field
 from . import recommendation
 from .mechanisms import DEFAULT
 from .mechanisms import get as mechanism_of
-from .recommendation import FIT_FRONT_ONLY, Design, InfeasibleBudget, nbafl_design  # noqa: F401  (re-exported)
+from .recommendation import FIT_FRONT_ONLY, Design, InfeasibleBudget, Request, nbafl_design  # noqa: F401  (re-exported)
 from .theory import privacy
 from .theory.pareto import ParetoSet, theorem3
 from .theory.privacy import SAMPLINGS, Charge, check_delta, check_step
 
 __version__ = "0.2.0"
 
-__all__ = ["__version__", "design", "Design", "InfeasibleBudget", "nbafl_design", "tune", "account",
+__all__ = ["__version__", "design", "Request", "Design", "InfeasibleBudget", "nbafl_design", "tune", "account",
            "Accounting", "pareto_set", "ParetoSet", "fit", "train", "TrainResult", "PRV_LIMITS", "pretrial", "spec",
            "validate", "audit", "audit_jobs", "audit_names", "export", "design_figure", "pareto_figure",
            "pretrial_figures", "names", "algorithm_options", "unused_options", "check_out_path", "stored_runs",
@@ -128,20 +128,25 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
                       SAMPLING_RELATIONS[sampling])
 
 
-def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_rounds: int | None = None,
-           time_budget: float | None = None, round_time: float | None = None, q: float | None = None,
-           q_min: float | None = None, q_max: float | None = None, sigma_min: float = 0.3, sigma_max: float = 30.0,
-           kappa: float | None = None, fit: str | None = None, mechanism: str = DEFAULT,
-           framework: str | None = "paretofl", from_store: str | None = None, utility_model: str | None = None,
-           budgets=None, mechanism_options: dict | None = None, local_epochs: int | None = None,
-           partition: str | None = None) -> Design:
-    """Recommend (q, T, σ) for a budget (docs/theory.md §4):
-    :func:`paretofl.recommendation.design` (see there for the parameters),
-    or, with ``from_store``, the empirical mode: instead of the closed form,
-    a model of the utility loss fitted to this pre-trial store over
-    (σ²/(qN), T) — ``utility_model`` "bound" (1.2) with free constants, or
-    "bend", which adds a term growing with σ²T; default: the one its
-    held-out seeds prefer — minimised under the same exact accountant.
+_R = recommendation.Request     # the design's defaults, in one place
+
+
+def design(n_clients: int | Request, epsilon: float | None = _R.epsilon, delta: float = _R.delta,
+           max_rounds: int | None = _R.max_rounds, time_budget: float | None = _R.time_budget,
+           round_time: float | None = _R.round_time, q: float | None = _R.q, q_min: float | None = _R.q_min,
+           q_max: float | None = _R.q_max, sigma_min: float = _R.sigma_min, sigma_max: float = _R.sigma_max,
+           kappa: float | None = _R.kappa, fit: str | None = _R.fit, mechanism: str = _R.mechanism,
+           framework: str | None = _R.framework, from_store: str | None = _R.from_store,
+           utility_model: str | None = _R.utility_model, budgets=_R.budgets, mechanism_options: dict | None = None,
+           local_epochs: int | None = _R.local_epochs, partition: str | None = _R.partition) -> Design:
+    """Recommend (q, T, σ) for a budget (docs/theory.md §4): a
+    :class:`Request` (``paretofl.Request``, which says what each knob
+    means), or its fields as keywords.  With ``from_store``, the empirical
+    mode: instead of the closed form, a model of the utility loss fitted to
+    this pre-trial store over (σ²/(qN), T) — ``utility_model`` "bound" (1.2)
+    with free constants, or "bend", which adds a term growing with σ²T;
+    default: the one its held-out seeds prefer — minimised under the same
+    exact accountant.
 
     The recipe's C, η, local epochs and batch come from the pre-trial κ came
     from, where that is known; where that pre-trial measured the local work
@@ -149,28 +154,32 @@ def design(n_clients: int, epsilon: float | None, delta: float = 1e-5, max_round
     (docs/theory.md §4.E; ``local_epochs`` fixes them); :func:`tune` chooses
     C and η on a pre-trial's public share instead (a step of its own).
     """
+    asked = dict(locals())
+    if isinstance(n_clients, Request):
+        others = [k for k, v in asked.items() if k != "n_clients" and v != getattr(_R, k, None)]
+        if others:
+            raise ValueError(f"give a Request or keywords, not both ({', '.join(others)} beside a Request)")
+        r = n_clients
+    else:
+        r = Request(**asked)
     utility, spec, spend = None, None, None
-    if sum(x is not None for x in (kappa, fit, from_store)) > 1:
+    if sum(x is not None for x in (r.kappa, r.fit, r.from_store)) > 1:
         raise ValueError("give one of kappa, fit or from_store (where kappa comes from)")
-    if fit is not None:
-        spend = pretrial_spend(fit=fit)
-    if from_store is not None:
-        spend = pretrial_spend(store=from_store)
+    if r.fit is not None:
+        spend = pretrial_spend(fit=r.fit)
+    if r.from_store is not None:
+        spend = pretrial_spend(store=r.from_store)
         from .pretrial.fit import UTILITY_MODELS, fit_utility
         from .pretrial.tune import spec_of_store
 
-        if utility_model is not None and utility_model not in UTILITY_MODELS:
-            raise ValueError(f"utility_model must be one of {', '.join(UTILITY_MODELS)}, got {utility_model!r}")
-        fitted = fit_utility(from_store)
-        utility = recommendation.Empirical(fitted["models"][utility_model or fitted["preferred"]], from_store)
-        spec = spec_of_store(from_store).to_dict()
-    elif utility_model is not None:
+        if r.utility_model is not None and r.utility_model not in UTILITY_MODELS:
+            raise ValueError(f"utility_model must be one of {', '.join(UTILITY_MODELS)}, got {r.utility_model!r}")
+        fitted = fit_utility(r.from_store)
+        utility = recommendation.Empirical(fitted["models"][r.utility_model or fitted["preferred"]], r.from_store)
+        spec = spec_of_store(r.from_store).to_dict()
+    elif r.utility_model is not None:
         raise ValueError("utility_model needs from_store")
-    return recommendation.design(n_clients, epsilon, delta=delta, max_rounds=max_rounds, time_budget=time_budget,
-                                 round_time=round_time, q=q, q_min=q_min, q_max=q_max, sigma_min=sigma_min,
-                                 sigma_max=sigma_max, kappa=kappa, fit=fit, mechanism=mechanism, framework=framework,
-                                 utility=utility, spec=spec, budgets=budgets, mechanism_options=mechanism_options,
-                                 pretrial=spend, local_epochs=local_epochs, partition=partition)
+    return recommendation.design(r, utility=utility, spec=spec, pretrial=spend)
 
 
 def pretrial_spend(fit=None, store=None):
@@ -626,8 +635,8 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     ds, parts = setup.data, setup.parts
     if budgets is not None:
         # design's own defaults, so that train --budgets trains what design --budgets printed
-        groups = recommendation.design(len(parts), None, delta, max_rounds=rounds, budgets=budgets,
-                                       mechanism=config.mechanism)
+        groups = recommendation.design(Request(len(parts), None, delta, max_rounds=rounds, budgets=budgets,
+                                               mechanism=config.mechanism))
         options = {**options, "sigma": groups.sigma, "client_rate": min(1.0, groups.q)}
         config = cls.Config(**options)
         rounds, epsilon = groups.rounds, groups.budget

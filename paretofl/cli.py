@@ -309,6 +309,23 @@ def _accountant(d) -> str:
     return f"RDP accountant, {d.sampling} sampling"
 
 
+#: design's flags (their dest) -> the Request's fields they give; a flag left out is the Request's default
+_REQUEST_FLAGS = {"clients": "n_clients", "budget": "epsilon", "delta": "delta", "max_rounds": "max_rounds",
+                  "time_budget": "time_budget", "round_time": "round_time", "q": "q", "q_min": "q_min",
+                  "q_max": "q_max", "sigma_min": "sigma_min", "sigma_max": "sigma_max", "kappa": "kappa",
+                  "fit": "fit", "mechanism": "mechanism", "framework": "framework", "from_store": "from_store",
+                  "utility_model": "utility_model", "budgets": "budgets", "local_epochs": "local_epochs",
+                  "partition": "partition"}
+
+
+def _request(a, **over) -> api.Request:
+    """What ``paretofl design`` asks, as the API's Request: the flags given,
+    the Request's defaults for the others."""
+    given = {field: getattr(a, dest) for dest, field in _REQUEST_FLAGS.items()}
+    given.update(mechanism_options=_mechanism_options(a) or None, **over)
+    return api.Request(**{k: v for k, v in given.items() if v is not None})
+
+
 def _mechanism_options(a) -> dict:
     """The mechanism's own options given as flags (adaptive clipping's, the bands)."""
     return {k: getattr(a, k) for k in api.names()["mechanism_options"] if getattr(a, k, None) is not None}
@@ -343,12 +360,7 @@ def cmd_design(a):
     if a.budget is None:
         raise ValueError("give --budget (one epsilon for every client) or --budgets FILE (a budget per client)")
     try:
-        d = api.design(a.clients, a.budget, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
-                       round_time=a.round_time, q=a.q, q_min=a.q_min, q_max=a.q_max, sigma_min=a.sigma_min,
-                       sigma_max=a.sigma_max, kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, framework=framework,
-                       from_store=a.from_store, utility_model=a.utility_model,
-                       mechanism_options=_mechanism_options(a), local_epochs=a.local_epochs,
-                       partition=a.partition)
+        d = api.design(_request(a, framework=framework))
     except api.InfeasibleBudget as exc:
         if a.json:
             print(json.dumps({"feasible": False, "budget": exc.epsilon, "min_epsilon": exc.min_epsilon, **exc.where}))
@@ -508,6 +520,7 @@ def _design_nbafl(a):
     if a.clip is None or a.client_size is None:
         raise ValueError("--mechanism nbafl needs --clip (the parameter clipping bound C) and --client-size "
                          "(the smallest client's samples m)")
+    a.delta = api.Request.delta if a.delta is None else a.delta
     d = api.nbafl_design(a.clients, a.budget, a.delta, a.clip, a.client_size, max_rounds=a.max_rounds or 10_000)
     r = d.details
     out = d.to_dict()
@@ -547,10 +560,7 @@ def _design_groups(a):
     if a.budget is not None:
         raise ValueError("give --budget (one epsilon for every client) or --budgets FILE (a budget per client), "
                          "not both")
-    d = api.design(a.clients, None, delta=a.delta, max_rounds=a.max_rounds, time_budget=a.time_budget,
-                   round_time=a.round_time, q_max=a.q_max, sigma_min=a.sigma_min, sigma_max=a.sigma_max,
-                   kappa=a.kappa, fit=a.fit, mechanism=a.mechanism, budgets=a.budgets,
-                   mechanism_options=_mechanism_options(a))
+    d = api.design(_request(a))
     out = d.to_dict()
     out["feasible"], out["notes"] = True, [_flagged(n, a.flags) for n in d.notes]
     aggregate = d.noise_on == "sum"
@@ -564,6 +574,8 @@ def _design_groups(a):
                      f"{d.noise_multiplier:.4g}, the same for every group)")
     lines += [f"  utility bound       {d.utility_bound:.4g}  (1/T + kappa x the noise variance of the average)",
               f"  kappa               {d.kappa:.4g}  ({d.kappa_source})",
+              *([f"  local epochs K      {d.local_epochs}  ({d.sources.get('local_epochs', 'the recipe')})"]
+                if d.local_epochs is not None else []),
               "  per group:  budget  clients  rate q  " + ("" if aggregate else "own sigma  ") + "epsilon spent"]
     for g in d.groups:
         lines.append(f"    {g['budget']:>14g}  {g['clients']:>7}  {g['q']:>6.4g}  "
@@ -866,7 +878,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budgets", metavar="FILE", help="clients with budgets of their own: a CSV file with the header "
                                                      "client,epsilon (a line per client) or share,epsilon (a line "
                                                      "per group)")
-    s.add_argument("--delta", type=FLOAT, default=1e-5, help="the delta of (epsilon, delta); keep it below 1/N")
+    s.add_argument("--delta", type=FLOAT, help=f"the delta of (epsilon, delta); keep it below 1/N (default "
+                                                f"{api.Request.delta:g})")
     s.add_argument("--max-rounds", type=INT, help="efficiency budget, required: the most rounds T~ (or give "
                                                   "--time-budget with --round-time)")
     s.add_argument("--time-budget", type=FLOAT, help="efficiency budget: total time (with --round-time); with "
@@ -875,8 +888,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--q", type=FLOAT, help="fix the sample ratio (default: search q over [--q-min, --q-max])")
     s.add_argument("--q-min", type=FLOAT, help="smallest q searched (default 1/N)")
     s.add_argument("--q-max", type=FLOAT, help="largest q searched, e.g. a cohort limit over N (default 1)")
-    s.add_argument("--sigma-min", type=FLOAT, default=0.3, help="smallest noise multiplier per client allowed")
-    s.add_argument("--sigma-max", type=FLOAT, default=30.0, help="largest noise multiplier per client allowed")
+    s.add_argument("--sigma-min", type=FLOAT, help=f"smallest noise multiplier per client allowed (default "
+                                                    f"{api.Request.sigma_min:g})")
+    s.add_argument("--sigma-max", type=FLOAT, help=f"largest noise multiplier per client allowed (default "
+                                                    f"{api.Request.sigma_max:g})")
     s.add_argument("--kappa", type=FLOAT, help="the constant of kappa sigma^2 T = qN (default: the shipped LR fit)")
     s.add_argument("--local-epochs", type=INT, help="fix the clients' local epochs (default: chosen where the fit "
                    "measured the local work, else the pre-trial's)")

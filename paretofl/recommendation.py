@@ -51,7 +51,7 @@ from .theory.privacy import (
     sorted_unique,
 )
 
-__all__ = ["design", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
+__all__ = ["design", "Request", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
            "DESIGN_MECHANISMS", "FRAMEWORKS", "shipped_fit", "Problem", "ClosedForm", "Empirical", "search",
            "recipe_from_spec", "nbafl_design", "DESIGN_FORMAT", "FIT_FORMAT", "account_design", "check_claims",
            "read_fit", "CLAIM_RTOL"]
@@ -769,36 +769,14 @@ def _spec_of(fit_data: dict) -> dict | None:
     return spec if isinstance(spec, dict) else None
 
 
-def design(
-    n_clients: int,
-    epsilon: float,
-    delta: float = 1e-5,
-    max_rounds: int | None = None,
-    time_budget: float | None = None,
-    round_time: float | None = None,
-    q: float | None = None,
-    q_min: float | None = None,
-    q_max: float | None = None,
-    sigma_min: float = 0.3,
-    sigma_max: float = 30.0,
-    kappa: float | None = None,
-    fit: str | None = None,
-    mechanism: str = DEFAULT,
-    framework: str | None = "paretofl",
-    utility=None,
-    spec: dict | None = None,
-    budgets=None,
-    mechanism_options: dict | None = None,
-    pretrial=None,
-    local_epochs: int | None = None,
-    partition: str | None = None,
-) -> Design:
-    """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4).
+@dataclass(frozen=True)
+class Request:
+    """What a design is asked: every knob of :func:`paretofl.design`, with
+    its default (the one place the defaults live: the API's keywords and
+    the command line's flags read them here).
 
-    Parameters
-    ----------
     n_clients : N, the number of clients.
-    epsilon, delta : the privacy budget (ε, δ).
+    epsilon, delta : the privacy budget (ε, δ); ``epsilon`` None with ``budgets``.
     max_rounds : the most rounds T̃; or ``time_budget`` / ``round_time``
         (seconds, or any unit); given together, the tighter one binds.
     q : a fixed sampling ratio; otherwise q ranges over the cohort sizes m/N
@@ -807,25 +785,21 @@ def design(
     sigma_min, sigma_max : the noise multipliers allowed per client.
     kappa, fit : the constant of κσ²T = qN, or a fit file with it; default:
         the fit of the shipped LR pre-trial.
-    mechanism : one of :data:`DESIGN_MECHANISMS` (:mod:`paretofl.mechanisms`):
-        client-aggregate, client-local, flower, flower-accounted.
+    mechanism : one of :data:`DESIGN_MECHANISMS` (:mod:`paretofl.mechanisms`),
+        or ``"auto"`` (the lowest bound of those whose ``in_auto`` is true).
     framework : "flower" or "flower-accounted" pick Flower's mechanisms for
         a client-aggregate design (the same as ``mechanism=``).
-    utility : a utility model instead of the closed form (:class:`Empirical`,
-        a model fitted to a pre-trial store), with ``spec`` the pre-trial's.
+    from_store, utility_model : the empirical mode (:func:`paretofl.design`):
+        a utility model fitted to a pre-trial store instead of the closed form.
     budgets : clients with budgets of their own (instead of ``epsilon``): a
         budgets CSV file (``client,epsilon`` or ``share,epsilon``) or a
         :class:`paretofl.budgets.Budgets`; the result's ``groups`` say each
         group's rate (and σ) (docs/theory.md §4.B).
-    mechanism_options : the mechanism's own options (client-aggregate's
-        adaptive clipping: ``clip_quantile``, ``clip_lr``, ``count_noise``):
-        they change no (q, T, σ) but travel with the design to training and
-        into its statement.
-    pretrial : what a private pre-trial behind κ spent (an object with
-        ``charges``, ``epsilon``, ``clients``, ``source`` and ``verified``:
-        :func:`paretofl.pretrial.private.of_fit` / ``of_store``, which
-        re-derive it from the pre-trial's store); composed with the
-        training's against the one budget.  Default: read from ``fit``.
+    mechanism_options : the mechanism's own options (adaptive clipping's
+        ``clip_quantile``, ``clip_lr``, ``count_noise``; the banded ``bands``;
+        the distributed ``dim``, ``bits``, ...): they travel with the design
+        to training and into its statement; a family with knobs of its own
+        searches those not given.
     local_epochs : fix the clients' local epochs K.  By default, where the
         fit measured the local work (a pre-trial with ``local_work``), the
         design chooses K among those measured by (4.E.2) of docs/theory.md
@@ -834,105 +808,93 @@ def design(
         at κ_K (at the pre-trial's own K, exactly the design without it).
     partition : how the clients' data are split ("iid", "dirichlet:ALPHA",
         "shards:K" or "given"): checked against the partition the pre-trial
-        measured the local work on; a note says when they differ (the drift
-        is the pre-trial's).
+        measured the local work on; a note says when they differ.
+    """
+
+    n_clients: int
+    epsilon: float | None = None
+    delta: float = 1e-5
+    max_rounds: int | None = None
+    time_budget: float | None = None
+    round_time: float | None = None
+    q: float | None = None
+    q_min: float | None = None
+    q_max: float | None = None
+    sigma_min: float = 0.3
+    sigma_max: float = 30.0
+    kappa: float | None = None
+    fit: str | None = None
+    mechanism: str = DEFAULT
+    framework: str | None = "paretofl"
+    from_store: str | None = None
+    utility_model: str | None = None
+    budgets: object = None
+    mechanism_options: dict | None = None
+    local_epochs: int | None = None
+    partition: str | None = None
+
+
+def design(request: Request, utility=None, spec: dict | None = None, pretrial=None) -> Design:
+    """Recommend (q, T, σ) for a DPFL deployment (docs/theory.md §4): what
+    ``request`` asks (:class:`Request`).
+
+    utility : a utility model instead of the closed form (:class:`Empirical`,
+        a model fitted to a pre-trial store: ``request.from_store``, which
+        :func:`paretofl.design` fits), with ``spec`` the pre-trial's.
+    pretrial : what a private pre-trial behind κ spent (an object with
+        ``charges``, ``epsilon``, ``clients``, ``source`` and ``verified``:
+        :func:`paretofl.pretrial.private.of_fit` / ``of_store``, which
+        re-derive it from the pre-trial's store); composed with the
+        training's against the one budget.  Default: read from ``fit``.
 
     Returns a :class:`Design`; raises :class:`InfeasibleBudget` (a
     ValueError) when no allowed point meets ε, and ValueError for bad input.
     ``notes`` says when a bound binds, the budget is not spent, or the
     budget is too small to learn.
     """
-    auto = mechanism == SEARCH
+    r = request
+    if not isinstance(r, Request):
+        raise ValueError(f"design takes a Request (paretofl.Request(n_clients, epsilon, ...)), got "
+                         f"{type(r).__name__}")
+    if r.from_store is not None and utility is None:
+        raise ValueError("from_store is the empirical mode: paretofl.design fits its utility model")
+    auto = r.mechanism == SEARCH
     if auto:
-        if mechanism_options:
+        if r.mechanism_options:
             raise ValueError("mechanism auto compares the mechanisms at their defaults: name one to give its "
-                             f"options ({', '.join(mechanism_options)})")
-        if budgets is not None or framework not in (None, "paretofl"):
+                             f"options ({', '.join(r.mechanism_options)})")
+        if r.budgets is not None or r.framework not in (None, "paretofl"):
             raise ValueError("mechanism auto designs for paretofl's trainer with one budget for all clients")
-    mech = _mechanism(DEFAULT if auto else mechanism, framework, mechanism_options)
-    orders = mech.orders     # where an outside accountant (Flower's) reports on its orders, those
-    n = _int_at_least(n_clients, 1, "n_clients")
-    if n > MAX_CLIENTS:
-        raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
-    if budgets is None:
-        if epsilon is None:
-            raise ValueError("give epsilon (one budget for every client) or budgets (a budget per client)")
-        _pos(epsilon, "epsilon")
-    elif epsilon is not None:
-        raise ValueError("give either epsilon (one budget for all) or budgets (a budget per client), not both")
-    check_delta(delta, n)
-    _pos(sigma_min, "sigma_min")
-    _pos(sigma_max, "sigma_max")
-    if sigma_min > sigma_max:
-        raise ValueError(f"empty sigma range: sigma_min {sigma_min:g} > sigma_max {sigma_max:g}")
-    if sigma_min < 1e-4 or sigma_max > 1e6:
-        raise ValueError(f"the sigma range [{sigma_min:g}, {sigma_max:g}] must lie within [1e-4, 1e6]")
-    if q is not None:
-        if q_min is not None or q_max is not None:
-            raise ValueError("give either q (fixed) or a range q_min/q_max, not both")
-        check_q(q, "q")
-    for name, v in (("q_min", q_min), ("q_max", q_max)):
-        if v is not None:
-            check_q(v, name)
-    caps = []
-    if max_rounds is not None:
-        caps.append(_int_at_least(max_rounds, 1, "max_rounds"))
-    if time_budget is not None or round_time is not None:
-        if time_budget is None or round_time is None:
-            raise ValueError("time_budget needs round_time (and the other way round)")
-        caps.append(pareto.rounds_for_time(time_budget, round_time))
-    if not caps:
-        raise ValueError("give an efficiency budget: max_rounds, or time_budget with round_time")
-    t_cap = min(caps)
-    given_kappa = kappa is not None
+    mech = _mechanism(DEFAULT if auto else r.mechanism, r.framework, r.mechanism_options)
+    n, t_cap, by_time = _checked(r)
+    given_kappa = r.kappa is not None
+    kappa, fit = r.kappa, r.fit
     if utility is None:
         kappa, kappa_source, spec = _kappa(kappa, fit)
         utility = ClosedForm(kappa, kappa_source)
     elif kappa is not None or fit is not None:
         raise ValueError("give one of kappa, fit or a fitted utility model (from_store)")
     kappa, kappa_source = utility.kappa, utility.source
-    lw = _local_work_of(fit, given_kappa, utility, local_epochs, spec)
-    partition = check_partition(partition)
+    lw = _local_work_of(fit, given_kappa, utility, r.local_epochs, spec)
+    partition = check_partition(r.partition)
 
     spend = pretrial if pretrial is not None else _private_pretrial(fit, n)
-    _check_pretrial_fits(None if spend is None else spend.clients, n, mech, budgets)
-    if budgets is not None:
-        from .budgets import Budgets, design_groups, read_budgets
-
-        if not isinstance(utility, ClosedForm):
-            raise ValueError("per-client budgets are designed with the closed form: give kappa or fit, not from_store")
-        if mech.noise_on == "correlated-sum":
-            raise ValueError(f"per-client budgets are designed for client-aggregate or client-local, not {mech.name}")
-        if mech.framework != "paretofl":
-            raise ValueError("Flower samples every client at one rate: per-client budgets run in paretofl's trainer "
-                             "(docs/api.md says what Flower can run instead)")
-        if q is not None or q_min is not None:
-            raise ValueError("per-client budgets design each group's rate: give q_max at most")
-        b = budgets if isinstance(budgets, Budgets) else read_budgets(budgets, n)
-        if b.n_clients != n:
-            raise ValueError(f"the budgets are for {b.n_clients} clients, not {n}")
-        if lw is not None and local_epochs is not None:
-            kappa *= lw.ratio(int(local_epochs))
-        d = Design(**design_groups(b, delta, t_cap, kappa, kappa_source, mech.name, 1.0 if q_max is None else q_max,
-                                   sigma_min, sigma_max, orders))
-        d.mechanism_options = mech.options_dict() if hasattr(mech, "options_dict") else {}
-        recipe_from_spec(d, q, spec)
-        if local_epochs is not None:
-            d.local_epochs = int(local_epochs)
-            d.sources["local_epochs"] = "given"
-        return d
+    _check_pretrial_fits(None if spend is None else spend.clients, n, mech, r.budgets)
+    if r.budgets is not None:
+        return _design_budgets(r, n, t_cap, mech, utility, lw, spec)
 
     prior = tuple(spend.charges) if spend is not None else ()
-    job = _Job(n, float(epsilon), delta, t_cap, q, q_min, 1.0 if q_max is None else q_max, sigma_min, sigma_max,
-               tuple(orders), utility, capped_by_time=len(caps) == 2 and caps[1] < caps[0], prior=prior)
+    job = _Job(n, float(r.epsilon), r.delta, t_cap, r.q, r.q_min, 1.0 if r.q_max is None else r.q_max, r.sigma_min,
+               r.sigma_max, tuple(mech.orders), utility, capped_by_time=by_time, prior=prior)
+
     def solve(j):
-        return search_auto(_Search(j)) if auto else mech.search(_Search(j), dict(mechanism_options or {}))
+        return search_auto(_Search(j)) if auto else mech.search(_Search(j), dict(r.mechanism_options or {}))
 
     ci = _kappa_ci(kappa if kappa_source == "given" else None, fit) if isinstance(utility, ClosedForm) else None
     if lw is None:
         d = solve(job)
     else:
-        d, k = _design_local_work(job, lw, solve, local_epochs, ci)
+        d, k = _design_local_work(job, lw, solve, r.local_epochs, ci)
         job = _Job(**{**job.__dict__, "utility": ClosedForm(d.kappa, d.kappa_source)})
         ci = None if ci is None else [x * lw.ratio(k) for x in ci]
     if fit is not None:
@@ -941,16 +903,83 @@ def design(
         _say_pretrial(d, job, spend)
     if isinstance(utility, ClosedForm):
         _kappa_range(d, job, ci)
-    recipe_from_spec(d, q, spec)
+    recipe_from_spec(d, r.q, spec)
     if partition is not None:
         _say_partition(d, lw, partition)
     if lw is not None:
         d.local_epochs = d.local_work["epochs"]
-        d.sources["local_epochs"] = ("given" if local_epochs is not None else
+        d.sources["local_epochs"] = ("given" if r.local_epochs is not None else
                                      "the design: the least of (4.E.2) over the local epochs the pre-trial measured "
                                      f"({', '.join(map(str, lw.epochs))})")
-    elif local_epochs is not None:
-        d.local_epochs = int(local_epochs)
+    elif r.local_epochs is not None:
+        d.local_epochs = int(r.local_epochs)
+        d.sources["local_epochs"] = "given"
+    return d
+
+
+def _checked(r: Request) -> tuple[int, int, bool]:
+    """A request's numbers checked, one line each: (N, the round cap T̃,
+    whether the time budget is what caps it)."""
+    n = _int_at_least(r.n_clients, 1, "n_clients")
+    if n > MAX_CLIENTS:
+        raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
+    if r.budgets is None:
+        if r.epsilon is None:
+            raise ValueError("give epsilon (one budget for every client) or budgets (a budget per client)")
+        _pos(r.epsilon, "epsilon")
+    elif r.epsilon is not None:
+        raise ValueError("give either epsilon (one budget for all) or budgets (a budget per client), not both")
+    check_delta(r.delta, n)
+    _pos(r.sigma_min, "sigma_min")
+    _pos(r.sigma_max, "sigma_max")
+    if r.sigma_min > r.sigma_max:
+        raise ValueError(f"empty sigma range: sigma_min {r.sigma_min:g} > sigma_max {r.sigma_max:g}")
+    if r.sigma_min < 1e-4 or r.sigma_max > 1e6:
+        raise ValueError(f"the sigma range [{r.sigma_min:g}, {r.sigma_max:g}] must lie within [1e-4, 1e6]")
+    if r.q is not None:
+        if r.q_min is not None or r.q_max is not None:
+            raise ValueError("give either q (fixed) or a range q_min/q_max, not both")
+        check_q(r.q, "q")
+    for name, v in (("q_min", r.q_min), ("q_max", r.q_max)):
+        if v is not None:
+            check_q(v, name)
+    caps = []
+    if r.max_rounds is not None:
+        caps.append(_int_at_least(r.max_rounds, 1, "max_rounds"))
+    if r.time_budget is not None or r.round_time is not None:
+        if r.time_budget is None or r.round_time is None:
+            raise ValueError("time_budget needs round_time (and the other way round)")
+        caps.append(pareto.rounds_for_time(r.time_budget, r.round_time))
+    if not caps:
+        raise ValueError("give an efficiency budget: max_rounds, or time_budget with round_time")
+    return n, min(caps), len(caps) == 2 and caps[1] < caps[0]
+
+
+def _design_budgets(r: Request, n: int, t_cap: int, mech, utility, lw, spec) -> Design:
+    """The design for clients with budgets of their own (docs/theory.md §4.B)."""
+    from .budgets import Budgets, design_groups, read_budgets
+
+    if not isinstance(utility, ClosedForm):
+        raise ValueError("per-client budgets are designed with the closed form: give kappa or fit, not from_store")
+    if mech.noise_on == "correlated-sum":
+        raise ValueError(f"per-client budgets are designed for client-aggregate or client-local, not {mech.name}")
+    if mech.framework != "paretofl":
+        raise ValueError("Flower samples every client at one rate: per-client budgets run in paretofl's trainer "
+                         "(docs/api.md says what Flower can run instead)")
+    if r.q is not None or r.q_min is not None:
+        raise ValueError("per-client budgets design each group's rate: give q_max at most")
+    b = r.budgets if isinstance(r.budgets, Budgets) else read_budgets(r.budgets, n)
+    if b.n_clients != n:
+        raise ValueError(f"the budgets are for {b.n_clients} clients, not {n}")
+    kappa = utility.kappa
+    if lw is not None and r.local_epochs is not None:
+        kappa *= lw.ratio(int(r.local_epochs))
+    d = Design(**design_groups(b, r.delta, t_cap, kappa, utility.source, mech.name,
+                               1.0 if r.q_max is None else r.q_max, r.sigma_min, r.sigma_max, mech.orders))
+    d.mechanism_options = mech.options_dict() if hasattr(mech, "options_dict") else {}
+    recipe_from_spec(d, r.q, spec)
+    if r.local_epochs is not None:
+        d.local_epochs = int(r.local_epochs)
         d.sources["local_epochs"] = "given"
     return d
 

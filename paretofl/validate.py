@@ -28,7 +28,7 @@ from .pretrial.fit import Results, fit, front_indices, relation_distance, within
 from .pretrial.spec import MECHANISM, Spec
 from .pretrial.store import read_table
 from .pretrial.sweep import Job, run_job, run_sweep
-from .recommendation import design
+from .recommendation import Request, design
 from .theory.privacy import max_steps
 
 
@@ -73,7 +73,7 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
 
     # ---- the design of κ_public at the budget, trained on the full data
     s_lo, s_hi, t_hi = float(res.sigma.min()), float(res.sigma.max()), int(res.rounds.max())
-    d = design(n, budget, delta=spec.delta, max_rounds=t_hi, q=q, sigma_min=s_lo, sigma_max=s_hi, kappa=k_pub)
+    d = design(Request(n, budget, delta=spec.delta, max_rounds=t_hi, q=q, sigma_min=s_lo, sigma_max=s_hi, kappa=k_pub))
     rows = run_job(full, Job(q, [(d.sigma, seed) for seed in spec.seed_list()], [d.rounds]))
     ref = _reference_losses(tab_full, q)
     u_design = float(np.mean([r["test_loss"] - ref[r["seed"]] for r in rows]))
