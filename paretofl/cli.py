@@ -828,16 +828,10 @@ def cmd_audit(a):
 
 
 # --------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    known = api.names()
-    DATA = _name_or_reference(known["datasets"], "data loader")
-    MODEL = _name_or_reference(known["models"], "model factory")
-
-    p = _Parser(prog="paretofl", description="Utility-privacy Pareto design for DP federated learning: "
-                                             "how to set q, T and sigma for a privacy budget.")
-    p.add_argument("--version", action="version", version=f"paretofl {api.__version__}")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
-
+# the command line's flags: one function a command
+# --------------------------------------------------------------------------
+def _add_account(sub):
+    """The `account` command's flags."""
     s = sub.add_parser("account", help="epsilon of a sequence of Gaussian steps")
     s.add_argument("--sigma", type=FLOAT, required=True, help="noise multiplier of each step's release")
     s.add_argument("--q", type=FLOAT, required=True, help="sampling rate in (0, 1]")
@@ -858,6 +852,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_account)
 
+
+
+def _add_pareto(sub):
+    """The `pareto` command's flags."""
     s = sub.add_parser("pareto", help="the closed-form Pareto set (Theorem 3) for a fixed q")
     s.add_argument("--clients", type=INT, required=True, help="number of clients N")
     s.add_argument("--q", type=FLOAT, required=True, help="sample ratio q")
@@ -872,6 +870,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_pareto)
 
+
+
+def _add_design(sub, known):
+    """The `design` command's flags."""
     s = sub.add_parser("design", help="recommend q, T and sigma for a privacy budget")
     s.add_argument("--clients", type=INT, required=True, help="number of clients N")
     s.add_argument("--budget", type=FLOAT, help="privacy budget epsilon, the same for every client (or --budgets)")
@@ -956,6 +958,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_design)
 
+
+
+def _add_export(sub, known):
+    """The `export` command's flags."""
     s = sub.add_parser("export", help="a saved design (design --out) in Flower's or Opacus's own parameters")
     s.add_argument("design", help="the design file (.json) written by design --out")
     s.add_argument("--to", choices=known["exports"],
@@ -971,6 +977,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_export)
 
+
+
+def _add_train(sub, known, DATA, MODEL):
+    """The `train` command's flags."""
     s = sub.add_parser("train", help="run DP federated learning (vectorised over clients and replicas)")
     D = api.train_defaults()
     s.add_argument("--algorithm", choices=known["algorithms"], default=D["algorithm"], help="the algorithm")
@@ -1020,46 +1030,58 @@ def build_parser() -> argparse.ArgumentParser:
         (default0, help0, choices, _) = next(iter(per_alg.values()))
         values = {d for d, _, _, _ in per_alg.values()}
         defaults = (f"{default0}" if len(values) == 1 else
-                    "; ".join(f"{alg}: {d}" for alg, (d, _, _, _) in per_alg.items()))
+                    "; ".join(f"{alg}: {'unset (its own rule)' if d is None else d}"
+                              for alg, (d, _, _, _) in per_alg.items()))
         g.add_argument("--" + opt.replace("_", "-"), dest=opt, type=typ if choices is None else str,
                        choices=choices, default=None,
                        help=f"{help0} [{', '.join(per_alg)}; default {defaults}]".replace("%", "%%"))
     s.set_defaults(func=cmd_train)
 
-    def spec_flags(s):
-        s.add_argument("spec", nargs="?", help="pre-trial spec (TOML); flags below override its fields")
-        s.add_argument("--dataset", type=DATA,
-                       help=f"data set: {', '.join(known['datasets'])}, or your loader as package.module:function")
-        s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
-        s.add_argument("--public-fraction", type=FLOAT, help="share of the training set the pre-trial uses")
-        s.add_argument("--partition", choices=known["partitions"], help="how the data is split")
-        s.add_argument("--beta", type=FLOAT, help="Dirichlet concentration")
-        s.add_argument("--clients", type=INT, help="number of clients N")
-        s.add_argument("--model", type=MODEL,
-                       help=f"model: {', '.join(known['models'])}, or your factory as package.module:function")
-        s.add_argument("--q", type=FLOAT, nargs="+", help="client sample ratio(s)")
-        s.add_argument("--sigmas", type=FLOAT, nargs="+", help="noise multipliers of the grid")
-        s.add_argument("--rounds", type=INT, nargs="+", help="rounds T of the grid")
-        s.add_argument("--seeds", type=INT, help="seeds per configuration")
-        s.add_argument("--clip", type=FLOAT, help="clipping bound C")
-        s.add_argument("--lr", type=FLOAT, help="clients' learning rate")
-        s.add_argument("--local-epochs", type=INT, help="local epochs")
-        s.add_argument("--local-work", type=INT, nargs="+", help="also measure these local epochs without noise "
-                       "(e.g. 1 2 4 8; public data only): the design then chooses the local work")
-        s.add_argument("--batch-size", type=INT, help="local batch size")
-        s.add_argument("--delta", type=FLOAT, help="the delta of the privacy objective")
-        s.add_argument("--device", choices=("cpu", "cuda"), help="where to train")
-        s.add_argument("--chunk", type=INT, help="most replicas (sigma, seed) trained together in one job (lower it "
-                                                 "for a large model that does not fit in memory)")
-        s.add_argument("--executor", choices=("local", "ray"), default="local", help="where jobs run")
-        s.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
-        s.add_argument("--json", action="store_true", help="print one JSON object")
 
+
+def _spec_flags(s, known, DATA, MODEL):
+    """The flags of a pre-trial spec (pretrial, validate)."""
+    s.add_argument("spec", nargs="?", help="pre-trial spec (TOML); flags below override its fields")
+    s.add_argument("--dataset", type=DATA,
+                   help=f"data set: {', '.join(known['datasets'])}, or your loader as package.module:function")
+    s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
+    s.add_argument("--public-fraction", type=FLOAT, help="share of the training set the pre-trial uses")
+    s.add_argument("--partition", choices=known["partitions"], help="how the data is split")
+    s.add_argument("--beta", type=FLOAT, help="Dirichlet concentration")
+    s.add_argument("--clients", type=INT, help="number of clients N")
+    s.add_argument("--model", type=MODEL,
+                   help=f"model: {', '.join(known['models'])}, or your factory as package.module:function")
+    s.add_argument("--q", type=FLOAT, nargs="+", help="client sample ratio(s)")
+    s.add_argument("--sigmas", type=FLOAT, nargs="+", help="noise multipliers of the grid")
+    s.add_argument("--rounds", type=INT, nargs="+", help="rounds T of the grid")
+    s.add_argument("--seeds", type=INT, help="seeds per configuration")
+    s.add_argument("--clip", type=FLOAT, help="clipping bound C")
+    s.add_argument("--lr", type=FLOAT, help="clients' learning rate")
+    s.add_argument("--local-epochs", type=INT, help="local epochs")
+    s.add_argument("--local-work", type=INT, nargs="+", help="also measure these local epochs without noise "
+                   "(e.g. 1 2 4 8; public data only): the design then chooses the local work")
+    s.add_argument("--batch-size", type=INT, help="local batch size")
+    s.add_argument("--delta", type=FLOAT, help="the delta of the privacy objective")
+    s.add_argument("--device", choices=("cpu", "cuda"), help="where to train")
+    s.add_argument("--chunk", type=INT, help="most replicas (sigma, seed) trained together in one job (lower it "
+                                             "for a large model that does not fit in memory)")
+    s.add_argument("--executor", choices=("local", "ray"), default="local", help="where jobs run")
+    s.add_argument("--ray-address", help="Ray cluster address (default: $RAY_ADDRESS, else a local Ray)")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+
+def _add_pretrial(sub, known, DATA, MODEL):
+    """The `pretrial` command's flags."""
     s = sub.add_parser("pretrial", help="run a sigma x T grid of client-level DP-FedAvg into a results store")
-    spec_flags(s)
+    _spec_flags(s, known, DATA, MODEL)
     s.add_argument("--out", help="results store (.sqlite; default: the spec's name)")
     s.set_defaults(func=cmd_pretrial)
 
+
+
+def _add_fit(sub):
+    """The `fit` command's flags."""
     s = sub.add_parser("fit", help="experimental Pareto front and kappa from a results store")
     s.add_argument("results", help="results store written by `paretofl pretrial`")
     s.add_argument("--out", help="fit file (.json; default RESULTS_fit.json)")
@@ -1071,6 +1093,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_fit)
 
+
+
+def _add_plot(sub):
+    """The `plot` command's flags."""
     s = sub.add_parser("plot", help="figures of a pre-trial: sigma-T plane, objective space, Theorem 3")
     s.add_argument("results", help="results store written by `paretofl pretrial`")
     s.add_argument("--fit", help="fit file (default: fitted now, not saved)")
@@ -1081,13 +1107,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_plot)
 
+
+
+def _add_validate(sub, known, DATA, MODEL):
+    """The `validate` command's flags."""
     s = sub.add_parser("validate", help="kappa from the public fraction, checked against a full-data sweep")
-    spec_flags(s)
+    _spec_flags(s, known, DATA, MODEL)
     s.add_argument("--full-fraction", type=FLOAT, default=1.0, help="share of the training set of step 2")
     s.add_argument("--budget", type=FLOAT, help="epsilon of the design checked (default: middle of the full front)")
     s.add_argument("--out-dir", help="folder for both stores and fits (default: here)")
     s.set_defaults(func=cmd_validate)
 
+
+
+def _add_audit(sub):
+    """The `audit` command's flags."""
     audited = api.audit_names()
     s = sub.add_parser("audit", help="empirical lower bounds on epsilon of every mechanism, beside the claimed one")
     s.add_argument("--mechanism", nargs="+", default=["all"],
@@ -1100,6 +1134,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=INT, default=0, help="seed of the runs")
     s.add_argument("--json", action="store_true", help="print a JSON list")
     s.set_defaults(func=cmd_audit)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    known = api.names()
+    DATA = _name_or_reference(known["datasets"], "data loader")
+    MODEL = _name_or_reference(known["models"], "model factory")
+
+    p = _Parser(prog="paretofl", description="Utility-privacy Pareto design for DP federated learning: "
+                                             "how to set q, T and sigma for a privacy budget.")
+    p.add_argument("--version", action="version", version=f"paretofl {api.__version__}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    _add_account(sub)
+    _add_pareto(sub)
+    _add_design(sub, known)
+    _add_export(sub, known)
+    _add_train(sub, known, DATA, MODEL)
+    _add_pretrial(sub, known, DATA, MODEL)
+    _add_fit(sub)
+    _add_plot(sub)
+    _add_validate(sub, known, DATA, MODEL)
+    _add_audit(sub)
     return p
 
 
