@@ -512,20 +512,11 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     Without it a training is a simulation, reproducible by its seed, and
     anyone who knows the seed can draw its noise again.
     """
-    import numpy as np
-
-    try:
-        import torch
-    except ModuleNotFoundError as exc:
-        if exc.name != "torch":
-            raise
-        raise ModuleNotFoundError("paretofl.train needs PyTorch, which is not installed: "
-                                  "pip install 'paretofl[train]'", name="torch") from None
-
+    torch = _torch("paretofl.train")
     from .fl.algorithms import ALGORITHMS, History
     from .fl.algorithms import train as run
     from .fl.build import assemble, prepare
-    from .fl.data import PARTITIONS, load_dataset
+    from .fl.data import load_dataset
 
     if history is not None:
         check_out_path(history, (".csv",))
@@ -535,46 +526,12 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
         raise ValueError("give epsilon (one budget for all) or budgets (a budget per client), not both")
     groups, spent = None, ()
     if design is not None:
-        if not isinstance(design, Design):
-            raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
-                             f"{type(design).__name__}")
-        design = check_design(design, "design")      # what it claims, re-derived before it trains
-        named = {"epsilon": epsilon, "delta": delta, "rounds": rounds}
-        fixed = [k for k in SET_BY_DESIGN if (named[k] is not None if k in named else k in options)]
-        if fixed:
-            raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design: leave "
-                             f"{'it' if len(fixed) == 1 else 'them'} out, or design again")
-        if clients is not None and clients != design.n_clients:
-            raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
-        clients = design.n_clients
-        if "pretrial" in design.details:          # a private pre-trial's charges: the run composes with them
-            from .theory.privacy import charges_from_data as from_data
-
-            spent = tuple(from_data(design.details["pretrial"]["charges"]))
-        dataset = design.dataset if dataset is None else dataset
-        model = design.model if model is None else model
-        epsilon, delta, rounds = design.budget, design.delta, design.rounds
-        own = mechanism_of(design.mechanism).algorithm
-        if own != "dpfedavg":                     # a mechanism with its own algorithm (NbAFL) trains by it
-            if algorithm not in ("dpfedavg", own):
-                raise ValueError(f"NbAFL's design trains the {own} algorithm")
-            algorithm = own
-            clip = design.details.get("clip", design.clip)
-            missing = [k for k, v in (("clients_per_round", design.details.get("clients_per_round")),
-                                      ("clip", clip)) if v is None and k not in options]
-            if missing:
-                raise ValueError(f"this nbafl design lacks NbAFL's {' and '.join(missing)} (its details, which "
-                                 "nbafl_design writes): make it with nbafl_design (paretofl design --mechanism "
-                                 "nbafl), not by editing another design's mechanism")
-            options = {"clip": clip, "clients_per_round": design.details.get("clients_per_round"),
-                       "sigma": design.sigma, **options}     # the designed noise, released as designed
-        else:
-            if algorithm != "dpfedavg":
-                raise ValueError("a design applies to client-level dpfedavg")
-            groups = design if design.groups else None
-            recipe = {k: getattr(design, k, None) for k in ("clip", "lr", "local_epochs", "batch_size")}
-            options = {"mechanism": design.mechanism, "client_rate": min(1.0, design.q), "sigma": design.sigma,
-                       **{k: v for k, v in recipe.items() if v is not None}, **design.mechanism_options, **options}
+        run_of = _run_of_design(design, algorithm, clients, dict(epsilon=epsilon, delta=delta, rounds=rounds),
+                                options)
+        algorithm, options, groups, spent = run_of["algorithm"], run_of["options"], run_of["groups"], run_of["spent"]
+        clients, epsilon, delta, rounds = run_of["clients"], run_of["epsilon"], run_of["delta"], run_of["rounds"]
+        dataset = run_of["dataset"] if dataset is None else dataset
+        model = run_of["model"] if model is None else model
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if budgets is not None:
@@ -587,6 +544,104 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     delta = TRAIN_DEFAULTS["delta"] if delta is None else delta
     asked = rounds            # the rounds a design or the caller asked for; None: up to 100, to the budget
     rounds = TRAIN_DEFAULTS["rounds"] if rounds is None else rounds
+    _check_train_numbers(torch, seed, clients, rounds, replicas, eval_every, epsilon, delta, device, data_dir, secure)
+    cls = ALGORITHMS[algorithm]
+    config = _config(cls, algorithm, options)
+    ds = load_dataset(dataset, data_dir)
+    partition = _partition_of(partition, ds)
+    if clients is None and partition != "given":
+        clients = 10
+    # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
+    setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy,
+                    subset="all" if ds.public is None else "rest")
+    parts = setup.parts
+    if budgets is not None:
+        # design's own defaults, so that train --budgets trains what design --budgets printed
+        groups = recommendation.design(Request(len(parts), None, delta, max_rounds=rounds, budgets=budgets,
+                                               mechanism=config.mechanism))
+        options = {**options, "sigma": groups.sigma, "client_rate": min(1.0, groups.q)}
+        config = cls.Config(**options)
+        rounds, epsilon = groups.rounds, groups.budget
+        asked = rounds
+    _check_population(cls, config, setup, delta)
+    pol = assemble(setup, algorithm, replicas, seeds=[seed + r for r in range(replicas)], device=device,
+                   epsilon=epsilon, delta=delta, rounds=rounds, groups=groups, secure=secure, **options).policy
+    if groups is None:
+        _check_first_round(pol, replicas, delta, epsilon, spent)
+    hist = History(history)
+    try:
+        _, hist, fin = run(pol, rounds=rounds, epsilon=epsilon, delta=delta, eval_every=eval_every,
+                           progress=progress, history=hist, spent=spent)
+    finally:
+        hist.close()
+    problems = train_problems(fin, asked, epsilon, "the design" if design is not None or groups is not None
+                              else "rounds")
+    return _train_result(fin, problems, algorithm, dataset, setup, config, partition, hist, epsilon, secure, cls)
+
+
+def _torch(what: str):
+    """PyTorch, or one line saying how to install it."""
+    try:
+        import torch
+    except ModuleNotFoundError as exc:
+        if exc.name != "torch":
+            raise
+        raise ModuleNotFoundError(f"{what} needs PyTorch, which is not installed: "
+                                  "pip install 'paretofl[train]'", name="torch") from None
+    return torch
+
+
+def _run_of_design(design, algorithm: str, clients, named: dict, options: dict) -> dict:
+    """What a :class:`Design` trains, checked (what it claims re-derived):
+    its algorithm and options (mechanism, q, σ, recipe, the mechanism's own
+    options), clients, ε, δ, T, groups, a private pre-trial's charges, and
+    the model and data its κ was fitted for."""
+    if not isinstance(design, Design):
+        raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
+                         f"{type(design).__name__}")
+    design = check_design(design, "design")      # what it claims, re-derived before it trains
+    fixed = [k for k in SET_BY_DESIGN if (named[k] is not None if k in named else k in options)]
+    if fixed:
+        raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design: leave "
+                         f"{'it' if len(fixed) == 1 else 'them'} out, or design again")
+    if clients is not None and clients != design.n_clients:
+        raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
+    spent, groups = (), None
+    if "pretrial" in design.details:          # a private pre-trial's charges: the run composes with them
+        from .theory.privacy import charges_from_data as from_data
+
+        spent = tuple(from_data(design.details["pretrial"]["charges"]))
+    own = mechanism_of(design.mechanism).algorithm
+    if own != "dpfedavg":                     # a mechanism with its own algorithm (NbAFL) trains by it
+        if algorithm not in ("dpfedavg", own):
+            raise ValueError(f"NbAFL's design trains the {own} algorithm")
+        algorithm = own
+        clip = design.details.get("clip", design.clip)
+        missing = [k for k, v in (("clients_per_round", design.details.get("clients_per_round")),
+                                  ("clip", clip)) if v is None and k not in options]
+        if missing:
+            raise ValueError(f"this nbafl design lacks NbAFL's {' and '.join(missing)} (its details, which "
+                             "nbafl_design writes): make it with nbafl_design (paretofl design --mechanism "
+                             "nbafl), not by editing another design's mechanism")
+        options = {"clip": clip, "clients_per_round": design.details.get("clients_per_round"),
+                   "sigma": design.sigma, **options}     # the designed noise, released as designed
+    else:
+        if algorithm != "dpfedavg":
+            raise ValueError("a design applies to client-level dpfedavg")
+        groups = design if design.groups else None
+        recipe = {k: getattr(design, k, None) for k in ("clip", "lr", "local_epochs", "batch_size")}
+        options = {"mechanism": design.mechanism, "client_rate": min(1.0, design.q), "sigma": design.sigma,
+                   **{k: v for k, v in recipe.items() if v is not None}, **design.mechanism_options, **options}
+    return dict(algorithm=algorithm, options=options, groups=groups, spent=spent, clients=design.n_clients,
+                epsilon=design.budget, delta=design.delta, rounds=design.rounds, dataset=design.dataset,
+                model=design.model)
+
+
+def _check_train_numbers(torch, seed, clients, rounds, replicas, eval_every, epsilon, delta, device, data_dir,
+                         secure) -> None:
+    """:func:`train`'s numbers and places, one line each."""
+    import numpy as np
+
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**62:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     for name, v in (("clients", clients), ("rounds", rounds), ("replicas", replicas), ("eval_every", eval_every)):
@@ -607,7 +662,15 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
 
         if not Path(data_dir).is_dir():
             raise ValueError(f"data_dir {data_dir} does not exist or is not a folder")
-    cls = ALGORITHMS[algorithm]
+    if not isinstance(secure, bool):
+        raise ValueError(f"secure must be True or False, got {secure!r}")
+
+
+def _config(cls, algorithm: str, options: dict):
+    """The algorithm's config of ``options``: none it does not know, none
+    its mechanism would not use, and noise if σ is given."""
+    import numpy as np
+
     known = cls.options()
     unknown = sorted(set(options) - set(known))
     if unknown:
@@ -620,73 +683,75 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     sigma = getattr(config, "sigma", None)
     if sigma is not None and np.any(np.asarray(sigma, dtype=float) == 0):
         raise ValueError("sigma = 0 adds no noise: epsilon would be infinite; give sigma > 0")
+    return config
+
+
+def _partition_of(partition, ds) -> str:
+    """The partition asked, or the data's own clients where it has them (else iid)."""
+    from .fl.data import PARTITIONS
+
     if partition is not None and partition not in PARTITIONS:
         raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
-    ds = load_dataset(dataset, data_dir)
     if partition is None:
         partition = "given" if ds.clients is not None else "iid"
     if partition == "given" and ds.clients is None:
         raise ValueError("partition given needs a data set with a client id per training sample (clients)")
-    if clients is None and partition != "given":
-        clients = 10
-    # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
-    setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy,
-                    subset="all" if ds.public is None else "rest")
-    ds, parts = setup.data, setup.parts
-    if budgets is not None:
-        # design's own defaults, so that train --budgets trains what design --budgets printed
-        groups = recommendation.design(Request(len(parts), None, delta, max_rounds=rounds, budgets=budgets,
-                                               mechanism=config.mechanism))
-        options = {**options, "sigma": groups.sigma, "client_rate": min(1.0, groups.q)}
-        config = cls.Config(**options)
-        rounds, epsilon = groups.rounds, groups.budget
-        asked = rounds
+    return partition
+
+
+def _check_population(cls, config, setup, delta) -> None:
+    """δ against the individuals protected, and a client rate that selects someone."""
+    import numpy as np
+
+    parts = setup.parts
     # a config naming no mechanism is its algorithm's own (NbAFL)
     unit = mechanism_of(getattr(config, "mechanism", cls.name)).unit
-    check_delta(delta, len(ds.y_train) if unit != "client" else len(parts), unit)
+    check_delta(delta, len(setup.data.y_train) if unit != "client" else len(parts), unit)
     rate = getattr(config, "client_rate", 1.0)
     if np.any(np.asarray(rate, dtype=float) * len(parts) < 1 - 1e-9):   # the clients that train, not all ids
         raise ValueError(f"client_rate x clients = {float(np.min(np.asarray(rate) * len(parts))):g} < 1: most "
                          "rounds would select no client; raise client_rate or clients")
-    if not isinstance(secure, bool):
-        raise ValueError(f"secure must be True or False, got {secure!r}")
-    pol = assemble(setup, algorithm, replicas, seeds=[seed + r for r in range(replicas)], device=device,
-                   epsilon=epsilon, delta=delta, rounds=rounds, groups=groups, secure=secure, **options).policy
+
+
+def _check_first_round(pol, replicas: int, delta, epsilon, spent) -> None:
+    """Refuse, before training, a budget that allows not one round (after a
+    private pre-trial's charges, where there are any)."""
+    import numpy as np
+
     first = pol.charges(0)
-    if first is not None and groups is None:
-        ledger = pol.ledger(replicas, delta)
-        if spent:
-            ledger.commit(list(spent), ledger.increment(list(spent)), np.ones(replicas, dtype=bool))
-        inc = ledger.increment(first)
-        if not ledger.affordable(first, inc, epsilon).any():
-            one = ledger.grid_epsilon(ledger.rdp + inc)
-            after = " after the private pre-trial" if spent else ""
-            raise ValueError(f"the budget allows not one round: one round{after} spends epsilon "
-                             f"{float(np.min(one)):.4g} > {epsilon:g}; raise epsilon or sigma")
-    hist = History(history)
-    try:
-        _, hist, fin = run(pol, rounds=rounds, epsilon=epsilon, delta=delta, eval_every=eval_every,
-                           progress=progress, history=hist, spent=spent)
-    finally:
-        hist.close()
+    if first is None:
+        return
+    ledger = pol.ledger(replicas, delta)
+    if spent:
+        ledger.commit(list(spent), ledger.increment(list(spent)), np.ones(replicas, dtype=bool))
+    inc = ledger.increment(first)
+    if not ledger.affordable(first, inc, epsilon).any():
+        one = ledger.grid_epsilon(ledger.rdp + inc)
+        after = " after the private pre-trial" if spent else ""
+        raise ValueError(f"the budget allows not one round: one round{after} spends epsilon "
+                         f"{float(np.min(one)):.4g} > {epsilon:g}; raise epsilon or sigma")
+
+
+def _train_result(fin, problems, algorithm, dataset, setup, config, partition, hist, epsilon, secure, cls):
+    """The :class:`TrainResult` of a finished training."""
+    import numpy as np
+
     mean = lambda v: float(np.mean(v))  # noqa: E731
-    problems = train_problems(fin, asked, epsilon, "the design" if design is not None or groups is not None
-                              else "rounds")
+    mech = mechanism_of(getattr(config, "mechanism", cls.name))
     return TrainResult(
         accuracy=mean(fin["accuracy"]), test_loss=mean(fin["test_loss"]), epsilon=float(np.max(fin["epsilon"])),
         delta=float(fin["delta"]), rounds=int(np.max(fin["rounds"])),
         per_replica={k: np.asarray(fin[k]).tolist() for k in ("accuracy", "test_loss", "epsilon", "rounds")},
         seconds=float(fin["seconds"]), algorithm=algorithm, dataset=_label(dataset), model=setup.model.name,
         options={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in asdict(config).items()},
-        clients=len(parts), partition=partition, history=hist.rows, budget=epsilon,
+        clients=len(setup.parts), partition=partition, history=hist.rows, budget=epsilon,
         epsilon_groups=None if "epsilon_groups" not in fin else {
             k: float(np.max(v)) for k, v in fin["epsilon_groups"].items()},
         complete=not problems, problems=problems, noise="entropy" if secure else "seeded",
-        unit=mechanism_of(getattr(config, "mechanism", cls.name)).unit_text
+        unit=mech.unit_text
         + ("; the clients' sizes read from their data and assumed public (DP-SGD's divisor and weights: declare "
            "them with declared_sizes to drop the assumption)"
-           if getattr(config, "declared_sizes", "") in (None, "data")
-           and mechanism_of(config.mechanism).noise_on == "gradient" else ""))
+           if getattr(config, "declared_sizes", "") in (None, "data") and mech.noise_on == "gradient" else ""))
 
 
 def train_problems(final: dict, asked: int | None, budget, by: str = "rounds") -> list[str]:
