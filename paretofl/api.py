@@ -123,6 +123,10 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
         else:
             notes.append(f"prv not run: {why}")
     eps = max(values.values())  # two accountants: the larger epsilon is the one reported
+    if delta > privacy.DELTA_MAX:
+        notes.append(f"delta = {delta:g} is above {privacy.DELTA_MAX:g}: a mechanism that publishes every individual's "
+                     "data outright with probability delta meets it, so this (epsilon, delta) says little whatever "
+                     "epsilon is; design and train refuse such a delta")
     return Accounting(eps, delta, accountant, float(noise_multiplier), float(sample_rate), int(steps), sampling,
                       order if "rdp" in values else math.nan, values if len(values) > 1 else {}, notes,
                       SAMPLING_RELATIONS[sampling])

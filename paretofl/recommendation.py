@@ -1205,6 +1205,12 @@ def _say_pretrial(d: Design, job: _Job, spend) -> None:
     d.notes.insert(0, f"the budget {job.epsilon:g} covers the private pre-trial too: it spent epsilon {pre:.4g} on "
                       f"the clients' data (from {spend.source}), the training spends {train:.4g} alone, and the two "
                       f"composed spend {d.epsilon:.4g} (composition is tighter than adding {pre:.4g} + {train:.4g})")
+    if not spend.verified:
+        d.notes.insert(1, f"UNVERIFIED: the private pre-trial's spend ({pre:.4g}) is the figure its fit file "
+                          f"{getattr(spend, 'fit', None) or ''} records; the pre-trial's results store was not found, "
+                          "so it was not re-derived from the store's spend log, and this design's epsilon is only as "
+                          "true as that file: put the store beside the fit (or at the path it records) and design "
+                          "again")
 
 
 @dataclass

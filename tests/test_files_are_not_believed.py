@@ -229,6 +229,7 @@ def test_every_tampered_private_fit_is_re_derived_or_refused(private, tmp_path, 
     assert main(argv + [str(moved)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert not out["details"]["pretrial"]["verified"] and "unverified" in out["details"]["pretrial"]["source"]
+    assert any(n.startswith("UNVERIFIED") and "store" in n for n in out["notes"])    # a line of its own
     tried["store absent"] += 1
     data["private_epsilon"] = 0.01
     moved.write_text(json.dumps(data))

@@ -191,3 +191,15 @@ def test_the_replicas_are_checked_before_the_engine_makes_their_generators():
     finally:
         engine.Engine.__init__ = monkey
     assert not made
+
+
+def test_account_at_a_delta_that_says_nothing_says_so():
+    """account --delta 0.5 printed epsilon = 0 and nothing else: true (such a
+    delta is met by publishing everyone's data half the time) and useless."""
+    import paretofl
+
+    r = paretofl.account(1.0, 0.1, 10, delta=0.5)
+    assert any("above 0.01" in n and "refuse" in n for n in r.notes)
+    assert not paretofl.account(1.0, 0.1, 10, delta=1e-5).notes
+    with pytest.raises(ValueError, match="delta"):
+        paretofl.design(n_clients=100, epsilon=2, max_rounds=10, delta=0.5)
