@@ -223,6 +223,130 @@ def _largest_rate(mech, eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e
     return lo
 
 
+def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sigma_max, orders) -> dict:
+    """The group design where one noise goes on the sum (aggregate view): the
+    design's fields, ``groups`` among them."""
+    n, counts, eps = budgets.n_clients, budgets.counts, budgets.epsilons
+    qs = np.geomspace(q_max * 1e-3, q_max, 24)
+    # noise multipliers on the sum up to the most σ_max can release (every client a round)
+    zs = np.geomspace(max(0.05, sigma_min), max(mech.noise(1.0, sigma_max, n).std, 0.1), 40)
+    # the per-round RDP of every (q, z) once; each group's most rounds from it
+    off = conversion_offset(np.asarray(orders, dtype=float), delta)
+    room = eps[:, None] - off[None, :]                                                        # (G, A)
+    # only the orders that can hold some group's most rounds (the others cannot change the max)
+    got = [rdp_for_most_steps(room, float(qq), c.noise_multiplier, orders, c.sampling)
+           for qq in qs for c in [_group_charge(mech, float(qq), zs)]]
+    rdp, known = np.stack([r for r, _ in got]), np.stack([k for _, k in got])                # (Q, Z, A)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        steps = np.where(room[:, None, None, :] > 0, np.floor(room[:, None, None, :] / rdp[None]), -1)
+    steps = np.where(known[None], steps, -np.inf)
+    tmax = np.nan_to_num(steps.max(axis=-1), nan=-1, posinf=1e12)                             # (G, Q, Z)
+    # each group's largest rate for (z, T): the last grid q whose most rounds
+    # reach T, then log-log interpolated towards the next (T_max falls with q)
+    ok = tmax[..., None] >= ts[None, None, None, :]                          # (G, Q, Z, T)
+    k = ok.sum(axis=1)                                                       # feasible prefix (G, Z, T)
+    i = np.clip(k - 1, 0, len(qs) - 1)
+    j = np.clip(k, 0, len(qs) - 1)
+    full = np.broadcast_to(tmax[..., None], ok.shape)
+    ti = np.take_along_axis(full, i[:, None], 1)[:, 0]
+    tj = np.take_along_axis(full, j[:, None], 1)[:, 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lt = np.log(np.maximum(ts, 1))[None, None, :]
+        frac = (np.log(np.maximum(ti, 1)) - lt) / (np.log(np.maximum(ti, 1)) - np.log(np.maximum(tj, 1)))
+    frac = np.where(np.isfinite(frac) & (j > i), np.clip(frac, 0, 1), 0.0)
+    lq = np.log(qs)
+    rate = np.where(k > 0, np.exp(lq[i] + frac * (lq[j] - lq[i])), 0.0)      # (G, Z, T)
+    m = np.tensordot(counts, rate, axes=1)                                   # (Z, T)
+    feasible = np.all(rate > 0, axis=0) & (m >= 1 - 1e-9)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sig = mech.sigma_for(zs[:, None], None, n, cohort=m)     # the σ whose sum of m carries z
+        u = 1.0 / ts[None, :] + kappa * zs[:, None] ** 2 / m ** 2
+    feasible &= (sig >= sigma_min) & (sig <= sigma_max)
+    if not feasible.any():
+        worst = float(eps[0])
+        raise ValueError(f"the strictest group's budget (epsilon = {worst:g}) allows no round at any rate and "
+                         "noise allowed: raise its budget or the sigma range")
+    u = np.where(feasible, u, np.inf)
+    iz, it = np.unravel_index(np.argmin(u), u.shape)
+    T = int(ts[it])
+
+    def rates_at(z):
+        """Each group's largest rate at noise z (exact accountant), and m."""
+        r = [_largest_rate(mech, float(e), z, T, delta, 1e-9, q_max, orders) for e in eps]
+        return np.array(r), float(counts @ np.array(r))
+
+    def cost(z):
+        r, mm = rates_at(z)
+        ss = mech.sigma_for(z, None, n, cohort=mm) if mm > 0 else math.inf
+        bad = mm < 1 - 1e-9 or not (sigma_min <= ss <= sigma_max) or min(r) <= 0
+        return (math.inf if bad else 1.0 / T + kappa * z * z / (mm * mm)), r, mm
+
+    # the grid's best z refined (golden section between its neighbours)
+    lo, hi = float(zs[max(iz - 1, 0)]), float(zs[min(iz + 1, len(zs) - 1)])
+    best = min((cost(float(zs[iz])) + (float(zs[iz]),),), key=lambda c: c[0])
+    g = (math.sqrt(5) - 1) / 2
+    a_, b_ = math.log(lo), math.log(hi)
+    for _ in range(6):
+        c_, d_ = b_ - g * (b_ - a_), a_ + g * (b_ - a_)
+        fc, fd = cost(math.exp(c_)), cost(math.exp(d_))
+        for f, x in ((fc, c_), (fd, d_)):
+            if f[0] < best[0]:
+                best = f + (math.exp(x),)
+        if fc[0] <= fd[0]:
+            b_ = d_
+        else:
+            a_ = c_
+    _, q_g, m, z = best
+    sigma = mech.sigma_for(z, None, n, cohort=m)     # what the trainer puts in noise() to release z
+    spent = [_group_charge(mech, float(qq), z).epsilon(delta, T) for qq in q_g]
+    groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=float(qq), sigma=sigma,
+                   epsilon=float(s)) for e, c, qq, s in zip(eps, counts, q_g, spent)]
+    out = dict(q=m / n, rounds=T, sigma=sigma, epsilon=max(spent), utility_bound=1.0 / T + kappa * z * z / (m * m),
+               noise_multiplier=z, charged_noise_multiplier=z, sampling=_group_charge(mech, 1.0, z).sampling,
+               groups=groups)
+    return out
+
+
+def _groups_on_updates(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sigma_max, orders) -> dict:
+    """The group design where each update carries its own noise (local view):
+    the design's fields, ``groups`` among them."""
+    n, counts, eps = budgets.n_clients, budgets.counts, budgets.epsilons
+    cand = sorted_unique(np.concatenate([np.arange(1, min(n, 24) + 1),
+                                         np.geomspace(1, n, 24).round()])) / n
+    cand = cand[cand <= q_max * (1 + 1e-12)]
+    ss = np.geomspace(1e-2, 1e4, 200)
+    best = None
+    for q in cand:
+        ch = _group_charge(mech, q, ss)
+        tmax = np.stack([np.asarray(max_steps(e, q, ch.noise_multiplier, delta, orders, sampling=ch.sampling),
+                                    dtype=float) for e in eps])              # (G, S)
+        ok = tmax[..., None] >= ts[None, None, :]                            # (G, S, T)
+        first = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)              # least σ index (G, T)
+        good = np.all(first >= 0, axis=0)
+        if not good.any():
+            continue
+        s2 = np.where(first >= 0, ss[np.maximum(first, 0)] ** 2, np.inf)
+        u = 1.0 / ts + kappa * (counts @ s2) / (n * q * n)
+        u = np.where(good, u, np.inf)
+        it = int(np.argmin(u))
+        if best is None or u[it] < best[0]:
+            best = (float(u[it]), float(q), int(ts[it]))
+    if best is None:
+        raise ValueError(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round at any rate "
+                         "and noise allowed: raise its budget or the sigma range")
+    _, q, T = best
+    sampling = _group_charge(mech, q, 1.0).sampling
+    sig = np.array([calibrate_noise(float(e), q, T, delta, orders, sampling=sampling) for e in eps])
+    spent = [_group_charge(mech, q, float(s)).epsilon(delta, T) for s in sig]
+    groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=q, sigma=float(s), epsilon=float(x))
+              for e, c, s, x in zip(eps, counts, sig, spent)]
+    ms2 = float(counts @ sig ** 2) / n
+    out = dict(q=q, rounds=T, sigma=math.sqrt(ms2), epsilon=max(spent), utility_bound=1.0 / T + kappa * ms2 / (q * n),
+               noise_multiplier=math.sqrt(ms2), charged_noise_multiplier=math.sqrt(ms2), sampling=sampling,
+               groups=groups)
+    return out
+
+
 def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kappa_source: str,
                   mechanism: str = DEFAULT, q_max: float = 1.0, sigma_min: float = 1e-4,
                   sigma_max: float = 1e6, orders=DEFAULT_ORDERS):
@@ -237,127 +361,18 @@ def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kapp
     budget allows no round."""
     mech = mechanism_of(mechanism)
     check_rate(q_max, "q_max")
-    n, counts, eps = budgets.n_clients, budgets.counts, budgets.epsilons
     ts = _t_grid(t_cap)
     if mech.noise_on == "sum":
-        qs = np.geomspace(q_max * 1e-3, q_max, 24)
-        # noise multipliers on the sum up to the most σ_max can release (every client a round)
-        zs = np.geomspace(max(0.05, sigma_min), max(mech.noise(1.0, sigma_max, n).std, 0.1), 40)
-        # the per-round RDP of every (q, z) once; each group's most rounds from it
-        off = conversion_offset(np.asarray(orders, dtype=float), delta)
-        room = eps[:, None] - off[None, :]                                                        # (G, A)
-        # only the orders that can hold some group's most rounds (the others cannot change the max)
-        got = [rdp_for_most_steps(room, float(qq), c.noise_multiplier, orders, c.sampling)
-               for qq in qs for c in [_group_charge(mech, float(qq), zs)]]
-        rdp, known = np.stack([r for r, _ in got]), np.stack([k for _, k in got])                # (Q, Z, A)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            steps = np.where(room[:, None, None, :] > 0, np.floor(room[:, None, None, :] / rdp[None]), -1)
-        steps = np.where(known[None], steps, -np.inf)
-        tmax = np.nan_to_num(steps.max(axis=-1), nan=-1, posinf=1e12)                             # (G, Q, Z)
-        # each group's largest rate for (z, T): the last grid q whose most rounds
-        # reach T, then log-log interpolated towards the next (T_max falls with q)
-        ok = tmax[..., None] >= ts[None, None, None, :]                          # (G, Q, Z, T)
-        k = ok.sum(axis=1)                                                       # feasible prefix (G, Z, T)
-        i = np.clip(k - 1, 0, len(qs) - 1)
-        j = np.clip(k, 0, len(qs) - 1)
-        full = np.broadcast_to(tmax[..., None], ok.shape)
-        ti = np.take_along_axis(full, i[:, None], 1)[:, 0]
-        tj = np.take_along_axis(full, j[:, None], 1)[:, 0]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lt = np.log(np.maximum(ts, 1))[None, None, :]
-            frac = (np.log(np.maximum(ti, 1)) - lt) / (np.log(np.maximum(ti, 1)) - np.log(np.maximum(tj, 1)))
-        frac = np.where(np.isfinite(frac) & (j > i), np.clip(frac, 0, 1), 0.0)
-        lq = np.log(qs)
-        rate = np.where(k > 0, np.exp(lq[i] + frac * (lq[j] - lq[i])), 0.0)      # (G, Z, T)
-        m = np.tensordot(counts, rate, axes=1)                                   # (Z, T)
-        feasible = np.all(rate > 0, axis=0) & (m >= 1 - 1e-9)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            sig = mech.sigma_for(zs[:, None], None, n, cohort=m)     # the σ whose sum of m carries z
-            u = 1.0 / ts[None, :] + kappa * zs[:, None] ** 2 / m ** 2
-        feasible &= (sig >= sigma_min) & (sig <= sigma_max)
-        if not feasible.any():
-            worst = float(eps[0])
-            raise ValueError(f"the strictest group's budget (epsilon = {worst:g}) allows no round at any rate and "
-                             "noise allowed: raise its budget or the sigma range")
-        u = np.where(feasible, u, np.inf)
-        iz, it = np.unravel_index(np.argmin(u), u.shape)
-        T = int(ts[it])
-
-        def rates_at(z):
-            """Each group's largest rate at noise z (exact accountant), and m."""
-            r = [_largest_rate(mech, float(e), z, T, delta, 1e-9, q_max, orders) for e in eps]
-            return np.array(r), float(counts @ np.array(r))
-
-        def cost(z):
-            r, mm = rates_at(z)
-            ss = mech.sigma_for(z, None, n, cohort=mm) if mm > 0 else math.inf
-            bad = mm < 1 - 1e-9 or not (sigma_min <= ss <= sigma_max) or min(r) <= 0
-            return (math.inf if bad else 1.0 / T + kappa * z * z / (mm * mm)), r, mm
-
-        # the grid's best z refined (golden section between its neighbours)
-        lo, hi = float(zs[max(iz - 1, 0)]), float(zs[min(iz + 1, len(zs) - 1)])
-        best = min((cost(float(zs[iz])) + (float(zs[iz]),),), key=lambda c: c[0])
-        g = (math.sqrt(5) - 1) / 2
-        a_, b_ = math.log(lo), math.log(hi)
-        for _ in range(6):
-            c_, d_ = b_ - g * (b_ - a_), a_ + g * (b_ - a_)
-            fc, fd = cost(math.exp(c_)), cost(math.exp(d_))
-            for f, x in ((fc, c_), (fd, d_)):
-                if f[0] < best[0]:
-                    best = f + (math.exp(x),)
-            if fc[0] <= fd[0]:
-                b_ = d_
-            else:
-                a_ = c_
-        _, q_g, m, z = best
-        sigma = mech.sigma_for(z, None, n, cohort=m)     # what the trainer puts in noise() to release z
-        spent = [_group_charge(mech, float(qq), z).epsilon(delta, T) for qq in q_g]
-        groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=float(qq), sigma=sigma,
-                       epsilon=float(s)) for e, c, qq, s in zip(eps, counts, q_g, spent)]
-        out = dict(q=m / n, rounds=T, sigma=sigma, epsilon=max(spent), delta=delta, case="",
-                     utility_bound=1.0 / T + kappa * z * z / (m * m), kappa=kappa, kappa_source=kappa_source,
-                     mechanism=mechanism, noise_multiplier=z, charged_noise_multiplier=z,
-                     sampling=_group_charge(mech, 1.0, z).sampling, budget=float(eps[0]), n_clients=n,
-                     max_rounds=t_cap, sigma_min=sigma_min, sigma_max=sigma_max, groups=groups,
-                     group_of=budgets.group_of.tolist())
+        search = _groups_on_sum
     elif mech.noise_on == "update":
-        cand = sorted_unique(np.concatenate([np.arange(1, min(n, 24) + 1),
-                                             np.geomspace(1, n, 24).round()])) / n
-        cand = cand[cand <= q_max * (1 + 1e-12)]
-        ss = np.geomspace(1e-2, 1e4, 200)
-        best = None
-        for q in cand:
-            ch = _group_charge(mech, q, ss)
-            tmax = np.stack([np.asarray(max_steps(e, q, ch.noise_multiplier, delta, orders, sampling=ch.sampling),
-                                        dtype=float) for e in eps])              # (G, S)
-            ok = tmax[..., None] >= ts[None, None, :]                            # (G, S, T)
-            first = np.where(ok.any(axis=1), ok.argmax(axis=1), -1)              # least σ index (G, T)
-            good = np.all(first >= 0, axis=0)
-            if not good.any():
-                continue
-            s2 = np.where(first >= 0, ss[np.maximum(first, 0)] ** 2, np.inf)
-            u = 1.0 / ts + kappa * (counts @ s2) / (n * q * n)
-            u = np.where(good, u, np.inf)
-            it = int(np.argmin(u))
-            if best is None or u[it] < best[0]:
-                best = (float(u[it]), float(q), int(ts[it]))
-        if best is None:
-            raise ValueError(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round at any rate "
-                             "and noise allowed: raise its budget or the sigma range")
-        _, q, T = best
-        sampling = _group_charge(mech, q, 1.0).sampling
-        sig = np.array([calibrate_noise(float(e), q, T, delta, orders, sampling=sampling) for e in eps])
-        spent = [_group_charge(mech, q, float(s)).epsilon(delta, T) for s in sig]
-        groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=q, sigma=float(s), epsilon=float(x))
-                  for e, c, s, x in zip(eps, counts, sig, spent)]
-        ms2 = float(counts @ sig ** 2) / n
-        out = dict(q=q, rounds=T, sigma=math.sqrt(ms2), epsilon=max(spent), delta=delta, case="",
-                     utility_bound=1.0 / T + kappa * ms2 / (q * n), kappa=kappa, kappa_source=kappa_source,
-                     mechanism=mechanism, noise_multiplier=math.sqrt(ms2), charged_noise_multiplier=math.sqrt(ms2),
-                     sampling=sampling, budget=float(eps[0]), n_clients=n, max_rounds=t_cap, sigma_min=sigma_min,
-                     sigma_max=sigma_max, groups=groups, group_of=budgets.group_of.tolist())
+        search = _groups_on_updates
     else:
         raise ValueError(f"per-client budgets are designed for client-aggregate or client-local, not {mechanism!r}")
+    out = search(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sigma_max, orders)
+    out.update(delta=delta, case="", kappa=kappa, kappa_source=kappa_source, mechanism=mechanism,
+               budget=float(budgets.epsilons[0]), n_clients=budgets.n_clients, max_rounds=t_cap,
+               sigma_min=sigma_min, sigma_max=sigma_max, group_of=budgets.group_of.tolist())
+    T = out["rounds"]
     out["notes"] = notes = []
     if T == t_cap:
         notes.append(f"T is at its cap of {t_cap} rounds (raise max_rounds)")
