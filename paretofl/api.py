@@ -469,7 +469,7 @@ def train_defaults() -> dict:
                if p.default is not inspect.Parameter.empty}, **TRAIN_DEFAULTS}
 
 
-def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | None = None,
+def train(algorithm: str | Design = "dpfedavg", dataset=None, model=None, clients: int | None = None,
           epsilon: float | None = None, delta: float | None = None, rounds: int | None = None,
           partition: str | None = None, beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu",
           data_dir: str | None = None, eval_every: int = 1, history: str | None = None, progress: bool = False,
@@ -497,7 +497,8 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     would spend more than ``epsilon`` (default 2).  ``history``: a CSV path
     that gets a row per (round, replica) as they finish.
 
-    ``design``: train exactly that :class:`Design` — its mechanism (and the
+    ``design`` (or a Design first: ``train(design, dataset=..., model=...)``):
+    train exactly that :class:`Design` — its mechanism (and the
     mechanism's options), q, T, σ, budget and δ, each group's rate (and σ)
     where it has ``groups``, its recipe's C, learning rate, local epochs and
     batch unless ``options`` name them, and the model and data its κ was
@@ -516,6 +517,10 @@ def train(algorithm: str = "dpfedavg", dataset=None, model=None, clients: int | 
     Without it a training is a simulation, reproducible by its seed, and
     anyone who knows the seed can draw its noise again.
     """
+    if isinstance(algorithm, Design):            # train(design, dataset=..., model=...): the design runs whole
+        if design is not None:
+            raise ValueError("give the design once: train(design) or train(design=design)")
+        design, algorithm = algorithm, "dpfedavg"
     torch = _torch("paretofl.train")
     from .fl.algorithms import ALGORITHMS, History
     from .fl.algorithms import train as run

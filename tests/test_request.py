@@ -63,3 +63,15 @@ def test_every_design_flag_reaches_the_design_with_budgets_too(tmp_path, capsys)
     kw = dict(n_clients=50, epsilon=None, max_rounds=60, budgets=str(b))
     assert out["kappa"] == pytest.approx(paretofl.design(**kw, local_epochs=2).kappa)
     assert out["kappa"] != pytest.approx(paretofl.design(**kw, local_epochs=1).kappa)
+
+
+def test_a_design_given_first_to_train_runs_whole():
+    """train(design, dataset=...) is train(design=design, dataset=...): the
+    same run (seeded), and the design given twice is refused."""
+    d = paretofl.design(n_clients=10, epsilon=8.0, max_rounds=3, kappa=2.0, q=1.0, local_epochs=1)
+    kw = dict(dataset="digits", model="lr", eval_every=3)
+    a = paretofl.train(d, **kw)
+    b = paretofl.train(design=d, **kw)
+    assert a.per_replica == b.per_replica and a.rounds == d.rounds and a.epsilon <= d.budget * (1 + 1e-9)
+    with pytest.raises(ValueError, match="give the design once"):
+        paretofl.train(d, design=d, **kw)
