@@ -513,10 +513,18 @@ def _design_nbafl(a):
     if a.budget is None or a.budgets is not None or a.export is not None or a.plot is not None:
         raise ValueError("--mechanism nbafl takes one --budget (the paper's protection level epsilon), and no "
                          "--budgets, --export or --plot")
-    for flag, v in (("--batch-size", a.batch_size), ("--local-steps", a.local_steps), ("--q", a.q),
-                    ("--from-store", a.from_store), ("--fit", a.fit), ("--kappa", a.kappa), ("--tune", a.tune)):
-        if v is not None:
-            raise ValueError(f"{flag} does not apply to --mechanism nbafl (its constants are Theorem 2's)")
+    # every flag given but those NbAFL's design reads is refused, never ignored
+    asked = [k for k, v in _request(a).__dict__.items() if v is not None and v != getattr(api.Request, k, None)
+             and k not in ("n_clients", "epsilon", "delta", "max_rounds", "mechanism")]
+    flags = {v: k for k, v in _REQUEST_FLAGS.items()}
+    given = [f"--{flags.get(k, k).replace('_', '-')}" for k in asked if k != "mechanism_options"]
+    given += [f"--{k.replace('_', '-')}" for k in _mechanism_options(a)]
+    given += [f for f, v in (("--batch-size", a.batch_size), ("--local-steps", a.local_steps),
+                             ("--tune", a.tune), ("--clips", a.clips), ("--lrs", a.lrs)) if v is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --mechanism nbafl "
+                         "(its design is NbAFL's own: T* and K* from Theorems 2 and 3 for --budget, --clip, "
+                         "--client-size, --clients, --delta and --max-rounds)")
     if a.clip is None or a.client_size is None:
         raise ValueError("--mechanism nbafl needs --clip (the parameter clipping bound C) and --client-size "
                          "(the smallest client's samples m)")
@@ -625,6 +633,13 @@ def cmd_train(a):
         if design.model is None and a.model is None or design.dataset is None and a.dataset is None:
             raise ValueError(f"the design {a.design} does not say which model and data its kappa was fitted for: "
                              "give --model and --dataset")
+    alg = a.algorithm if design is None else api.mechanism(design.mechanism).algorithm
+    per = api.algorithm_options()
+    if any(alg in algs for algs in per.values()):      # an unknown algorithm: the API says so
+        foreign = [flag(o) for o in given if alg not in per[o]]
+        if foreign:
+            raise ValueError(f"{', '.join(foreign)} {'is' if len(foreign) == 1 else 'are'} not an option of {alg}; "
+                             f"its options: {', '.join(flag(o) for o, algs in per.items() if alg in algs)}")
     if a.history is not None:
         api.check_out_path(a.history, (".csv",))
     api.keep_freed_memory()
@@ -1028,6 +1043,12 @@ def _add_train(sub, known, DATA, MODEL):
         kinds = kinds or set().union(*(k for _, _, _, k in per_alg.values()))
         typ = INT if kinds == {int} else (str if str in kinds else (FLOAT if kinds & {int, float} else str))
         (default0, help0, choices, _) = next(iter(per_alg.values()))
+        helps = {alg: h for alg, (_, h, _, _) in per_alg.items()}
+        if len(set(helps.values())) > 1:            # one flag, a meaning per algorithm: say each
+            first = {}
+            for alg, h in helps.items():
+                first.setdefault(h, []).append(alg)
+            help0 = "; ".join(f"{'/'.join(algs)}: {h}" for h, algs in first.items())
         values = {d for d, _, _, _ in per_alg.values()}
         defaults = (f"{default0}" if len(values) == 1 else
                     "; ".join(f"{alg}: {'unset (its own rule)' if d is None else d}"

@@ -421,6 +421,7 @@ def account_design(d: Design) -> dict:
         out["groups"] = group_epsilons(d.mechanism, d.groups, d.group_of, d.sigma, d.delta, d.rounds)
         out.update(epsilon=max(out["groups"]), training=max(out["groups"]))
         return out
+    mech.check_rate(d.q, d.n_clients)    # a rate its mechanism can run (bandmf: q = 1/b; amplified: q b <= 1)
     c = mech.charge(d.q, d.sigma, d.n_clients)
     if mech.trainable:
         mech.noise(d.q, d.sigma, d.n_clients)     # the release it names must exist (a count noise leaving no budget)
@@ -479,6 +480,14 @@ def check_claims(d: Design, where: str = "the design") -> dict:
                 bad.append(f"a group's epsilon {g.get('epsilon')!r} where it spends {e:.6g}")
             if e > float(g.get("budget", 0)) * (1 + CLAIM_RTOL):
                 bad.append(f"a group spends {e:.6g}, past its budget {g.get('budget')!r}")
+    derived = {}
+    try:                                  # a family's own figures, re-derived from its knobs and (q, T, σ)
+        derived = mechanism_of(d.mechanism, **(d.mechanism_options or {})).derived_details(d)
+    except (ValueError, TypeError, KeyError, ZeroDivisionError) as exc:
+        bad.append(f"figures its parameters cannot give ({type(exc).__name__}: {exc})")
+    for k, v in derived.items():
+        if (d.details or {}).get(k) != v and differs((d.details or {}).get(k), v):
+            bad.append(f"{k} {(d.details or {}).get(k)!r} where its parameters give {v:.6g}")
     for k in getattr(REGISTRY.get(d.mechanism), "constructor_options", ()):    # a family's knobs, said twice
         if k in (d.details or {}) and d.details[k] != (d.mechanism_options or {}).get(k):
             bad.append(f"{k} {d.details[k]!r} in its details where its mechanism has "
@@ -1351,9 +1360,13 @@ def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, clie
     from .theory.convergence import nbafl_design as answers  # SciPy's optimiser: only when asked
 
     n = _int_at_least(n_clients, 1, "n_clients")
+    if n > MAX_CLIENTS:           # as every design: NbAFL's K* is searched over 1..N
+        raise ValueError(f"n_clients must be at most {MAX_CLIENTS:,}, got {n:,}")
     _pos(epsilon, "epsilon")
     check_delta(delta, n)
     _pos(clip, "clip")
+    if clip > 1e12:               # as training's: the bounds overflow further out
+        raise ValueError(f"clip must be at most 1e12, got {clip:g}")
     m = _int_at_least(client_size, 1, "client_size")
     t_max = _int_at_least(max_rounds, 1, "max_rounds")
     r = answers(n, float(epsilon), delta, float(clip), m, max_rounds=t_max, constants=constants)

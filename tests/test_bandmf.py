@@ -422,3 +422,15 @@ def test_the_exported_snippets_calls_run_in_jax_privacy(jp):
         rows.append(np.asarray(noisy))
     std = np.std(np.stack(rows), axis=1)
     assert np.allclose(std, p.stddev * mf.round_noise_factors(p.bands, 6), rtol=0.03)
+
+
+def test_auto_says_which_families_it_could_not_compare_and_why():
+    """With a fitted utility model the banded families cannot be designed:
+    auto dropped them without a word; it now says so, with each reason."""
+    from pathlib import Path
+
+    store = Path(__file__).resolve().parent.parent / "pretrials" / "lr_fmnist.sqlite"
+    d = paretofl.design(100, 2.0, max_rounds=200, mechanism="auto", from_store=str(store))
+    assert set(d.details["not_compared"]) == {"bandmf", "bandmf-amplified"}
+    assert any(n.startswith("not compared: bandmf (") and "closed form" in n for n in d.notes)
+    assert "not_compared" not in paretofl.design(100, 2.0, max_rounds=200, mechanism="auto", kappa=1.0).details

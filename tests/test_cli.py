@@ -341,3 +341,25 @@ def test_a_delta_past_one_says_there_is_no_guarantee(capsys):
     got = run_json(capsys, *args)
     assert got["delta"] == 1.0 and got["epsilon"] > 700
     assert got["guarantee"] is False and got["budget_met"] is False      # the JSON says it too, not only the text
+
+
+@pytest.mark.parametrize("extra", [["--time-budget", "10", "--round-time", "1"], ["--sigma-min", "50"],
+                                   ["--bands", "2"], ["--framework", "flower"], ["--clip-quantile", "0.5"],
+                                   ["--local-epochs", "2"], ["--dim", "10"], ["--q", "0.5"]])
+def test_nbafl_design_refuses_every_flag_it_would_ignore(capsys, extra):
+    """An attack found --time-budget, --sigma-min/max, --bands, --framework,
+    --clip-quantile, --local-epochs and --dim accepted and ignored by
+    NbAFL's design: every flag but those it reads is refused, by name."""
+    argv = ["design", "--mechanism", "nbafl", "--clients", "10", "--budget", "2", "--clip", "1", "--client-size",
+            "100", "--max-rounds", "50"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(argv + extra) == 2
+    err = capsys.readouterr().err
+    assert extra[0] in err and "not apply to --mechanism nbafl" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_option_of_another_algorithm_is_named_as_a_flag(capsys):
+    assert main(["train", "--dataset", "digits", "--algorithm", "nbafl", "--optimizer", "adam"]) == 2
+    text = capsys.readouterr().err
+    assert "--optimizer is not an option of nbafl" in text and ", clip," not in text and "--clip" in text

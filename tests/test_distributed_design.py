@@ -185,3 +185,30 @@ def test_a_file_whose_details_say_other_knobs_than_its_mechanism_is_refused(tmp_
     path.write_text(json.dumps(raw))
     with pytest.raises(ValueError, match=f"does not add up: it records {knob} "):
         paretofl.Design.load(path)
+
+
+@pytest.mark.parametrize("mechanism, options, figure", [("distributed", {"dim": 650}, "wrap_probability"),
+                                                        ("distributed", {"dim": 650}, "n_min"),
+                                                        ("bandmf", {}, "error_ratio")])
+def test_a_familys_own_figures_are_re_derived_on_load(tmp_path, mechanism, options, figure):
+    """What a family's search writes in the details (the wrap probability,
+    the survivors the noise is set for, the error ratio) is re-derived from
+    the design's knobs and (q, T, σ) on load; so is a width lowered in both
+    places a knob is written (its wraps no longer those recorded)."""
+    import json
+
+    d = paretofl.design(10, 8.0, max_rounds=3, kappa=2.0, mechanism=mechanism, mechanism_options=options or None)
+    path = tmp_path / "d.json"
+    d.save(path)
+    raw = json.loads(path.read_text())
+    edited = json.loads(json.dumps(raw))
+    edited["details"][figure] = edited["details"][figure] * 0.5
+    path.write_text(json.dumps(edited))
+    with pytest.raises(ValueError, match=f"it records {figure} .* where its parameters give"):
+        paretofl.Design.load(path)
+    if mechanism == "distributed":
+        narrow = json.loads(json.dumps(raw))
+        narrow["details"]["bits"] = narrow["mechanism_options"]["bits"] = 6
+        path.write_text(json.dumps(narrow))
+        with pytest.raises(ValueError, match="does not add up"):
+            paretofl.Design.load(path)

@@ -236,3 +236,47 @@ def test_every_tampered_private_fit_is_re_derived_or_refused(private, tmp_path, 
     _refused(capsys, argv + [str(moved)], "charges compose to")
     tried["store absent, epsilon edited"] += 1
     print("tampered fits tried, per class:", dict(tried))
+
+
+@pytest.mark.parametrize("field, value", [("sigma_uplink_clipping", 999.0), ("epsilon_guaranteed_clipping", 0.01),
+                                          ("clip", 100.0), ("sigma_uplink_paper", 1.0),
+                                          ("epsilon_guaranteed_paper", 0.5)])
+def test_an_nbafl_files_own_figures_are_re_derived(tmp_path, field, value):
+    """An attack found an NbAFL design's statement printing the uplink std
+    its file said (999) where training releases 2·C·σ; the figures NbAFL's
+    design writes are re-derived from C, σ, T, δ and the budget on load,
+    and the statement prints 2·C·σ."""
+    import json
+
+    import paretofl
+
+    d = paretofl.nbafl_design(10, 2.0, 1e-5, 1.0, 100, max_rounds=50)
+    assert f"sigma_U = {2 * d.clip * d.sigma:.4g}" in d.statement()
+    path = tmp_path / "nb.json"
+    d.save(path)
+    paretofl.Design.load(path)
+    raw = json.loads(path.read_text())
+    raw["details"][field] = value
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match=f"records {field} "):
+        paretofl.Design.load(path)
+
+
+def test_a_file_at_a_rate_its_mechanism_cannot_run_is_refused(tmp_path):
+    """bandmf-amplified at b = 4 with q raised to 0.5 (a rate of 2 within the
+    group) loaded, was accounted at a clamped rate of 1, and exported a
+    recipe of 'probability 2'; every loaded rate is checked as its
+    mechanism checks a design's."""
+    import json
+
+    import paretofl
+
+    d = paretofl.design(100, 2.0, max_rounds=100, kappa=1.0, mechanism="bandmf-amplified",
+                        mechanism_options={"bands": 4})
+    path = tmp_path / "amp.json"
+    d.save(path)
+    raw = json.loads(path.read_text())
+    raw["q"] = 0.5
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ValueError, match="rate 2 > 1 within the group"):
+        paretofl.Design.load(path)

@@ -25,6 +25,12 @@ def _numbers(*kinds):
     return [(k, BAD_NUMBERS[k]) for k in kinds]
 
 
+def _config(name, **kw):
+    from paretofl.fl import options
+
+    return getattr(options, name)(**kw)
+
+
 def _budgets():
     return paretofl.budgets.Budgets.shares([0.5, 0.5], [1.0, 4.0], 100)
 
@@ -33,13 +39,20 @@ def _budgets():
 CALLS = {
     "nbafl_design": (paretofl.nbafl_design, dict(n_clients=100, epsilon=5.0, delta=1e-5, clip=10.0, client_size=512,
                                                  max_rounds=200), {
-        "n_clients": _numbers("zero", "negative", "NaN", "text", "boolean") + [("not an integer", 10.5)],
         "epsilon": _numbers("zero", "negative", "NaN", "infinite", "text", "boolean"),
         "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.02), ("delta not below 1/N",
                                                                                                  0.5)],
-        "clip": _numbers("zero", "negative", "NaN", "infinite", "text"),
+        "n_clients": _numbers("zero", "negative", "NaN", "text", "boolean") + [("not an integer", 10.5),
+                                                                                ("more clients than designed for",
+                                                                                 10**8)],
+        "clip": _numbers("zero", "negative", "NaN", "infinite", "text") + [("a number the bounds overflow at",
+                                                                            1e300)],
         "client_size": _numbers("zero", "negative", "text", "boolean") + [("not an integer", 2.5)],
-        "max_rounds": _numbers("zero", "negative", "text") + [("not an integer", 2.5)]}),
+        "max_rounds": _numbers("zero", "negative", "text") + [("not an integer", 2.5)],
+        # NbAFL's stated constants: the bounds divide by them and take their logs (an attack on issue 47's round)
+        "constants": [("a constant no bound takes", v) for v in ({"mu": 0}, {"rho": -1}, {"beta": math.nan},
+                                                                 {"theta": math.inf}, {"l": "0.5"}, {"B": True},
+                                                                 "x", [1.0], {"gamma": 1.0})]}),
     "design with budgets": (lambda **kw: paretofl.design(100, None, budgets=_budgets(), **kw),
                             dict(max_rounds=50, q_max=0.5), {
         "q_max": _numbers("zero", "negative", "NaN", "text", "boolean") + [("share above one", 1.5)],
@@ -80,6 +93,16 @@ CALLS = {
         "subset": [("a private pre-trial that does not add up", "public")],
         "private": [("a private pre-trial that does not add up", "yes"), ("a private pre-trial that does not add "
                                                                            "up", 1)]}),
+    # an algorithm's option: a number, one unless marked per replica, never text that reads as one
+    "nbafl config": (lambda **kw: _config("NbAFLConfig", **kw), dict(clip=1.0, sigma=2.0), {
+        "sigma": [("an option of the wrong kind", v) for v in ("20", [20.0], [20.0, 30.0], {}, 1 + 0j, b"2")]
+        + _numbers("zero", "negative", "NaN", "infinite", "boolean"),
+        "clip": [("an option of the wrong kind", v) for v in ("1", [1.0], 2j)],
+        "exposures": [("an option of the wrong kind", v) for v in ("3", [3])]}),
+    "dp-fedavg config": (lambda **kw: _config("DPFedAvgConfig", **kw), dict(sigma=1.0), {
+        "sigma": [("an option of the wrong kind", v) for v in ("1.0", 1j, {"a": 1})],
+        "dropout": [("an option of the wrong kind", v) for v in ([0.1], "0.1")],
+        "bands": [("an option of the wrong kind", v) for v in ([2], "2")]}),
     "flower_epsilon": (flower.flower_epsilon, dict(num_clients=10, num_sampled_clients=5, noise_multiplier=1.0,
                                                    rounds=3, delta=1e-3), {
         "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.5),

@@ -30,12 +30,31 @@ def option(default, help: str, *, choices=None, per_replica: bool = False):
 def check_range(name, value, lo, hi, lo_open=True, integer=False):
     """Every value of ``value`` (a number or a per-replica list) in the range,
     else a ValueError that names the parameter."""
+    kind = np.asarray(value).dtype.kind if not isinstance(value, (str, bytes)) else "U"
+    if kind not in "biuf":                 # a number, not text that reads as one (nor a complex, nor a mapping)
+        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
     v = np.asarray(value, dtype=float)
     if isinstance(value, bool) or v.size == 0 or np.any(~np.isfinite(v)) \
             or np.any(v <= lo if lo_open else v < lo) or np.any(v > hi) \
             or (integer and np.any(v != np.round(v))):
         kind = "an integer" if integer else "a number"
         raise ValueError(f"{name} must be {kind} in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value}")
+
+
+def check_shapes(config) -> None:
+    """Every field of ``config`` of the kind it declares: a number where it
+    is declared one (not text that reads as one, nor a complex), and one
+    value but where it is marked ``per_replica`` (a list of one value per
+    replica is accepted there too)."""
+    for f in fields(config):
+        v, declared = getattr(config, f.name), str(f.type)
+        if v is None:
+            continue
+        number = ("int" in declared or "float" in declared) and "str" not in declared
+        if number and (isinstance(v, (str, bytes)) or np.asarray(v).dtype.kind not in "biuf"):
+            raise ValueError(f"{f.name} must be a number, got {v!r}")
+        if not f.metadata.get("per_replica", False) and not isinstance(v, str) and np.ndim(v) != 0:
+            raise ValueError(f"{f.name} takes one value, got {v!r}")
 
 
 def check_choice(name, value, choices):
@@ -96,6 +115,7 @@ class DPFedAvgConfig:
                                  "so that the rest carry the charge")
 
     def __post_init__(self):
+        check_shapes(self)
         check_choice("mechanism", self.mechanism, DPFEDAVG_MECHANISMS)
         check_choice("optimizer", self.optimizer, ("sgd", "adam"))
         check_range("sigma", self.sigma, 0, 1e6, lo_open=False)
@@ -195,9 +215,11 @@ class NbAFLConfig:
                                        "default: calibrated so that the rounds' uploads meet the budget")
 
     def __post_init__(self):
+        check_shapes(self)
         check_choice("calibration", self.calibration, CALIBRATIONS)
         if self.sigma is not None:
             check_range("sigma", self.sigma, 0, 1e6)
+            self.sigma = float(self.sigma)
             if self.calibration == "paper":
                 raise ValueError("sigma fixes the uplink noise: it cannot go with calibration paper, which "
                                  "computes NbAFL's own")

@@ -62,9 +62,9 @@ def search_auto(s):
         try:
             found[name] = get(name).search(s.alone(), {})
         except ValueError as exc:                # InfeasibleBudget is one
-            errors.append(exc)
+            errors.append((name, exc))
     if not found:
-        raise errors[0]
+        raise errors[0][1]
     best = min(found, key=lambda x: (found[x].utility_bound, AUTO.index(x)))
     d = found[best]
     d.details = dict(d.details, compared={k: v.utility_bound for k, v in found.items()})
@@ -72,4 +72,7 @@ def search_auto(s):
                      + on_floor(v) for k, v in found.items())
     d.notes.append(f"mechanism chosen by the utility bound: {each}. bandmf needs no sampling (groups in turn); "
                    "client-aggregate and bandmf-amplified sample each client independently")
+    if errors:
+        d.details["not_compared"] = {k: str(e) for k, e in errors}
+        d.notes.append("not compared: " + "; ".join(f"{k} ({e})" for k, e in errors))
     return d

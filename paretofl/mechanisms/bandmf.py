@@ -268,6 +268,13 @@ class _Banded(Mechanism):
                        f"{other.utility_bound:.4g} ({verdict}); it needs each client sampled independently"
                        + on_floor(other))
 
+    def derived_details(self, d) -> dict:
+        if "bands" not in (d.details or {}):
+            return {}
+        return {"groups": self.bands, "participations": self.participations(d.rounds),
+                "error_ratio": float(self.error_ratio(d.rounds)), "group_rate": float(self.group_rate(d.q)),
+                "round_noise_factor": float(mf.round_noise_factors(self.bands, d.rounds).max())}
+
     def design_lines(self, d) -> list[str]:
         x = d.details
         if "bands" not in x:

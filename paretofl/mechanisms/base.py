@@ -332,6 +332,14 @@ class Mechanism:
         when ``auto`` compares the families itself)."""
         return s.point(self)
 
+    def derived_details(self, d) -> dict:
+        """This family's own figures in design ``d``'s details (what its
+        :meth:`search` wrote there), re-derived from the design's released
+        parameters: name -> value.  A loaded design whose details record
+        other values is refused (nothing in a file is believed); none by
+        default."""
+        return {}
+
     def float_text(self, d) -> str | None:
         """The statement's "Floating point" paragraph where this mechanism's
         noise is drawn otherwise than its framework's (None: the

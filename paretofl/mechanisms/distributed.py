@@ -288,6 +288,16 @@ class DistributedSkellam(Mechanism):
         d.notes.append(self._cost_note(d, exact, central, within))
         return d
 
+    def derived_details(self, d) -> dict:
+        if "bits" not in (d.details or {}):
+            return {}
+        e = sk.coordinate_error(self.bits, self.scaled_clip, self.padded, self.beta, d.cohort, d.noise_multiplier,
+                                self.dropout)
+        n_min = sk.n_min(d.cohort, self.dropout)
+        return {"padded": self.padded, "inflation": e["inflation"], "error_ratio": e["ratio"],
+                "wrap_probability": e["wrap_probability"], "noise_variance": self.noise_variance(d.noise_multiplier),
+                "noise_per_client": self.noise_variance(d.noise_multiplier) / n_min, "n_min": n_min}
+
     def design_lines(self, d) -> list[str]:
         x = d.details or {}
         if "bits" not in x:

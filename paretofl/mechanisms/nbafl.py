@@ -11,6 +11,8 @@ rounds are T uploads whether the client was scheduled or not.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..theory.privacy import Charge
@@ -59,11 +61,31 @@ class NbAFLMechanism(Mechanism):
         return ("RDP of the Gaussian of noise multiplier sigma_U / (2C) per upload (parameter clipping bounds a "
                 "change of one client's data by 2C), composed over the T rounds")
 
+    def derived_details(self, d) -> dict:
+        """NbAFL's figures (:func:`paretofl.theory.convergence.nbafl_design`'s),
+        re-derived from the design's C, σ, T, δ, budget and smallest client:
+        the uplink std it releases and what it guarantees, and the paper's."""
+        from ..theory.convergence import nbafl_sigma_uplink
+        from ..theory.privacy import compute_epsilon
+
+        x = d.details or {}
+        if "sigma_uplink_clipping" not in x:
+            return {}
+        clip, T = float(d.clip), int(d.rounds)
+        out = {"clip": clip, "sigma_uplink_clipping": 2 * clip * float(d.sigma),
+               "epsilon_guaranteed_clipping": compute_epsilon(1.0, float(d.sigma), T, d.delta),
+               "rounds": T, "delta": float(d.delta), "n_clients": int(d.n_clients), "epsilon_paper": float(d.budget)}
+        if "client_size" in x:
+            paper = nbafl_sigma_uplink(clip, int(x["client_size"]), T, float(d.budget), d.delta)
+            z = paper / (2 * clip)
+            out.update(sigma_uplink_paper=paper,
+                       epsilon_guaranteed_paper=compute_epsilon(1.0, z, T, d.delta) if z >= 1e-6 else math.inf)
+        return out
+
     def mechanism_text(self, d) -> str:
-        clip = d.details.get("clip", d.clip)
+        clip = d.clip
         return (f"parameters clipped to L2 norm C = {clip:g}; each upload noised with std sigma_U = "
-                f"{d.details.get('sigma_uplink_clipping', 2 * clip * d.sigma):.4g} (noise multiplier "
-                f"{d.sigma:.4g} on the 2C a client's change can move it)")
+                f"{2 * clip * d.sigma:.4g} (noise multiplier {d.sigma:.4g} on the 2C a client's change can move it)")
 
     def statement_notes(self, d) -> list[str]:
         paper = d.details.get("epsilon_guaranteed_paper")

@@ -265,10 +265,16 @@ def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, clie
     :data:`NBAFL_CONSTANTS`, stated, not estimated)."""
     from .privacy import calibrate_noise, compute_epsilon
 
+    if constants is not None and not isinstance(constants, dict):
+        raise ValueError(f"constants must be a mapping of NbAFL's constants ({', '.join(NBAFL_CONSTANTS)}), got "
+                         f"{constants!r}")
     k = dict(NBAFL_CONSTANTS, **(constants or {}))
     unknown = set(k) - set(NBAFL_CONSTANTS)
     if unknown:
         raise ValueError(f"unknown NbAFL constants {', '.join(sorted(unknown))}; use {', '.join(NBAFL_CONSTANTS)}")
+    for name, v in k.items():          # the bounds divide by them and take their logs: positive, finite numbers
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise ValueError(f"NbAFL's constant {name} must be a positive finite number, got {v!r}")
     args = dict(delta=delta, C=clip, m=client_size, N=n_clients, **k)
     T = nbafl_optimal_rounds(epsilon, t_max=max_rounds, **args)
     K, bound_k = nbafl_optimal_k(T, epsilon, **args)

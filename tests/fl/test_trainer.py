@@ -1025,3 +1025,16 @@ def test_an_nbafl_design_releases_its_own_noise_and_a_given_sigma_is_checked(dig
         ALGORITHMS["nbafl"](eng, epsilon=2.0, rounds=10, clip=1.0, sigma=d.sigma, calibration="paper")
     r = paretofl.train(dataset="digits", model="lr", design=d, rounds=None, eval_every=10)
     assert r.options["sigma"] == d.sigma and r.epsilon <= d.budget * (1 + 1e-9)
+
+
+def test_nbafl_with_its_sigma_given_reports_what_its_uploads_spend(digits):
+    """Calibrated to the budget, NbAFL reports at least the budget; given a
+    design's σ, it reports what those uploads guarantee (a design file with
+    its budget raised to 100 reported ε = 100)."""
+    import paretofl
+
+    d = paretofl.nbafl_design(4, 2.0, 1e-5, 1.0, 100, max_rounds=10)
+    parts = D.partition_iid(digits.y_train.numpy(), 4)
+    eng = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[0])
+    pol = ALGORITHMS["nbafl"](eng, epsilon=100.0, rounds=d.rounds, clip=1.0, sigma=d.sigma)
+    assert pol.fixed_epsilon() == pytest.approx(d.epsilon, rel=1e-9) and pol.fixed_epsilon() < 2.0 + 1e-9

@@ -80,10 +80,12 @@ class NbAFL(Policy):
 
     def fixed_epsilon(self):
         """The ε the uploads guarantee: T releases of a Gaussian mechanism with
-        sensitivity 2C and noise σ_U (RDP), never less than the budget."""
+        sensitivity 2C and noise σ_U (RDP); where σ_U was calibrated here,
+        never less than the budget it was calibrated to (where it was given,
+        a design's, what it spends)."""
         z = self.sigma_u / (2 * self.C)
         guaranteed = self.mech.charge(1.0, z).epsilon(self.delta, self.T) if z >= 1e-6 else float("inf")
-        return max(guaranteed, self.eps)
+        return guaranteed if self.config.sigma is not None else max(guaranteed, self.eps)
 
     def max_rounds(self):
         return np.full(self.engine.R, self.T)
