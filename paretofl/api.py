@@ -6,6 +6,7 @@ torch is imported only by :func:`train` (and the audit), when called.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -135,7 +136,7 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
 _R = recommendation.Request     # the design's defaults, in one place
 
 
-def design(n_clients: int | Request, epsilon: float | None = _R.epsilon, delta: float = _R.delta,
+def _design(n_clients: int | Request, epsilon: float | None = _R.epsilon, delta: float = _R.delta,
            max_rounds: int | None = _R.max_rounds, time_budget: float | None = _R.time_budget,
            round_time: float | None = _R.round_time, q: float | None = _R.q, q_min: float | None = _R.q_min,
            q_max: float | None = _R.q_max, sigma_min: float = _R.sigma_min, sigma_max: float = _R.sigma_max,
@@ -158,14 +159,28 @@ def design(n_clients: int | Request, epsilon: float | None = _R.epsilon, delta: 
     (docs/theory.md §4.E; ``local_epochs`` fixes them); :func:`tune` chooses
     C and η on a pre-trial's public share instead (a step of its own).
     """
-    asked = dict(locals())
-    if isinstance(n_clients, Request):
-        others = [k for k, v in asked.items() if k != "n_clients" and v != getattr(_R, k, None)]
-        if others:
-            raise ValueError(f"give a Request or keywords, not both ({', '.join(others)} beside a Request)")
-        r = n_clients
-    else:
-        r = Request(**asked)
+    return _solve(Request(**locals()))
+
+
+@functools.wraps(_design)
+def design(*args, **kwargs) -> Design:
+    """:func:`_design`'s signature and words (``paretofl.design``): a
+    :class:`Request` alone, or its fields."""
+    if args and isinstance(args[0], Request):
+        if len(args) > 1 or kwargs:            # what is given beside it, even at a default, would be dropped
+            given = [*(f"argument {i + 2}" for i in range(len(args) - 1)), *kwargs]
+            raise ValueError(f"give a Request or keywords, not both ({', '.join(given)} beside a Request)")
+        return _solve(args[0])
+    return _design(*args, **kwargs)
+
+
+design.__name__ = design.__qualname__ = "design"
+
+
+def _solve(r: Request) -> Design:
+    """The design a checked Request asks: its utility model (the closed
+    form, or one fitted to ``from_store``) and the private pre-trial behind
+    κ, then :func:`paretofl.recommendation.design`."""
     utility, spec, spend = None, None, None
     if sum(x is not None for x in (r.kappa, r.fit, r.from_store)) > 1:
         raise ValueError("give one of kappa, fit or from_store (where kappa comes from)")
@@ -625,7 +640,10 @@ def _run_of_design(design, algorithm: str, clients, named: dict, options: dict) 
         if algorithm not in ("dpfedavg", own):
             raise ValueError(f"NbAFL's design trains the {own} algorithm")
         algorithm = own
-        clip = design.details.get("clip", design.clip)
+        if options.get("calibration") == "paper":
+            raise ValueError("an NbAFL design fixes its uplink noise (paretofl's calibration, its sigma): to reproduce "
+                             "the paper's calibration, train the nbafl algorithm without the design")
+        clip = design.clip                         # its details' C is checked equal to it on load
         missing = [k for k, v in (("clients_per_round", design.details.get("clients_per_round")),
                                   ("clip", clip)) if v is None and k not in options]
         if missing:

@@ -351,10 +351,10 @@ def cmd_design(a):
     for path, ends in ((a.out, (".json",)), (a.plot, (".png", ".pdf", ".svg"))):
         if path is not None:          # before the search and the tuning's minutes, not after
             api.check_out_path(path, ends)
-    if (a.clips is not None or a.lrs is not None or a.chunk is not None or a.tune_epochs is not None) \
-            and a.tune is None:
-        raise ValueError("--clips, --lrs, --tune-epochs and --chunk are the grid of --tune and its size: give --tune "
-                         "STORE too")
+    if (a.clips is not None or a.lrs is not None or a.chunk is not None or a.tune_epochs is not None
+            or a.tune_by is not None) and a.tune is None:
+        raise ValueError("--clips, --lrs, --tune-epochs, --tune-by and --chunk are the grid of --tune, its choice and "
+                         "its size: give --tune STORE too")
     if a.budgets is not None:
         return _design_groups(a)
     if a.budget is None:
@@ -366,7 +366,7 @@ def cmd_design(a):
             print(json.dumps({"feasible": False, "budget": exc.epsilon, "min_epsilon": exc.min_epsilon, **exc.where}))
         raise
     if a.tune is not None:
-        api.tune(d, a.tune, clips=a.clips, lrs=a.lrs, by=a.tune_by, progress=not a.json, chunk=a.chunk,
+        api.tune(d, a.tune, clips=a.clips, lrs=a.lrs, by=a.tune_by or "accuracy", progress=not a.json, chunk=a.chunk,
                  epochs=a.tune_epochs)
     out = d.to_dict()
     out["feasible"] = True
@@ -514,13 +514,16 @@ def _design_nbafl(a):
         raise ValueError("--mechanism nbafl takes one --budget (the paper's protection level epsilon), and no "
                          "--budgets, --export or --plot")
     # every flag given but those NbAFL's design reads is refused, never ignored
-    asked = [k for k, v in _request(a).__dict__.items() if v is not None and v != getattr(api.Request, k, None)
-             and k not in ("n_clients", "epsilon", "delta", "max_rounds", "mechanism")]
+    asked = [k for k, v in _request(a).__dict__.items() if k not in ("n_clients", "epsilon", "delta", "max_rounds",
+                                                                     "mechanism")
+             and (getattr(a, {f: d for d, f in _REQUEST_FLAGS.items()}.get(k, k), None) is not None
+                  or k == "mechanism_options" and v)]
     flags = {v: k for k, v in _REQUEST_FLAGS.items()}
     given = [f"--{flags.get(k, k).replace('_', '-')}" for k in asked if k != "mechanism_options"]
     given += [f"--{k.replace('_', '-')}" for k in _mechanism_options(a)]
     given += [f for f, v in (("--batch-size", a.batch_size), ("--local-steps", a.local_steps),
-                             ("--tune", a.tune), ("--clips", a.clips), ("--lrs", a.lrs)) if v is not None]
+                             ("--tune", a.tune), ("--clips", a.clips), ("--lrs", a.lrs), ("--chunk", a.chunk),
+                             ("--tune-epochs", a.tune_epochs), ("--tune-by", a.tune_by)) if v is not None]
     if given:
         raise ValueError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --mechanism nbafl "
                          "(its design is NbAFL's own: T* and K* from Theorems 2 and 3 for --budget, --clip, "
@@ -953,7 +956,7 @@ def _add_design(sub, known):
                                                    "train the --clips x --lrs grid at the design's T and noise")
     s.add_argument("--clips", type=FLOAT, nargs="+",
                    help="with --tune: clipping norms to try (default 0.03 0.1 0.3 1 3)")
-    s.add_argument("--tune-by", choices=("accuracy", "loss"), default="accuracy",
+    s.add_argument("--tune-by", choices=("accuracy", "loss"),
                    help="with --tune: keep the pair with the highest public test accuracy (default) or lowest loss")
     s.add_argument("--lrs", type=FLOAT, nargs="+", help="with --tune: learning rates to try (default 0.03 0.1 0.3 1)")
     s.add_argument("--tune-epochs", type=INT, nargs="+", help="with --tune: local epochs to try beside C and lr "

@@ -345,7 +345,10 @@ def test_a_delta_past_one_says_there_is_no_guarantee(capsys):
 
 @pytest.mark.parametrize("extra", [["--time-budget", "10", "--round-time", "1"], ["--sigma-min", "50"],
                                    ["--bands", "2"], ["--framework", "flower"], ["--clip-quantile", "0.5"],
-                                   ["--local-epochs", "2"], ["--dim", "10"], ["--q", "0.5"]])
+                                   ["--local-epochs", "2"], ["--dim", "10"], ["--q", "0.5"],
+                                   # given at their defaults, or the tuning's own flags (the second attack)
+                                   ["--sigma-min", "0.3"], ["--framework", "paretofl"], ["--chunk", "4"],
+                                   ["--tune-epochs", "2"], ["--tune-by", "loss"]])
 def test_nbafl_design_refuses_every_flag_it_would_ignore(capsys, extra):
     """An attack found --time-budget, --sigma-min/max, --bands, --framework,
     --clip-quantile, --local-epochs and --dim accepted and ignored by

@@ -256,9 +256,23 @@ def test_an_nbafl_files_own_figures_are_re_derived(tmp_path, field, value):
     d.save(path)
     paretofl.Design.load(path)
     raw = json.loads(path.read_text())
-    raw["details"][field] = value
-    path.write_text(json.dumps(raw))
+    edited = json.loads(json.dumps(raw))
+    edited["details"][field] = value
+    path.write_text(json.dumps(edited))
     with pytest.raises(ValueError, match=f"records {field} "):
+        paretofl.Design.load(path)
+    # a figure deleted, or what derives the paper's figures, is no way around it (the second attack)
+    for drop in (field, "client_size"):
+        edited = json.loads(json.dumps(raw))
+        edited["details"][field] = value
+        del edited["details"][drop]
+        path.write_text(json.dumps(edited))
+        with pytest.raises(ValueError, match="does not add up|cannot be re-derived|client_size"):
+            paretofl.Design.load(path)
+    edited = json.loads(json.dumps(raw))
+    edited["clip"] = None
+    path.write_text(json.dumps(edited))
+    with pytest.raises(ValueError):
         paretofl.Design.load(path)
 
 

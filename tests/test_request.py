@@ -19,6 +19,10 @@ def test_a_request_and_its_keywords_give_the_same_design():
     assert by_request.to_dict() == by_keywords.to_dict()
     with pytest.raises(ValueError, match="not both"):
         paretofl.design(paretofl.Request(**kw), max_rounds=20)
+    # a keyword beside a Request is refused even at its default value (it would be dropped: an attack)
+    with pytest.raises(ValueError, match="delta beside a Request"):
+        paretofl.design(paretofl.Request(**kw, delta=1e-3), delta=1e-5)
+    assert paretofl.design.__name__ == "design"
     with pytest.raises(ValueError, match="takes a Request"):
         paretofl.recommendation.design(kw)
 

@@ -69,17 +69,17 @@ class NbAFLMechanism(Mechanism):
         from ..theory.privacy import compute_epsilon
 
         x = d.details or {}
-        if "sigma_uplink_clipping" not in x:
-            return {}
+        if d.clip is None or "client_size" not in x:     # what nbafl_design always records
+            raise ValueError("an NbAFL design records its clip C and, in its details, the smallest client's size "
+                             "(client_size): make it with nbafl_design")
         clip, T = float(d.clip), int(d.rounds)
         out = {"clip": clip, "sigma_uplink_clipping": 2 * clip * float(d.sigma),
                "epsilon_guaranteed_clipping": compute_epsilon(1.0, float(d.sigma), T, d.delta),
                "rounds": T, "delta": float(d.delta), "n_clients": int(d.n_clients), "epsilon_paper": float(d.budget)}
-        if "client_size" in x:
-            paper = nbafl_sigma_uplink(clip, int(x["client_size"]), T, float(d.budget), d.delta)
-            z = paper / (2 * clip)
-            out.update(sigma_uplink_paper=paper,
-                       epsilon_guaranteed_paper=compute_epsilon(1.0, z, T, d.delta) if z >= 1e-6 else math.inf)
+        paper = nbafl_sigma_uplink(clip, int(x["client_size"]), T, float(d.budget), d.delta)
+        z = paper / (2 * clip)
+        out.update(sigma_uplink_paper=paper,
+                   epsilon_guaranteed_paper=compute_epsilon(1.0, z, T, d.delta) if z >= 1e-6 else math.inf)
         return out
 
     def mechanism_text(self, d) -> str:

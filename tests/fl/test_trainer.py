@@ -1038,3 +1038,11 @@ def test_nbafl_with_its_sigma_given_reports_what_its_uploads_spend(digits):
     eng = Engine(build_model("lr", digits.shape), digits, parts, 1, seeds=[0])
     pol = ALGORITHMS["nbafl"](eng, epsilon=100.0, rounds=d.rounds, clip=1.0, sigma=d.sigma)
     assert pol.fixed_epsilon() == pytest.approx(d.epsilon, rel=1e-9) and pol.fixed_epsilon() < 2.0 + 1e-9
+
+
+def test_an_nbafl_design_with_the_papers_calibration_is_refused_with_the_way_out():
+    import paretofl
+
+    d = paretofl.nbafl_design(4, 2.0, 1e-5, 1.0, 100, max_rounds=10)
+    with pytest.raises(ValueError, match="train the nbafl algorithm without the design"):
+        paretofl.train(d, dataset="digits", model="lr", calibration="paper")
