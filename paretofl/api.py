@@ -136,7 +136,7 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
 _R = recommendation.Request     # the design's defaults, in one place
 
 
-def _design(n_clients: int | Request, epsilon: float | None = _R.epsilon, delta: float = _R.delta,
+def _design(n_clients: int, epsilon: float | None = _R.epsilon, delta: float = _R.delta,
            max_rounds: int | None = _R.max_rounds, time_budget: float | None = _R.time_budget,
            round_time: float | None = _R.round_time, q: float | None = _R.q, q_min: float | None = _R.q_min,
            q_max: float | None = _R.q_max, sigma_min: float = _R.sigma_min, sigma_max: float = _R.sigma_max,
