@@ -2,7 +2,7 @@
 docs/results.md §13).
 
     python analysis/local_work.py [--partitions iid dirichlet:0.5 shards:2] [--epsilons 1 2] [--seeds 3]
-                                  [--oracle analysis/out/heterogeneity]
+                                  [--oracle analysis/out/heterogeneity] [--model lr]
 
 §12's federation (LR, FashionMNIST's 90 % private split over N = 100
 clients, C = 0.3, η = 0.1, batch 64, δ = 1e-5, σ in [0.01, 30], at most 200
@@ -23,6 +23,13 @@ rounds).  For each partition:
   are read from ``--oracle``: run that script first with ``--epochs 1 2 4 8
   --factors 0.5 1 2``).
 
+``--model examples.your_model:mlp`` runs the same for the MLP of
+examples/your_model.py (pretrials/mlp_fmnist.toml's C = 0.3, η = 0.1): its
+public pre-trial is 6 σ × 6 T × 3 seeds with the same local work at every
+partition, IID included (its shipped pre-trial has no local work), its
+files are prefixed ``mlp_``, and the oracle is ``heterogeneity.py --models
+examples.your_model:mlp``'s (its T from the MLP's fitted κ).
+
 Both designs train 3 seeds on the clients' data; the table gives accuracy,
 the regret against the oracle, and the predicted test loss against the
 realized one.  One JSON row per training under ``--out`` (default
@@ -39,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 from heterogeneity import CLIP, DELTA, LR, SIGMA_RANGE, T_MAX, N, setup_for  # analysis/ is on the path
+from kappa_error import label
 
 import paretofl
 from paretofl.fl.algorithms import train
@@ -55,16 +63,23 @@ PRETRIAL = dict(dataset="fashion-mnist", public_fraction=0.1, clients=10, model=
                 lr=LR, local_epochs=1, batch_size=64, delta=DELTA, local_work=[1, 2, 4, 8])
 
 
-def fit_for(partition: str, out: Path, q: float = 0.5) -> str:
+def prefix(model: str) -> str:
+    """Output names: LR's as they were, another model's after its label."""
+    return "" if model == "lr" else f"{label(model)}_"
+
+
+def fit_for(partition: str, out: Path, q: float = 0.5, model: str = "lr") -> str:
     """The fit file of a public pre-trial partitioned like ``partition``."""
-    if partition == "iid" and q == 0.5:
+    if partition == "iid" and q == 0.5 and model == "lr":
         return str(shipped_fit())
     kind, _, arg = partition.partition(":")
     name = partition.replace(":", "")
-    store, fit_path = out / f"pretrial_{name}.sqlite", out / f"pretrial_{name}_fit.json"
+    stem = f"{prefix(model)}pretrial_{name}"
+    store, fit_path = out / f"{stem}.sqlite", out / f"{stem}_fit.json"
     if fit_path.exists():
         return str(fit_path)
-    fields = dict(PRETRIAL, partition=kind, q=[q], **({"beta": float(arg)} if kind == "dirichlet" else {}))
+    fields = dict(PRETRIAL, model=model, partition=kind, q=[q],
+                  **({"beta": float(arg)} if kind == "dirichlet" else {}))
     spec = Spec.from_dict(fields)
     if kind == "shards":            # k shards a client (the spec's shards partition cuts 400 in all)
         setup = sweep.prepared(spec)
@@ -74,7 +89,7 @@ def fit_for(partition: str, out: Path, q: float = 0.5) -> str:
     t0 = time.perf_counter()
     sweep.run_sweep(spec, str(store), progress=False)
     fit(str(store)).save(fit_path)
-    print(f"pre-trial {partition}: {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"pre-trial {prefix(model)}{partition}: {time.perf_counter() - t0:.0f} s", flush=True)
     return str(fit_path)
 
 
@@ -87,8 +102,9 @@ def run(setup, seeds, d):
                 test_loss=fin["test_loss"].tolist(), seconds=time.perf_counter() - t0)
 
 
-def oracle_of(folder: Path, partition: str, eps: float):
-    rows = [json.loads(p.read_text()) for p in folder.glob(f"lr_{partition.replace(':', '')}_eps{eps:g}_oracle_*.json")]
+def oracle_of(folder: Path, partition: str, eps: float, model: str = "lr"):
+    rows = [json.loads(p.read_text())
+            for p in folder.glob(f"{label(model)}_{partition.replace(':', '')}_eps{eps:g}_oracle_*.json")]
     return max(rows, key=lambda r: np.mean(r["accuracy"])) if rows else None
 
 
@@ -100,6 +116,7 @@ def main():
     ap.add_argument("--pretrial-q", type=float, default=0.5, help="the public pre-trial's q (its 10 clients)")
     ap.add_argument("--oracle", default=str(ROOT / "analysis" / "out" / "heterogeneity"))
     ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "local_work"))
+    ap.add_argument("--model", default="lr", help="lr, or a factory such as examples.your_model:mlp")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -108,13 +125,14 @@ def main():
              "|---|---|---|---|---|---|---|---|"]
     errors = []
     for partition in a.partitions:
-        fit_path = fit_for(partition, out, a.pretrial_q)
-        setup = setup_for("lr", partition)
+        fit_path = fit_for(partition, out, a.pretrial_q, a.model)
+        setup = setup_for(a.model, partition)
         for eps in a.epsilons:
             got = {}
             for policy, k in (("today", 1), ("design", None)):
                 d = paretofl.design(N, eps, DELTA, max_rounds=T_MAX, fit=fit_path, local_epochs=k, **SIGMA_RANGE)
-                path = out / f"{partition.replace(':', '')}_eps{eps:g}_{policy}_K{d.local_epochs}_T{d.rounds}.json"
+                path = out / (f"{prefix(a.model)}{partition.replace(':', '')}_eps{eps:g}_{policy}_K{d.local_epochs}"
+                              f"_T{d.rounds}.json")
                 if path.exists():
                     row = json.loads(path.read_text())
                 else:
@@ -127,7 +145,7 @@ def main():
                 print(f"{partition} eps {eps:g} {policy}: K {row['epochs']} T {row['rounds']} sigma "
                       f"{row['sigma']:.3g}: {100 * np.mean(row['accuracy']):.1f} %, loss "
                       f"{np.mean(row['test_loss']):.4f} (predicted {row['predicted']:.4f})", flush=True)
-            o = oracle_of(Path(a.oracle), partition, eps)
+            o = oracle_of(Path(a.oracle), partition, eps, a.model)
             t, d = got["today"], got["design"]
             ta, da = 100 * np.mean(t["accuracy"]), 100 * np.mean(d["accuracy"])
             oa = 100 * np.mean(o["accuracy"]) if o else float("nan")
@@ -144,7 +162,7 @@ def main():
     lines.append("")
     lines.append(f"Mean absolute error of the predicted test loss over both designs' {len(errors)} runs: "
                  f"{np.mean(errors):.3f}.")
-    (out / "local_work.md").write_text("\n".join(lines) + "\n")
+    (out / f"{prefix(a.model)}local_work.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
