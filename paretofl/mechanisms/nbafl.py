@@ -66,7 +66,6 @@ class NbAFLMechanism(Mechanism):
         re-derived from the design's C, σ, T, δ, budget and smallest client:
         the uplink std it releases and what it guarantees, and the paper's."""
         from ..theory.convergence import nbafl_sigma_uplink
-        from ..theory.privacy import compute_epsilon
 
         x = d.details or {}
         if d.clip is None or "client_size" not in x:     # what nbafl_design always records
@@ -74,12 +73,12 @@ class NbAFLMechanism(Mechanism):
                              "(client_size): make it with nbafl_design")
         clip, T = float(d.clip), int(d.rounds)
         out = {"clip": clip, "sigma_uplink_clipping": 2 * clip * float(d.sigma),
-               "epsilon_guaranteed_clipping": compute_epsilon(1.0, float(d.sigma), T, d.delta),
+               "epsilon_guaranteed_clipping": self.charge(1.0, float(d.sigma)).epsilon(d.delta, T),
                "rounds": T, "delta": float(d.delta), "n_clients": int(d.n_clients), "epsilon_paper": float(d.budget)}
         paper = nbafl_sigma_uplink(clip, int(x["client_size"]), T, float(d.budget), d.delta)
         z = paper / (2 * clip)
         out.update(sigma_uplink_paper=paper,
-                   epsilon_guaranteed_paper=compute_epsilon(1.0, z, T, d.delta) if z >= 1e-6 else math.inf)
+                   epsilon_guaranteed_paper=self.charge(1.0, z).epsilon(d.delta, T) if z >= 1e-6 else math.inf)
         return out
 
     def mechanism_text(self, d) -> str:
