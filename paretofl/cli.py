@@ -514,12 +514,9 @@ def _design_nbafl(a):
         raise ValueError("--mechanism nbafl takes one --budget (the paper's protection level epsilon), and no "
                          "--budgets, --export or --plot")
     # every flag given but those NbAFL's design reads is refused, never ignored
-    asked = [k for k, v in _request(a).__dict__.items() if k not in ("n_clients", "epsilon", "delta", "max_rounds",
-                                                                     "mechanism")
-             and (getattr(a, {f: d for d, f in _REQUEST_FLAGS.items()}.get(k, k), None) is not None
-                  or k == "mechanism_options" and v)]
-    flags = {v: k for k, v in _REQUEST_FLAGS.items()}
-    given = [f"--{flags.get(k, k).replace('_', '-')}" for k in asked if k != "mechanism_options"]
+    reads = ("clients", "budget", "delta", "max_rounds", "mechanism")
+    given = [f"--{dest.replace('_', '-')}" for dest in _REQUEST_FLAGS
+             if dest not in reads and getattr(a, dest) is not None]
     given += [f"--{k.replace('_', '-')}" for k in _mechanism_options(a)]
     given += [f for f, v in (("--batch-size", a.batch_size), ("--local-steps", a.local_steps),
                              ("--tune", a.tune), ("--clips", a.clips), ("--lrs", a.lrs), ("--chunk", a.chunk),

@@ -224,10 +224,7 @@ class _Banded(Mechanism):
         d = found[b]
         mech = type(self)(bands=b)
         r = float(mech.error_ratio(d.rounds))
-        d.details = {"bands": b, "groups": b, "participations": mech.participations(d.rounds), "error_ratio": r,
-                     "group_rate": float(mech.group_rate(d.q)), "cohort": d.cohort,
-                     "coefficients": mech.coefficients(),
-                     "round_noise_factor": float(mf.round_noise_factors(b, d.rounds).max()),
+        d.details = {"bands": b, **mech._figures(d), "cohort": d.cohort, "coefficients": mech.coefficients(),
                      "bands_searched": {str(x): found[x].utility_bound for x in sorted(found)},
                      "bands_from": "given" if bands is not None else
                      f"the exact search at each of {len(bs)} band counts in [{min(bs)}, {max(bs)}]: the lowest bound"}
@@ -269,8 +266,10 @@ class _Banded(Mechanism):
                        + on_floor(other))
 
     def derived_details(self, d) -> dict:
-        if "bands" not in (d.details or {}):
-            return {}
+        return self._figures(d) if "bands" in (d.details or {}) else {}
+
+    def _figures(self, d) -> dict:
+        """What a design at these bands carries: groups, participations, the error ratio, the group's rate."""
         return {"groups": self.bands, "participations": self.participations(d.rounds),
                 "error_ratio": float(self.error_ratio(d.rounds)), "group_rate": float(self.group_rate(d.q)),
                 "round_noise_factor": float(mf.round_noise_factors(self.bands, d.rounds).max())}

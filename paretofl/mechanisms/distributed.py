@@ -261,9 +261,6 @@ class DistributedSkellam(Mechanism):
                     d, mech = cand, trial
                 break
             trial = self._planned((cand.cohort, cand.noise_multiplier), scaled_clip=float(c))
-        e = sk.coordinate_error(mech.bits, mech.scaled_clip, mech.padded, mech.beta, d.cohort,
-                                d.noise_multiplier, mech.dropout)
-        n_min = sk.n_min(d.cohort, mech.dropout)
         within = [x for x in sorted(found) if found[x][0].utility_bound <= exact.utility_bound * (1 + MATCH)]
         try:
             central = s.point(get(DEFAULT))
@@ -271,10 +268,7 @@ class DistributedSkellam(Mechanism):
             central = None
             central_error = str(exc)
         d.details = {
-            "bits": mech.bits, "scaled_clip": mech.scaled_clip, "padded": mech.padded,
-            "inflation": e["inflation"], "error_ratio": e["ratio"], "wrap_probability": e["wrap_probability"],
-            "noise_variance": mech.noise_variance(d.noise_multiplier),
-            "noise_per_client": mech.noise_variance(d.noise_multiplier) / n_min, "n_min": n_min,
+            "bits": mech.bits, "scaled_clip": mech.scaled_clip, **mech._figures(d),
             "bits_searched": {str(x): found[x][0].utility_bound for x in sorted(found)},
             "bits_skipped": {str(x): w for x, w in skipped.items()},
             "bits_from": "given" if given.get("bits") is not None else
@@ -289,8 +283,10 @@ class DistributedSkellam(Mechanism):
         return d
 
     def derived_details(self, d) -> dict:
-        if "bits" not in (d.details or {}):
-            return {}
+        return self._figures(d) if "bits" in (d.details or {}) else {}
+
+    def _figures(self, d) -> dict:
+        """What a design at these knobs carries: its error, wraps and survivors."""
         e = sk.coordinate_error(self.bits, self.scaled_clip, self.padded, self.beta, d.cohort, d.noise_multiplier,
                                 self.dropout)
         n_min = sk.n_min(d.cohort, self.dropout)
