@@ -468,10 +468,18 @@ def check_out_path(path, suffixes):
 
 #: what :func:`train` uses where neither its caller nor a design says (rounds: at most, a run stops at its
 #: budget before them); the command line's defaults are these too
-TRAIN_DEFAULTS = {"dataset": "fashion-mnist", "model": "lr", "epsilon": 2.0, "delta": 1e-5, "rounds": 100}
+TRAIN_DEFAULTS = {"algorithm": "dpfedavg", "dataset": "fashion-mnist", "model": "lr", "epsilon": 2.0, "delta": 1e-5,
+                  "rounds": 100}
 #: what a design fixes: given beside it to :func:`train` (or ``paretofl train --design``) each is refused; the
 #: API lets ``clients`` equal to the design's through, and refuses ``budgets`` with a reason of its own
 SET_BY_DESIGN = ("clients", "epsilon", "delta", "rounds", "budgets", "mechanism", "client_rate", "sigma")
+
+
+def set_by_design(design: Design) -> tuple:
+    """What ``design`` fixes, by :func:`train`'s names: :data:`SET_BY_DESIGN`
+    and the options its mechanism's own design chose (NbAFL's C, clients
+    per round, exposures and calibration)."""
+    return SET_BY_DESIGN + tuple(mechanism_of(design.mechanism).fixed_by_design)
 
 
 def train_defaults() -> dict:
@@ -484,7 +492,7 @@ def train_defaults() -> dict:
                if p.default is not inspect.Parameter.empty}, **TRAIN_DEFAULTS}
 
 
-def train(algorithm: str | Design = "dpfedavg", dataset=None, model=None, clients: int | None = None,
+def train(algorithm: str | Design | None = None, /, dataset=None, model=None, clients: int | None = None,
           epsilon: float | None = None, delta: float | None = None, rounds: int | None = None,
           partition: str | None = None, beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu",
           data_dir: str | None = None, eval_every: int = 1, history: str | None = None, progress: bool = False,
@@ -532,10 +540,15 @@ def train(algorithm: str | Design = "dpfedavg", dataset=None, model=None, client
     Without it a training is a simulation, reproducible by its seed, and
     anyone who knows the seed can draw its noise again.
     """
+    named = options.pop("algorithm", None)      # algorithm= by keyword (the first argument is positional only)
     if isinstance(algorithm, Design):            # train(design, dataset=..., model=...): the design runs whole
         if design is not None:
             raise ValueError("give the design once: train(design) or train(design=design)")
-        design, algorithm = algorithm, "dpfedavg"
+        design, algorithm = algorithm, None
+    if named is not None:
+        if algorithm is not None and algorithm != named:
+            raise ValueError(f"give the algorithm once, not {algorithm!r} and algorithm={named!r}")
+        algorithm = named
     torch = _torch("paretofl.train")
     from .fl.algorithms import ALGORITHMS, History
     from .fl.algorithms import train as run
@@ -544,8 +557,9 @@ def train(algorithm: str | Design = "dpfedavg", dataset=None, model=None, client
 
     if history is not None:
         check_out_path(history, (".csv",))
-    if budgets is not None and design is not None:
-        raise ValueError("give budgets or a design, not both (a group design carries its budgets)")
+    if budgets is not None and design is not None:      # a group design checked against the budgets it was made for
+        _check_design_budgets(design, budgets)
+        budgets = None
     if budgets is not None and epsilon is not None:
         raise ValueError("give epsilon (one budget for all) or budgets (a budget per client), not both")
     groups, spent = None, ()
@@ -556,6 +570,7 @@ def train(algorithm: str | Design = "dpfedavg", dataset=None, model=None, client
         clients, epsilon, delta, rounds = run_of["clients"], run_of["epsilon"], run_of["delta"], run_of["rounds"]
         dataset = run_of["dataset"] if dataset is None else dataset
         model = run_of["model"] if model is None else model
+    algorithm = TRAIN_DEFAULTS["algorithm"] if algorithm is None else algorithm
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if budgets is not None:
@@ -615,6 +630,30 @@ def _torch(what: str):
     return torch
 
 
+def _check_design_budgets(design, budgets) -> None:
+    """A group design given with the budgets it is for (a budgets CSV file or
+    :class:`Budgets`): every client in the group of its own ε, or refused in
+    one line naming the first client placed otherwise.  A design file cannot
+    show this alone: a client moved to a laxer group is a consistent file."""
+    import numpy as np
+
+    from .budgets import Budgets, read_budgets
+
+    if not isinstance(design, Design) or not design.groups:
+        raise ValueError("give budgets or a design, not both: budgets go beside a group design only (to check it)")
+    b = budgets if isinstance(budgets, Budgets) else read_budgets(budgets, design.n_clients)
+    if b.n_clients != design.n_clients:
+        raise ValueError(f"the budgets are for {b.n_clients} clients, the design for {design.n_clients}")
+    mine = np.asarray([float(design.groups[g]["budget"]) for g in design.group_of])
+    theirs = b.epsilons[b.group_of]
+    off = np.flatnonzero(~np.isclose(mine, theirs, rtol=1e-12, atol=0))
+    if len(off):
+        i = int(off[0])
+        raise ValueError(f"the design is not for these budgets: client {i} has epsilon {mine[i]:g} in the design "
+                         f"and {theirs[i]:g} in the budgets ({len(off)} client{'s' if len(off) > 1 else ''} differ)"
+                         "; design again with them")
+
+
 def _run_of_design(design, algorithm: str, clients, named: dict, options: dict) -> dict:
     """What a :class:`Design` trains, checked (what it claims re-derived):
     its algorithm and options (mechanism, q, σ, recipe, the mechanism's own
@@ -624,7 +663,7 @@ def _run_of_design(design, algorithm: str, clients, named: dict, options: dict) 
         raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
                          f"{type(design).__name__}")
     design = check_design(design, "design")      # what it claims, re-derived before it trains
-    fixed = [k for k in SET_BY_DESIGN if (named[k] is not None if k in named else k in options)]
+    fixed = [k for k in set_by_design(design) if (named[k] is not None if k in named else k in options)]
     if fixed:
         raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design: leave "
                          f"{'it' if len(fixed) == 1 else 'them'} out, or design again")
@@ -637,15 +676,12 @@ def _run_of_design(design, algorithm: str, clients, named: dict, options: dict) 
         spent = tuple(from_data(design.details["pretrial"]["charges"]))
     own = mechanism_of(design.mechanism).algorithm
     if own != "dpfedavg":                     # a mechanism with its own algorithm (NbAFL) trains by it
-        if algorithm not in ("dpfedavg", own):
-            raise ValueError(f"NbAFL's design trains the {own} algorithm")
+        if algorithm not in (None, own):
+            raise ValueError(f"NbAFL's design trains the {own} algorithm, not {algorithm}: leave the algorithm out")
         algorithm = own
-        if options.get("calibration") == "paper":
-            raise ValueError("an NbAFL design fixes its uplink noise (paretofl's calibration, its sigma): to reproduce "
-                             "the paper's calibration, train the nbafl algorithm without the design")
         clip = design.clip                         # its details' C is checked equal to it on load
         missing = [k for k, v in (("clients_per_round", design.details.get("clients_per_round")),
-                                  ("clip", clip)) if v is None and k not in options]
+                                  ("clip", clip)) if v is None]
         if missing:
             raise ValueError(f"this nbafl design lacks NbAFL's {' and '.join(missing)} (its details, which "
                              "nbafl_design writes): make it with nbafl_design (paretofl design --mechanism "
@@ -653,8 +689,9 @@ def _run_of_design(design, algorithm: str, clients, named: dict, options: dict) 
         options = {"clip": clip, "clients_per_round": design.details.get("clients_per_round"),
                    "sigma": design.sigma, **options}     # the designed noise, released as designed
     else:
-        if algorithm != "dpfedavg":
-            raise ValueError("a design applies to client-level dpfedavg")
+        if algorithm not in (None, "dpfedavg"):
+            raise ValueError(f"a {design.mechanism} design trains client-level dpfedavg, not {algorithm}: leave the "
+                             "algorithm out")
         groups = design if design.groups else None
         recipe = {k: getattr(design, k, None) for k in ("clip", "lr", "local_epochs", "batch_size")}
         options = {"mechanism": design.mechanism, "client_rate": min(1.0, design.q), "sigma": design.sigma,

@@ -188,18 +188,63 @@ def _group_charge(mech, q, z) -> Charge:
     return mech.charge(q, z, cohort=1.0) if mech.noise_on == "sum" else mech.charge(q, z)
 
 
-def group_epsilons(mechanism: str, groups: list, group_of: list, sigma: float, delta: float, rounds: int) -> list:
-    """Each group's ε re-derived from what a group design releases (its
-    rates, the clients in each group, σ; never the ε it records): one noise
-    of multiplier z = σ√m on the sum (m = Σ_i q_i), or each group's own σ on
-    each update (the local view)."""
+def account_groups(mechanism: str, groups: list, group_of: list, sigma: float, delta: float, rounds: int) -> dict:
+    """A group design's privacy re-derived from what it releases — each
+    group's rate (and σ_g in the local view), which clients are in which
+    group, σ — never from the ε it records: {"epsilons": each group's ε,
+    "noise_multiplier", "charged_noise_multiplier", "sampling",
+    "q": the design's rate (the expected cohort over N), "budget": the
+    strictest group's, "problems": what the record says of its groups that its assignment and
+    noise do not give}.  Aggregate view: one noise of multiplier z on the
+    sum of the expected cohort m = Σ_i q_i, as the mechanism releases it;
+    local view: each group's own σ on each update."""
     mech = mechanism_of(mechanism)
-    counts = np.bincount(np.asarray(group_of, dtype=int), minlength=len(groups))
+    of = np.asarray(group_of, dtype=int)
+    n = len(of)
+    counts = np.bincount(of, minlength=len(groups))
     rates = np.array([float(g["q"]) for g in groups])
+    for qq in rates:
+        check_rate(float(qq), "a group's q")
+    problems = _record_problems(mech, groups, counts, rates, sigma)
     if mech.noise_on == "sum":    # one noise on the sum of the expected cohort m, as the mechanism releases it
-        z = mech.noise(float(rates.min()), sigma, len(group_of), cohort=float(counts @ rates)).std
-        return [_group_charge(mech, float(q), z).epsilon(delta, int(rounds)) for q in rates]
-    return [_group_charge(mech, float(q), float(g["sigma"])).epsilon(delta, int(rounds)) for q, g in zip(rates, groups)]
+        z = mech.noise(float(rates.min()), sigma, n, cohort=float(counts @ rates)).std
+        charges = [_group_charge(mech, float(q), z) for q in rates]
+    else:
+        charges = [_group_charge(mech, float(q), float(g["sigma"])) for q, g in zip(rates, groups)]
+        z = math.sqrt(float(counts @ np.array([float(g["sigma"]) ** 2 for g in groups])) / n)   # the design's σ
+        if not abs(z - float(sigma)) <= 1e-9 * max(z, 1.0):
+            problems.append(f"sigma {sigma!r} where its groups' noises give {z:.6g}")
+    return dict(epsilons=[c.epsilon(delta, int(rounds)) for c in charges], noise_multiplier=float(z),
+                charged_noise_multiplier=float(z), sampling=charges[0].sampling, problems=problems,
+                q=float(counts @ rates) / n, budget=min(float(g["budget"]) for g in groups))
+
+
+def _record_problems(mech, groups, counts, rates, sigma) -> list:
+    """What a group design records that the clients' assignment (``group_of``)
+    and its noise do not give: each group's client count and share, budgets
+    distinct and ascending, one σ for every group where one noise goes on
+    the sum, one q for every group where each update carries its own."""
+    n = int(counts.sum())
+    bad = []
+
+    def off(a, b):
+        return not abs(float(a) - float(b)) <= 1e-9 * max(abs(float(a)), abs(float(b)), 1.0)
+
+    for i, g in enumerate(groups):
+        if g.get("clients") != int(counts[i]):
+            bad.append(f"{g.get('clients')!r} clients in the group of budget {g.get('budget')!r} where its "
+                       f"group_of puts {int(counts[i])} there")
+        elif off(g.get("share"), counts[i] / n):
+            bad.append(f"a share {g.get('share')!r} of the group of budget {g.get('budget')!r} where its "
+                       f"clients make {counts[i] / n:.6g}")
+    budgets = [float(g["budget"]) for g in groups]
+    if any(b <= a for a, b in zip(budgets, budgets[1:])):
+        bad.append(f"group budgets {budgets} that are not distinct and ascending")
+    if mech.noise_on == "sum" and any(off(g["sigma"], sigma) for g in groups):
+        bad.append(f"a group's sigma other than the design's {sigma!r} where one noise goes on the sum")
+    if mech.noise_on != "sum" and any(off(q, rates[0]) for q in rates):
+        bad.append("groups sampled at different rates where every client is sampled at one")
+    return bad
 
 
 def _largest_rate(mech, eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e-4):

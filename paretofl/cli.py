@@ -478,7 +478,10 @@ def _finish_design(a, d, out, lines):
                      + ("; publish the privacy statement (--statement)" if not a.statement else
                         "; publish the statement above with your results")
                      + ("" if d.tuning or d.groups or d.noise_on != "sum" or "pretrial" in d.details
-                        else "; choose C and lr on your public data with --tune STORE"))
+                        else "; choose C and lr on your public data with --tune STORE")
+                     + (f"; the model trained must have the {d.mechanism_options['dim']} weights it was designed "
+                        f"for (give --model and --dataset where that is not {d.model} on {d.dataset})"
+                        if "dim" in (d.mechanism_options or {}) else ""))
     if getattr(a, "plot", None):
         out["plot"] = a.plot
         lines.append(f"plot written to {a.plot}")
@@ -551,9 +554,13 @@ def _design_nbafl(a):
     if a.statement:
         out["statement"] = d.statement()
         lines += ["", out["statement"], ""]
-    lines.append(f"next: paretofl train --algorithm nbafl --clients {a.clients} --epsilon {a.budget:g} --delta "
-                 f"{a.delta:g} --rounds {r['rounds']} --clip {a.clip:g} --clients-per-round "
-                 f"{r['clients_per_round']} (paretofl's calibration; --calibration paper reproduces the paper's)")
+    where = a.out or "design.json"
+    lines.append(f"next: {'' if a.out else f'save it (add --out {where}), then '}train it with paretofl train "
+                 f"--design {where} --dataset DATA --model MODEL (split over its {a.clients} clients; the "
+                 "design's C, sigma, T and clients per round travel with it); "
+                 "to reproduce the paper's calibration instead, paretofl train --algorithm nbafl --calibration paper "
+                 f"--clients {a.clients} --epsilon {a.budget:g} --delta {a.delta:g} --rounds {r['rounds']} "
+                 f"--clip {a.clip:g} --clients-per-round {r['clients_per_round']}")
     _emit(out, a.json, "\n".join(lines))
 
 
@@ -626,14 +633,16 @@ def cmd_train(a):
     design = None
     if a.design is not None:
         design = api.load_design(a.design)
-        fixed = [flag(k) for k in api.SET_BY_DESIGN if getattr(a, k, None) is not None or given.get(k) is not None]
+        fixed = [flag(k) for k in api.set_by_design(design) if k != "budgets"      # --budgets checks a group design
+                 and (getattr(a, k, None) is not None or given.get(k) is not None)]
         if fixed:
             raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design {a.design}: "
                              f"drop {'it' if len(fixed) == 1 else 'them'}, or design again")
         if design.model is None and a.model is None or design.dataset is None and a.dataset is None:
             raise ValueError(f"the design {a.design} does not say which model and data its kappa was fitted for: "
                              "give --model and --dataset")
-    alg = a.algorithm if design is None else api.mechanism(design.mechanism).algorithm
+    alg = (a.algorithm or api.TRAIN_DEFAULTS["algorithm"]) if design is None else \
+        api.mechanism(design.mechanism).algorithm
     per = api.algorithm_options()
     if any(alg in algs for algs in per.values()):      # an unknown algorithm: the API says so
         foreign = [flag(o) for o in given if alg not in per[o]]
@@ -998,7 +1007,8 @@ def _add_train(sub, known, DATA, MODEL):
     """The `train` command's flags."""
     s = sub.add_parser("train", help="run DP federated learning (vectorised over clients and replicas)")
     D = api.train_defaults()
-    s.add_argument("--algorithm", choices=known["algorithms"], default=D["algorithm"], help="the algorithm")
+    s.add_argument("--algorithm", choices=known["algorithms"],
+                   help=f"the algorithm (default: the design's, else {D['algorithm']})")
     s.add_argument("--design", metavar="FILE", help="train exactly this design (design --out): its mechanism, q, T, "
                                                     "sigma, C, lr, delta, groups, and the model and data its kappa "
                                                     "was fitted for")
@@ -1022,7 +1032,9 @@ def _add_train(sub, known, DATA, MODEL):
                                                      "share,epsilon): the group design for --rounds rounds at most "
                                                      "is made with the shipped kappa and trained, each group stopped "
                                                      "at its own budget (with your own kappa: design --budgets ... "
-                                                     "--out FILE, then train --design FILE)")
+                                                     "--out FILE, then train --design FILE); beside --design, the "
+                                                     "group design is checked to put each client in its own "
+                                                     "budget's group")
     s.add_argument("--delta", type=FLOAT, help=f"the delta of (epsilon, delta) (default {D['delta']:g})")
     s.add_argument("--rounds", type=INT, help="communication rounds asked for: stopping before them (the budget "
                    f"ran out) is a warning and exit 3 (default: until the budget is spent, at most {D['rounds']})")

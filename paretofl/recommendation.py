@@ -404,7 +404,8 @@ def account_design(d: Design) -> dict:
     pre-trial's charges it composes with — never from the ε it records:
     {"epsilon": the total, "training": the training alone, "pretrial": the
     pre-trial alone or None, "groups": each group's or None,
-    "noise_multiplier", "charged_noise_multiplier", "sampling"}."""
+    "noise_multiplier", "charged_noise_multiplier", "sampling"; with groups
+    also "group_problems", "group_q", "group_budget" (budgets.account_groups)}."""
     from .theory.privacy import charges_from_data
 
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
@@ -416,10 +417,12 @@ def account_design(d: Design) -> dict:
     if d.groups:
         if pre is not None:
             raise ValueError("a group design composes no private pre-trial (design refuses the two together)")
-        from .budgets import group_epsilons
+        from .budgets import account_groups
 
-        out["groups"] = group_epsilons(d.mechanism, d.groups, d.group_of, d.sigma, d.delta, d.rounds)
-        out.update(epsilon=max(out["groups"]), training=max(out["groups"]))
+        g = account_groups(d.mechanism, d.groups, d.group_of, d.sigma, d.delta, d.rounds)
+        out.update(groups=g["epsilons"], epsilon=max(g["epsilons"]), training=max(g["epsilons"]),
+                   group_problems=g["problems"], group_q=g["q"], group_budget=g["budget"],
+                   **{k: g[k] for k in ("noise_multiplier", "charged_noise_multiplier", "sampling")})
         return out
     mech.check_rate(d.q, d.n_clients)    # a rate its mechanism can run (bandmf: q = 1/b; amplified: q b <= 1)
     c = mech.charge(d.q, d.sigma, d.n_clients)
@@ -475,6 +478,11 @@ def check_claims(d: Design, where: str = "the design") -> dict:
         if differs(pre.get("training_epsilon"), got["training"]):
             bad.append(f"a training of epsilon {pre.get('training_epsilon')!r} where it spends {got['training']:.6g}")
     if got["groups"] is not None:
+        bad.extend(got["group_problems"])
+        if differs(d.q, got["group_q"]):
+            bad.append(f"q {d.q!r} where its groups' rates give an expected cohort of {got['group_q']:.6g} of N")
+        if differs(d.budget, got["group_budget"]):
+            bad.append(f"budget {d.budget!r} where its strictest group's is {got['group_budget']:.6g}")
         for g, e in zip(d.groups, got["groups"]):
             if differs(g.get("epsilon"), e):
                 bad.append(f"a group's epsilon {g.get('epsilon')!r} where it spends {e:.6g}")

@@ -294,3 +294,111 @@ def test_a_file_at_a_rate_its_mechanism_cannot_run_is_refused(tmp_path):
     path.write_text(json.dumps(raw))
     with pytest.raises(ValueError, match="rate 2 > 1 within the group"):
         paretofl.Design.load(path)
+
+
+# ------------------------------------------------ a group design's record, re-derived from its assignment
+def _move_client(counts_too):
+    """A client of the strictest group put in the laxest (its count moved too, or not)."""
+    def f(d):
+        i = d["group_of"].index(0)
+        d["group_of"][i] = len(d["groups"]) - 1
+        if counts_too:
+            d["groups"][0]["clients"] -= 1
+            d["groups"][-1]["clients"] += 1
+    return f
+
+
+def _group(i, **kw):
+    def f(d):
+        d["groups"][i].update(kw)
+    return f
+
+
+#: tampered group-design classes (both views): name -> edit; each is refused as "does not add up"
+GROUP_CLASSES = {
+    "a client moved to a laxer group": _move_client(False),
+    "a client and its count moved": _move_client(True),
+    "a group's budget label raised": _group(0, budget=0.5),
+    "group budgets out of order": _group(0, budget=100.0),
+    "a group's clients count edited": _group(1, clients=1),
+    "a group's share edited": _group(1, share=0.99),
+    "the design's q edited": lambda d: d.update(q=d["q"] / 2),
+    "the design's budget edited": lambda d: d.update(budget=d["groups"][-1]["budget"]),
+    "a group's sigma edited": _group(1, sigma=0.01),
+    "the noise multiplier edited": lambda d: d.update(noise_multiplier=2 * d["noise_multiplier"]),
+}
+
+
+@pytest.fixture(scope="module", params=["client-aggregate", "client-local"])
+def group_design(request, tmp_path_factory):
+    d = paretofl.design(60, None, max_rounds=20, mechanism=request.param,
+                        budgets=paretofl.budgets.Budgets.shares([0.3, 0.3, 0.4], [1.0, 2.0, 8.0], 60))
+    d.dataset, d.model = "digits", "lr"
+    path = tmp_path_factory.mktemp("groups") / f"{request.param}.json"
+    d.save(path)
+    return path
+
+
+def test_every_tampered_group_design_is_refused_by_every_reader(group_design, tmp_path, capsys):
+    """A group design's counts, shares, budget labels, q, σ and noise
+    multiplier are what its assignment and its groups' rates give, in
+    either view; an edit of any is refused by every reader of the file."""
+    paretofl.Design.load(group_design)           # the untouched file loads
+    for name, change in GROUP_CLASSES.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.json"
+        path.write_text(group_design.read_text())
+        _edit(path, change)
+        for argv in PRIVATE_READERS.values():
+            _refused(capsys, [str(path) if a == "FILE" else a for a in argv], "does not add up")
+        with pytest.raises(ValueError, match="does not add up"):
+            paretofl.Design.load(path)
+
+
+def test_a_group_design_is_checked_against_the_budgets_it_was_made_for(tmp_path, capsys):
+    """A client moved to a laxer group with every figure made consistent is
+    a different design, which no file can show alone: given the budgets
+    file beside it, ``train --design`` checks each client's group, names
+    the first misplaced client, and trains the design that matches."""
+    budgets = tmp_path / "b.csv"
+    budgets.write_text("client,epsilon\n" + "".join(f"{i},{1.0 if i < 20 else 8.0}\n" for i in range(40)))
+    path = tmp_path / "g.json"
+    assert main(["design", "--clients", "40", "--budgets", str(budgets), "--max-rounds", "10", "--out",
+                 str(path)]) == 0
+    capsys.readouterr()
+    other = tmp_path / "other.csv"          # client 3 says epsilon 8: a forged design for these budgets
+    other.write_text(budgets.read_text().replace("\n3,1.0\n", "\n3,8.0\n"))
+    run = ["train", "--design", str(path), "--dataset", "digits", "--model", "lr", "--replicas", "1"]
+    _refused(capsys, run + ["--budgets", str(other)], "client 3 has epsilon 1 in the design and 8 in the budgets")
+    assert main(run + ["--budgets", str(budgets), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert max(out["epsilon_groups"].values()) <= 8.0 and min(out["epsilon_groups"].values()) <= 1.0
+    d = paretofl.Design.load(path)
+    with pytest.raises(ValueError, match="budgets go beside a group design only"):
+        paretofl.train(paretofl.design(40, 2.0, max_rounds=10), budgets=str(budgets), dataset="digits", model="lr")
+    with pytest.raises(ValueError, match="the budgets are for 41 clients"):
+        paretofl.train(d, budgets=paretofl.budgets.Budgets.per_client([1.0] * 20 + [8.0] * 21))
+
+
+def test_a_design_fixes_its_algorithm_and_what_its_own_design_chose(tmp_path, capsys):
+    """An NbAFL design trains nbafl: another algorithm, or NbAFL's C, clients
+    per round, exposures or calibration beside it, is refused by name (they
+    were taken silently, or overrode the design); the algorithm may be named
+    by keyword beside a design given first."""
+    path = tmp_path / "nb.json"
+    assert main(["design", "--mechanism", "nbafl", "--clients", "30", "--budget", "4", "--clip", "1",
+                 "--client-size", "50", "--out", str(path)]) == 0
+    capsys.readouterr()
+    run = ["train", "--design", str(path), "--dataset", "digits", "--model", "lr", "--replicas", "1"]
+    _refused(capsys, run + ["--algorithm", "dpfedavg"], "trains the nbafl algorithm, not dpfedavg")
+    for flag, value in (("--clip", "2"), ("--clients-per-round", "3"), ("--exposures", "2"),
+                        ("--calibration", "paper")):
+        _refused(capsys, run + [flag, value], f"{flag} is set by the design")
+    d = paretofl.Design.load(path)
+    assert paretofl.train(d, algorithm="nbafl", dataset="digits", model="lr").algorithm == "nbafl"
+    with pytest.raises(ValueError, match="trains the nbafl algorithm"):
+        paretofl.train(d, algorithm="dpfedavg", dataset="digits", model="lr")
+    with pytest.raises(ValueError, match="give the algorithm once"):
+        paretofl.train("dpfedavg", algorithm="nbafl", dataset="digits")
+    g = paretofl.design(30, 2.0, max_rounds=10)
+    with pytest.raises(ValueError, match="trains client-level dpfedavg, not nbafl"):
+        paretofl.train(g, algorithm="nbafl", dataset="digits", model="lr")

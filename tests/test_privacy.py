@@ -528,3 +528,19 @@ def test_every_sampling_of_account_says_its_relation():
     for s in SAMPLINGS:
         a = api.account(1.0, 0.1, 10, sampling=s)
         assert a.relation and a.epsilon > 0
+
+
+def test_the_prv_accountant_says_nothing_beside_its_answer_at_a_huge_noise(capsys):
+    """At σ = 1e9 Opacus's PRV accountant warned that its optimal RDP order
+    was the largest (a UserWarning leaked to the user's terminal from
+    ``account --accountant both``); the answer is printed, and nothing else."""
+    import warnings
+
+    pytest.importorskip("opacus")
+    from paretofl.cli import main
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["account", "--sigma", "1e9", "--q", "0.1", "--steps", "10", "--accountant", "both"]) == 0
+    out = capsys.readouterr()
+    assert not seen and out.err == "" and "the larger is reported" in out.out, ([str(w.message) for w in seen], out)

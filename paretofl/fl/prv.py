@@ -38,4 +38,6 @@ class PRVAccountant:
         acc.history = list(self.history)
         with warnings.catch_warnings():   # Opacus's log(0) at q = 1 and the like: noise, not news
             warnings.simplefilter("ignore", RuntimeWarning)
+            # its RDP bound on the PRV's domain, at a tiny ε: the PRV itself is not less tight for it
+            warnings.filterwarnings("ignore", message="Optimal order is the largest alpha", category=UserWarning)
             return float(acc.get_epsilon(delta=check_delta(delta), eps_error=self.eps_error))

@@ -254,6 +254,8 @@ class Mechanism:
     in_auto: ClassVar[bool] = False
     #: the trainer options this mechanism uses (beyond sigma, clip, lr, client_rate, optimizer)
     options: ClassVar[tuple] = ()
+    #: the trainer options a design of it fixes beyond q and sigma (given beside the design they are refused)
+    fixed_by_design: ClassVar[tuple] = ()
     #: those of them that configure the mechanism itself (its constructor's)
     constructor_options: ClassVar[tuple] = ()
     #: RDP orders its ε is searched on (Flower's accountant reports on its own)

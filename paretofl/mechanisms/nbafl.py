@@ -36,6 +36,7 @@ class NbAFLMechanism(Mechanism):
     split = "client"
     trainable = False          # its own algorithm, not client-level DP-FedAvg
     algorithm = "nbafl"
+    fixed_by_design = ("clip", "clients_per_round", "exposures", "calibration")   # what nbafl_design chose
     audits = (
         AuditSetting("nbafl", "nbafl", "sample-replace", "one client, C = 10, sigma_U for epsilon = 2",
                      dict(_SETTING, epsilon=2.0, calibration="clipping"), (NOISE_DIV10, NO_CLIP)),
