@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .mechanisms import DEFAULT
 from .mechanisms import get as mechanism_of
 from .theory.privacy import (
     DEFAULT_ORDERS,
@@ -392,19 +391,22 @@ def _groups_on_updates(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min,
     return out
 
 
-def design_groups(budgets: Budgets, delta: float, t_cap: int, kappa: float, kappa_source: str,
-                  mechanism: str = DEFAULT, q_max: float = 1.0, sigma_min: float = 1e-4,
-                  sigma_max: float = 1e6, orders=DEFAULT_ORDERS):
+def design_groups(budgets: Budgets, request, t_cap: int, kappa: float, kappa_source: str, mech):
     """The (T, noise, rates) of lowest 1/T + κ·v under every group's budget
-    (module docstring).  Aggregate view: a grid of z (noise multiplier of
-    the sum) × the rounds 1..T̃, each group's largest rate on a grid of q
-    from the accountant's closed form (:func:`max_steps`), then the best
-    point's rates refined by bisection on the exact accountant.  Local
-    view: the common q over the cohort sizes, each group's σ_g calibrated.
-    Returns the fields of a :class:`paretofl.recommendation.Design` with
-    ``groups`` (the design makes it).  Raises ValueError where some group's
-    budget allows no round."""
-    mech = mechanism_of(mechanism)
+    (module docstring), for the :class:`paretofl.Request` ``request`` (its
+    δ, q_max, σ range) and the mechanism ``mech`` (client-aggregate or
+    client-local; its orders).  Aggregate view: a grid of z (noise
+    multiplier of the sum) × the rounds 1..T̃, each group's largest rate on
+    a grid of q from the accountant's closed form (:func:`max_steps`), then
+    the best point's rates refined by bisection on the exact accountant.
+    Local view: the common q over the cohort sizes, each group's σ_g
+    calibrated.  Returns the fields of a
+    :class:`paretofl.recommendation.Design` with ``groups`` (the design
+    makes it).  Raises ValueError where some group's budget allows no
+    round."""
+    delta, sigma_min, sigma_max, orders = request.delta, request.sigma_min, request.sigma_max, mech.orders
+    q_max = 1.0 if request.q_max is None else request.q_max
+    mechanism = mech.name
     check_rate(q_max, "q_max")
     ts = _t_grid(t_cap)
     if mech.noise_on == "sum":

@@ -991,8 +991,7 @@ def _design_budgets(r: Request, n: int, t_cap: int, mech, utility, lw, spec) -> 
     kappa = utility.kappa
     if lw is not None and r.local_epochs is not None:
         kappa *= lw.ratio(int(r.local_epochs))
-    d = Design(**design_groups(b, r.delta, t_cap, kappa, utility.source, mech.name,
-                               1.0 if r.q_max is None else r.q_max, r.sigma_min, r.sigma_max, mech.orders))
+    d = Design(**design_groups(b, r, t_cap, kappa, utility.source, mech))
     d.mechanism_options = mech.options_dict() if hasattr(mech, "options_dict") else {}
     recipe_from_spec(d, r.q, spec)
     if r.local_epochs is not None:

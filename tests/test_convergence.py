@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from paretofl.theory import convergence as cv
 
 ALI = dict(mu=0.5, eta=0.05, C=1.0, sigma=1.1, d=1000, B=32, gamma=0.3)
-NB = dict(delta=1e-2, C=1.0, m=1000, N=50, rho=1.0, B=0.5, mu=5.0, l=0.5, beta=1.0, theta=10.0)
+NB = dict(delta=1e-2, C=1.0, m=1000, N=50, constants=dict(rho=1.0, B=0.5, mu=5.0, l=0.5, beta=1.0, theta=10.0))
 
 
 def test_ali_tau0_below_one_and_h_increasing_from_one():
@@ -115,7 +115,7 @@ def test_nbafl_optimal_k_is_interior_and_best():
 
 def test_nbafl_bounds_reject_invalid_settings():
     with pytest.raises(ValueError, match="P"):
-        cv.nbafl_theorem2_bound(10, 50.0, **dict(NB, mu=0.1))
+        cv.nbafl_theorem2_bound(10, 50.0, **dict(NB, constants=dict(NB["constants"], mu=0.1)))
     with pytest.raises(ValueError, match="1..N"):
         cv.nbafl_b(50, 51, 1, 100.0)
     # past the point where the scheduling argument reaches 0 the noise terms vanish
@@ -139,12 +139,12 @@ def test_nbafl_design_answers_are_the_bounds_minima_and_its_guarantees_re_accoun
     r = cv.nbafl_design(N, eps, delta, C, m, max_rounds=2000)
     k = cv.NBAFL_CONSTANTS
     ts = np.arange(1, 2001)
-    h = cv.nbafl_theorem2_bound(ts, eps, delta, C, m, N, **k)
+    h = cv.nbafl_theorem2_bound(ts, eps, delta, C, m, N, k)
     assert r["rounds"] == int(ts[np.argmin(h)])
     scan = {}
     for K in range(1, N + 1):
         try:
-            scan[K] = cv.nbafl_theorem3_bound(r["rounds"], K, eps, delta, C, m, N, **k)
+            scan[K] = cv.nbafl_theorem3_bound(r["rounds"], K, eps, delta, C, m, N, k)
         except ValueError:
             pass
     assert r["clients_per_round"] == min(scan, key=scan.get) and 1 < r["clients_per_round"] < N

@@ -141,11 +141,19 @@ def nbafl_lambdas(rho, B, mu):
     return rho / 2, 1 / mu + rho * B / mu, -1 / mu + rho * B / mu**2 + rho * B**2 / (2 * mu**2)
 
 
-def nbafl_theorem2_bound(T, eps, delta, C, m, N, rho, B, mu, l, beta, theta):
-    """Paper 004, Theorem 2, Eq. (14):
+def _constants(constants):
+    """ρ, B, μ, l, β, Θ from a mapping of them (missing ones: :data:`NBAFL_CONSTANTS`)."""
+    k = dict(NBAFL_CONSTANTS, **(constants or {}))
+    return k["rho"], k["B"], k["mu"], k["l"], k["beta"], k["theta"]
+
+
+def nbafl_theorem2_bound(T, eps, delta, C, m, N, constants=None):
+    """Paper 004, Theorem 2, Eq. (14), ``constants`` ρ, B, μ, l, β, Θ a
+    mapping (default :data:`NBAFL_CONSTANTS`):
     P^T Θ + (κ₁T/ε + κ₀T²/ε²)(1 - P^T), with P = 1 + 2lλ₂,
     κ₁ = λ₁βcC/(m(1-P))·√(2/(Nπ)), κ₀ = λ₀c²C²/(m²(1-P)N).
     Needs 0 < P < 1 (λ₂ < 0: a large enough proximal μ)."""
+    rho, B, mu, l, beta, theta = _constants(constants)
     lam0, lam1, lam2 = nbafl_lambdas(rho, B, mu)
     P = 1 + 2 * l * lam2
     if not (0 < P < 1):
@@ -157,7 +165,7 @@ def nbafl_theorem2_bound(T, eps, delta, C, m, N, rho, B, mu, l, beta, theta):
     return P**T * theta + (k1 * T / eps + k0 * T**2 / eps**2) * (1 - P**T)
 
 
-def nbafl_optimal_rounds(eps, delta, C, m, N, rho, B, mu, l, beta, theta, t_max=100_000):
+def nbafl_optimal_rounds(eps, delta, C, m, N, constants=None, t_max=100_000):
     """The integer T minimising the Theorem 2 bound (Remark 4).
 
     h(T) is minimised over continuous T on a log scale (bounded Brent), then
@@ -165,7 +173,7 @@ def nbafl_optimal_rounds(eps, delta, C, m, N, rho, B, mu, l, beta, theta, t_max=
     in T (the paper's condition: N and ε large enough) this is the optimum.
     """
     def h(logt):
-        return float(nbafl_theorem2_bound(math.exp(logt), eps, delta, C, m, N, rho, B, mu, l, beta, theta))
+        return float(nbafl_theorem2_bound(math.exp(logt), eps, delta, C, m, N, constants))
 
     r = optimize.minimize_scalar(h, bounds=(0.0, math.log(t_max)), method="bounded",
                                  options={"xatol": 1e-10})
@@ -205,12 +213,14 @@ def nbafl_sigma_downlink_k(C, m, N, K, L, T, eps, delta):
     return 2 * gaussian_c(delta) * C * math.sqrt(max(T**2 / b**2 - L**2 * K, 0.0)) / (m * K * eps)
 
 
-def nbafl_theorem3_bound(T, K, eps, delta, C, m, N, rho, B, mu, l, beta, theta):
-    """Paper 004, Theorem 3, Eq. (17), K-client scheduling:
+def nbafl_theorem3_bound(T, K, eps, delta, C, m, N, constants=None):
+    """Paper 004, Theorem 3, Eq. (17), K-client scheduling (``constants`` as
+    :func:`nbafl_theorem2_bound`'s):
     Q^T Θ + (1-Q^T)/(1-Q) · ( cCα₁β√(2/π) / (-mK·ℓ) + c²C²α₀ / (m²K²ℓ²) ),
     ℓ = ln(1 - N/K + (N/K)e^(-ε/T)),
     Q = 1 + (2l/μ²)(ρB²/2 + ρB + ρB²/K + 2ρB²/√K + μB/√K - μ),
     α₀ = 2ρK/N + ρ, α₁ = 1 + 2ρB/μ + 2ρB√K/(μN)."""
+    rho, B, mu, l, beta, theta = _constants(constants)
     c = gaussian_c(delta)
     Q = 1 + 2 * l / mu**2 * (rho * B**2 / 2 + rho * B + rho * B**2 / K + 2 * rho * B**2 / math.sqrt(K)
                              + mu * B / math.sqrt(K) - mu)
@@ -224,14 +234,14 @@ def nbafl_theorem3_bound(T, K, eps, delta, C, m, N, rho, B, mu, l, beta, theta):
     return Q**T * theta + (1 - Q**T) / (1 - Q) * noise
 
 
-def nbafl_optimal_k(T, eps, delta, C, m, N, rho, B, mu, l, beta, theta):
+def nbafl_optimal_k(T, eps, delta, C, m, N, constants=None):
     """The K in 1..N minimising the Theorem 3 bound (Remark 5), by exhaustive
     search; K where the bound is undefined (Q outside (0, 1)) are skipped.
     Returns (K, bound)."""
     best = (None, math.inf)
     for K in range(1, N + 1):
         try:
-            v = nbafl_theorem3_bound(T, K, eps, delta, C, m, N, rho, B, mu, l, beta, theta)
+            v = nbafl_theorem3_bound(T, K, eps, delta, C, m, N, constants)
         except ValueError:
             continue
         if v < best[1]:
@@ -275,7 +285,7 @@ def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, clie
     for name, v in k.items():          # the bounds divide by them and take their logs: positive, finite numbers
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
             raise ValueError(f"NbAFL's constant {name} must be a positive finite number, got {v!r}")
-    args = dict(delta=delta, C=clip, m=client_size, N=n_clients, **k)
+    args = dict(delta=delta, C=clip, m=client_size, N=n_clients, constants=k)
     T = nbafl_optimal_rounds(epsilon, t_max=max_rounds, **args)
     K, bound_k = nbafl_optimal_k(T, epsilon, **args)
     sigma_paper = nbafl_sigma_uplink(clip, client_size, T, epsilon, delta)
