@@ -116,9 +116,10 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
             why = (f"the PRV accountant is run where epsilon is at most {PRV_LIMITS['rdp_epsilon']:g} "
                    f"(RDP gives {eps_rdp:.4g} here; its grid would take gigabytes)")
         if why is None:
-            from .fl.prv import PRVAccountant  # Opacus, hence torch: only when asked for
+            from .fl import prv  # noqa: F401  Opacus, hence torch, only when asked for: it registers "prv"
 
-            values["prv"] = PRVAccountant().step(noise_multiplier, sample_rate, steps).get_epsilon(delta)
+            values["prv"] = privacy.account([Charge(sampling, sample_rate, noise_multiplier, steps)], delta,
+                                            accountant="prv")
         elif accountant == "prv":
             raise ValueError(why + "; use accountant rdp")
         else:

@@ -253,6 +253,22 @@ def test_prv_not_above_rdp(q, z, steps):
     assert prv > 0.5 * rdp  # and not absurdly lower: both describe the same mechanism
 
 
+def test_the_prv_is_reached_through_the_one_entry_point():
+    """account(..., accountant="prv") is Opacus's PRV on the same history
+    (two charges composed: Opacus's own accountant given both steps), a
+    sampling it does not cover is refused, and an accountant not loaded is
+    named with the ones that are."""
+    charges = [P.Charge("poisson", 0.01, 1.0, 500), P.Charge("poisson", 0.05, 2.0, 100)]
+    opacus = OpacusPRV()
+    opacus.history = [(1.0, 0.01, 500), (2.0, 0.05, 100)]
+    assert P.account(charges, 1e-5, accountant="prv") == pytest.approx(opacus.get_epsilon(delta=1e-5, eps_error=0.01))
+    assert P.account(charges, 1e-5, accountant="prv") <= P.account(charges, 1e-5)
+    with pytest.raises(ValueError, match="Poisson sampling only"):
+        P.account([P.Charge("fixed-size", 0.1, 1.0, 10)], 1e-5, accountant="prv")
+    with pytest.raises(ValueError, match="'pld' is not loaded here \\(rdp, prv"):
+        P.account(charges, 1e-5, accountant="pld")
+
+
 def test_classic_conversion_is_the_textbook_formula_and_looser():
     rdp = P.rdp_subsampled_gaussian(0.02, 1.1) * 300
     orders = np.array(P.DEFAULT_ORDERS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..theory.privacy import check_delta, check_step
+from ..theory.privacy import OTHER_ACCOUNTANTS, check_delta, check_step
 
 
 @dataclass
@@ -41,3 +41,18 @@ class PRVAccountant:
             # its RDP bound on the PRV's domain, at a tiny ε: the PRV itself is not less tight for it
             warnings.filterwarnings("ignore", message="Optimal order is the largest alpha", category=UserWarning)
             return float(acc.get_epsilon(delta=check_delta(delta), eps_error=self.eps_error))
+
+
+def prv_epsilon(charges, delta: float) -> float:
+    """ε of Poisson-sampled Gaussian charges by Opacus's PRV accountant (its
+    upper bound), the form :func:`paretofl.theory.privacy.account` reaches
+    it in (``accountant="prv"``); other samplings are refused."""
+    acct = PRVAccountant()
+    for c in charges:
+        if c.sampling != "poisson":
+            raise ValueError(f"Opacus's PRV accountant covers Poisson sampling only, not {c.sampling!r}")
+        acct.step(float(c.noise_multiplier), float(c.rate), int(c.steps))
+    return acct.get_epsilon(delta)
+
+
+OTHER_ACCOUNTANTS["prv"] = prv_epsilon

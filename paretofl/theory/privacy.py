@@ -27,7 +27,8 @@ Contents
   which call it); ``tests/test_layers.py`` holds that.
 * :class:`RDPAccountant` -- the accountant under it (``step`` /
   ``get_epsilon``); steps with different σ or sampling compose.  Opacus's
-  PRV accountant has the same interface in :mod:`paretofl.fl.prv`.
+  PRV accountant has the same interface in :mod:`paretofl.fl.prv`, which
+  registers it in :data:`OTHER_ACCOUNTANTS`: ``account(..., accountant="prv")``.
 * :func:`calibrate_noise` and :func:`max_steps` (ALI-DPFL, Algorithm 3).
 * :class:`Charge` -- what a round charges: the one form every mechanism
   gives its charge in (:mod:`paretofl.mechanisms`), and every ledger reads.
@@ -791,8 +792,13 @@ class RDPAccountant:
         return best_epsilon(self.rdp, delta, self.conversion, self.orders)
 
 
+#: accountants offered beside RDP, by name: ``f(charges, delta) -> ε``, each registered by the module that holds
+#: it (Opacus's PRV by :mod:`paretofl.fl.prv`, on the torch side); :func:`account` reaches them by ``accountant``
+OTHER_ACCOUNTANTS: dict = {}
+
+
 def account(charges, delta: float, orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
-            fixed: bool = False, order: bool = False):
+            fixed: bool = False, order: bool = False, accountant: str = "rdp"):
     """The accountant's one entry point: charges in, ε out.
 
     ``charges``: scalar :class:`Charge` objects (each a mechanism's, or read
@@ -806,7 +812,15 @@ def account(charges, delta: float, orders: Sequence[float] = DEFAULT_ORDERS, con
     best order).  The design, the pre-trial's composition, the bridges and
     the views all reach ε here; the trainer's
     :class:`~paretofl.theory.ledger.Ledger` keeps the same accountant's
-    running books, round by round."""
+    running books, round by round.  ``accountant``: "rdp" (this module's),
+    or one of :data:`OTHER_ACCOUNTANTS` (its ε, with no order)."""
+    if accountant != "rdp":
+        if accountant not in OTHER_ACCOUNTANTS:
+            known = ", ".join(["rdp", *OTHER_ACCOUNTANTS])
+            raise ValueError(f"accountant {accountant!r} is not loaded here ({known}; Opacus's prv is loaded by "
+                             "importing paretofl.fl.prv, which needs torch)")
+        eps = float(OTHER_ACCOUNTANTS[accountant](list(charges), check_delta(delta)))
+        return (eps, math.nan) if order else eps
     acct = RDPAccountant(orders=tuple(orders), conversion=conversion)
     for c in charges:
         acct.step(float(c.noise_multiplier), float(c.rate), int(c.steps), c.sampling)
