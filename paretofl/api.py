@@ -542,6 +542,8 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     anyone who knows the seed can draw its noise again.
     """
     named = options.pop("algorithm", None)      # algorithm= by keyword (the first argument is positional only)
+    if isinstance(named, Design):
+        raise ValueError("a design goes first or as design=, not as algorithm=")
     if isinstance(algorithm, Design):            # train(design, dataset=..., model=...): the design runs whole
         if design is not None:
             raise ValueError("give the design once: train(design) or train(design=design)")
@@ -572,7 +574,7 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
         dataset = run_of["dataset"] if dataset is None else dataset
         model = run_of["model"] if model is None else model
     algorithm = TRAIN_DEFAULTS["algorithm"] if algorithm is None else algorithm
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if budgets is not None:
         if algorithm != "dpfedavg":
@@ -638,20 +640,19 @@ def _check_design_budgets(design, budgets) -> None:
     show this alone: a client moved to a laxer group is a consistent file."""
     import numpy as np
 
-    from .budgets import Budgets, read_budgets
+    from .budgets import budgets_of
 
     if not isinstance(design, Design) or not design.groups:
         raise ValueError("give budgets or a design, not both: budgets go beside a group design only (to check it)")
-    b = budgets if isinstance(budgets, Budgets) else read_budgets(budgets, design.n_clients)
-    if b.n_clients != design.n_clients:
-        raise ValueError(f"the budgets are for {b.n_clients} clients, the design for {design.n_clients}")
+    b = budgets_of(budgets, design.n_clients)
     mine = np.asarray([float(design.groups[g]["budget"]) for g in design.group_of])
     theirs = b.epsilons[b.group_of]
     off = np.flatnonzero(~np.isclose(mine, theirs, rtol=1e-12, atol=0))
     if len(off):
         i = int(off[0])
         raise ValueError(f"the design is not for these budgets: client {i} has epsilon {mine[i]:g} in the design "
-                         f"and {theirs[i]:g} in the budgets ({len(off)} client{'s' if len(off) > 1 else ''} differ)"
+                         f"and {theirs[i]:g} in the budgets ({len(off)} "
+                         f"{'clients differ' if len(off) > 1 else 'client differs'})"
                          "; design again with them")
 
 
@@ -664,7 +665,7 @@ def _run_of_design(design, algorithm: str, clients, named: dict, options: dict) 
         raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
                          f"{type(design).__name__}")
     design = check_design(design, "design")      # what it claims, re-derived before it trains
-    fixed = [k for k in set_by_design(design) if (named[k] is not None if k in named else k in options)]
+    fixed = [k for k in set_by_design(design) if (named[k] if k in named else options.get(k)) is not None]
     if fixed:
         raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design: leave "
                          f"{'it' if len(fixed) == 1 else 'them'} out, or design again")
@@ -898,7 +899,10 @@ def names() -> dict:
             "own_design": mechanism_names(trainable=False), "search": SEARCH, "exports": EXPORTS,
             "flower_framework": FLOWER, "export_of_noise": EXPORT_OF_NOISE,
             "mechanism_options": tuple(dict.fromkeys(o for n in mechanism_names()
-                                                     for o in REGISTRY[n].constructor_options))}
+                                                     for o in REGISTRY[n].constructor_options)),
+            "mechanism_option_flags": {o: (*REGISTRY[n].option_flags[o], tuple(
+                m for m in mechanism_names() if o in REGISTRY[m].constructor_options))
+                for n in mechanism_names() for o in REGISTRY[n].constructor_options}}
 
 
 def is_reference(value) -> bool:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .mechanisms import REGISTRY
 from .mechanisms import get as mechanism_of
 from .theory.privacy import (
     DEFAULT_ORDERS,
@@ -43,7 +44,7 @@ from .theory.privacy import (
     within,
 )
 
-__all__ = ["Budgets", "read_budgets", "design_groups"]
+__all__ = ["Budgets", "read_budgets", "budgets_of", "design_groups", "account_groups"]
 
 
 @dataclass
@@ -124,7 +125,7 @@ def read_budgets(path, n_clients: int | None = None) -> Budgets:
     if not p.is_file():
         raise ValueError(f"budgets file {path} does not exist or is not a file")
     try:
-        with open(p, newline="") as f:
+        with open(p, newline="", encoding="utf-8-sig") as f:   # a spreadsheet's byte-order mark is no header
             rows = list(csv.reader(f))
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"budgets file {path} cannot be read: {exc}") from None
@@ -157,21 +158,43 @@ def read_budgets(path, n_clients: int | None = None) -> Budgets:
             return Budgets.shares(a, b, n_clients)
         except ValueError as exc:
             raise ValueError(f"budgets file {path}: {exc}") from None
-    if np.any(a != np.round(a)) or np.any(a < 0):
+    if not np.all(np.isfinite(a)) or np.any(a != np.round(a)) or np.any(a < 0):
         raise ValueError(f"budgets file {path}: client ids must be integers 0, 1, …")
-    ids = a.astype(int)
-    seen, dup = np.unique(ids, return_counts=True)
+    seen, dup = np.unique(a, return_counts=True)
     if np.any(dup > 1):
-        raise ValueError(f"budgets file {path}: client {seen[dup > 1][0]} is listed twice")
-    n = int(ids.max()) + 1
-    if len(ids) != n:
-        missing = sorted(set(range(n)) - set(ids.tolist()))[0]
+        raise ValueError(f"budgets file {path}: client {seen[dup > 1][0]:.0f} is listed twice")
+    n = len(a)
+    if seen[-1] >= n:    # n distinct ids, one past n - 1: an id below n is missing (floats: no overflow)
+        missing = int(np.flatnonzero(~np.isin(np.arange(n), seen))[0])
         raise ValueError(f"budgets file {path}: client {missing} is missing (ids must run 0..{n - 1})")
+    ids = a.astype(int)
     if n_clients is not None and n != n_clients:
         raise ValueError(f"budgets file {path} lists {n} clients, not {n_clients}")
     eps = np.empty(n)
     eps[ids] = b
     return Budgets.per_client(eps)
+
+
+def budgets_of(budgets, n_clients: int) -> Budgets:
+    """Clients' budgets as given: a :class:`Budgets`, a budgets CSV file's
+    path (:func:`read_budgets`) or one ε per client (a sequence or array,
+    client i's at position i); for ``n_clients`` clients, or refused."""
+    import os
+
+    if isinstance(budgets, Budgets):
+        b = budgets
+    elif isinstance(budgets, (str, os.PathLike)):
+        b = read_budgets(budgets, n_clients)
+    elif isinstance(budgets, (list, tuple, np.ndarray)) and all(
+            not isinstance(e, bool) and isinstance(e, (int, float, np.integer, np.floating))
+            for e in np.ravel(np.asarray(budgets, dtype=object))):
+        b = Budgets.per_client(budgets)
+    else:
+        raise ValueError(f"budgets must be a budgets CSV file, a Budgets or one epsilon per client, got "
+                         f"{type(budgets).__name__}")
+    if b.n_clients != n_clients:
+        raise ValueError(f"the budgets are for {b.n_clients} clients, not {n_clients}")
+    return b
 
 
 def _t_grid(t_cap: int) -> np.ndarray:
@@ -198,12 +221,14 @@ def account_groups(mechanism: str, groups: list, group_of: list, sigma: float, d
     sum of the expected cohort m = Σ_i q_i, as the mechanism releases it;
     local view: each group's own σ on each update."""
     mech = mechanism_of(mechanism)
+    if not mech.groups:
+        raise ValueError(f"groups of clients with budgets of their own run with "
+                         f"{' or '.join(k for k, m in REGISTRY.items() if m.groups)}, not {mechanism}")
+    _check_record(groups, group_of)
     of = np.asarray(group_of, dtype=int)
     n = len(of)
     counts = np.bincount(of, minlength=len(groups))
     rates = np.array([float(g["q"]) for g in groups])
-    for qq in rates:
-        check_rate(float(qq), "a group's q")
     problems = _record_problems(mech, groups, counts, rates, sigma)
     if mech.noise_on == "sum":    # one noise on the sum of the expected cohort m, as the mechanism releases it
         z = mech.noise(float(rates.min()), sigma, n, cohort=float(counts @ rates)).std
@@ -216,6 +241,33 @@ def account_groups(mechanism: str, groups: list, group_of: list, sigma: float, d
     return dict(epsilons=[c.epsilon(delta, int(rounds)) for c in charges], noise_multiplier=float(z),
                 charged_noise_multiplier=float(z), sampling=charges[0].sampling, problems=problems,
                 q=float(counts @ rates) / n, budget=min(float(g["budget"]) for g in groups))
+
+
+#: a group's record: its fields, each a number in its range (the budget, clients, share, q, σ and ε spent)
+_GROUP_FIELDS = {"budget": (0, math.inf), "clients": (1, math.inf), "share": (0, 1), "q": (0, 1),
+                 "sigma": (0, math.inf), "epsilon": (0, math.inf)}
+
+
+def _check_record(groups, group_of) -> None:
+    """Each group a record of exactly :data:`_GROUP_FIELDS`, each a number
+    (not text, not a boolean) in its range, ``clients`` whole, every group
+    with a client, ``group_of`` whole numbers naming a group; else
+    ValueError naming the first field that is not."""
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
+        raise ValueError("groups must be a list of the groups' records")
+    for i, g in enumerate(groups):
+        if set(g) != set(_GROUP_FIELDS):
+            raise ValueError(f"group {i} has the fields {sorted(g)}, not {sorted(_GROUP_FIELDS)}")
+        for k, (lo, hi) in _GROUP_FIELDS.items():
+            v = g[k]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not (
+                    lo < v <= hi if k in ("share", "q") else lo <= v <= hi if k == "clients" else lo < v < hi):
+                raise ValueError(f"group {i}'s {k} must be a finite number in its range, got {v!r}")
+        if not isinstance(g["clients"], int):
+            raise ValueError(f"group {i}'s clients must be a whole number, got {g['clients']!r}")
+    if not isinstance(group_of, list) or not group_of or any(
+            isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < len(groups) for x in group_of):
+        raise ValueError("group_of must give each client's group, a whole number naming one")
 
 
 def _record_problems(mech, groups, counts, rates, sigma) -> list:

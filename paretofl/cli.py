@@ -556,8 +556,8 @@ def _design_nbafl(a):
         lines += ["", out["statement"], ""]
     where = a.out or "design.json"
     lines.append(f"next: {'' if a.out else f'save it (add --out {where}), then '}train it with paretofl train "
-                 f"--design {where} --dataset DATA --model MODEL (split over its {a.clients} clients; the "
-                 "design's C, sigma, T and clients per round travel with it); "
+                 f"--design {where} --dataset fashion-mnist --model lr (or your data and model, split over its "
+                 f"{a.clients} clients; the design's C, sigma, T and clients per round travel with it); "
                  "to reproduce the paper's calibration instead, paretofl train --algorithm nbafl --calibration paper "
                  f"--clients {a.clients} --epsilon {a.budget:g} --delta {a.delta:g} --rounds {r['rounds']} "
                  f"--clip {a.clip:g} --clients-per-round {r['clients_per_round']}")
@@ -646,9 +646,11 @@ def cmd_train(a):
     per = api.algorithm_options()
     if any(alg in algs for algs in per.values()):      # an unknown algorithm: the API says so
         foreign = [flag(o) for o in given if alg not in per[o]]
+        fixed_here = api.set_by_design(design) if design is not None else ()
+        open_options = [o for o, algs in per.items() if alg in algs and o not in fixed_here]
         if foreign:
             raise ValueError(f"{', '.join(foreign)} {'is' if len(foreign) == 1 else 'are'} not an option of {alg}; "
-                             f"its options: {', '.join(flag(o) for o, algs in per.items() if alg in algs)}")
+                             f"its options: {', '.join(flag(o) for o in open_options)}")
     if a.history is not None:
         api.check_out_path(a.history, (".csv",))
     api.keep_freed_memory()
@@ -933,26 +935,14 @@ def _add_design(sub, known):
                    default=known["default_mechanism"],
                    help="what is released and charged (docs/theory.md, sections 5.3 and 7); auto: the lowest "
                         "bound of client-aggregate, bandmf and bandmf-amplified")
-    s.add_argument("--bands", type=INT, help="bandmf, bandmf-amplified: fix the bands b (default: searched)")
-    s.add_argument("--dim", type=INT, help="distributed: the model's number of weights (7850 for LR on "
-                                           "FashionMNIST; required)")
-    s.add_argument("--bits", type=INT, help="distributed: fix the secure sum's bit width (default: searched, 6-22)")
-    s.add_argument("--scaled-clip", type=FLOAT, help="distributed: fix the clip on the integer grid (default: "
-                                                      "chosen with the bits)")
-    s.add_argument("--dropout", type=FLOAT, help="distributed: the share of a cohort that may drop out (each client's "
-                                                  "noise is set so that the rest carry it; default 0)")
-    s.add_argument("--rounding-beta", type=FLOAT, help="distributed: conditional rounding's bias (default exp(-1/2))")
+    for o, (kind, text, mechs) in known["mechanism_option_flags"].items():     # each family's own knobs
+        s.add_argument("--" + o.replace("_", "-"), type=INT if kind == "int" else FLOAT,
+                       help=f"{', '.join(mechs)}: {text}")
     s.add_argument("--framework", choices=known["frameworks"],
                    help="where a client-aggregate design runs: paretofl's trainer (Poisson client sampling), Flower "
                         "(m of N without replacement, accounted by paretofl: the flower mechanism), or Flower with "
                         "its own accountant on (the flower-accounted mechanism) (default: paretofl, or flower with "
                         "--export flower)")
-    s.add_argument("--clip-quantile", type=FLOAT, help="client-aggregate: adaptive clipping towards this quantile "
-                                                        "of the update norms (it travels with the design to training "
-                                                        "and into its statement)")
-    s.add_argument("--clip-lr", type=FLOAT, help="adaptive clipping: the geometric step (default 0.2)")
-    s.add_argument("--count-noise", type=FLOAT, help="adaptive clipping: std of the count's noise (default: "
-                                                      "max(expected cohort / 20, the noise multiplier z))")
     s.add_argument("--export", choices=known["exports"],
                    help="print the design in the framework's own parameters, with a snippet (jax-privacy: a bandmf "
                         "design's correlated noise)")

@@ -974,20 +974,19 @@ def _checked(r: Request) -> tuple[int, int, bool]:
 
 def _design_budgets(r: Request, n: int, t_cap: int, mech, utility, lw, spec) -> Design:
     """The design for clients with budgets of their own (docs/theory.md §4.B)."""
-    from .budgets import Budgets, design_groups, read_budgets
+    from .budgets import budgets_of, design_groups
 
     if not isinstance(utility, ClosedForm):
         raise ValueError("per-client budgets are designed with the closed form: give kappa or fit, not from_store")
-    if mech.noise_on == "correlated-sum":
-        raise ValueError(f"per-client budgets are designed for client-aggregate or client-local, not {mech.name}")
     if mech.framework != "paretofl":
         raise ValueError("Flower samples every client at one rate: per-client budgets run in paretofl's trainer "
                          "(docs/api.md says what Flower can run instead)")
+    if not mech.groups:
+        raise ValueError(f"per-client budgets are designed for "
+                         f"{' or '.join(k for k, m in REGISTRY.items() if m.groups)}, not {mech.name}")
     if r.q is not None or r.q_min is not None:
         raise ValueError("per-client budgets design each group's rate: give q_max at most")
-    b = r.budgets if isinstance(r.budgets, Budgets) else read_budgets(r.budgets, n)
-    if b.n_clients != n:
-        raise ValueError(f"the budgets are for {b.n_clients} clients, not {n}")
+    b = budgets_of(r.budgets, n)
     kappa = utility.kappa
     if lw is not None and r.local_epochs is not None:
         kappa *= lw.ratio(int(r.local_epochs))

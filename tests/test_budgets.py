@@ -127,6 +127,9 @@ def test_shares_become_whole_clients_by_largest_remainder(tmp_path):
     ("client,epsilon\n", "no lines"),
     ("", "is empty"),
     ("client,epsilon\n0,one\n", "is not two numbers"),
+    ("client,epsilon\n0,1\ninf,2\n", "client ids must be integers"),     # an IndexError once
+    ("client,epsilon\n0,1\n1e20,2\n", "client 1 is missing"),             # past int64: an IndexError once
+    ("client,epsilon\n0,1\n-1,2\n", "client ids must be integers"),
 ])
 def test_a_bad_budgets_file_is_refused_in_one_line_and_nothing_is_written(text, msg, tmp_path, monkeypatch, capsys):
     f = tmp_path / "b.csv"
@@ -166,3 +169,25 @@ def test_design_with_budgets_on_the_command_line_lists_each_group(tmp_path, caps
     assert main(["design", "--clients", "100", "--budgets", str(f), "--max-rounds", "10", "--export", "flower",
                  "--clip", "1"]) == 2
     assert "does not apply with --budgets" in capsys.readouterr().err
+
+
+def test_budgets_are_taken_as_a_user_holds_them(tmp_path):
+    """A CSV saved by a spreadsheet (a byte-order mark before the header), a
+    list of one epsilon per client, a Budgets: the same groups; a budgets
+    object of another kind is refused in one line."""
+    import paretofl
+    from paretofl.budgets import budgets_of
+
+    f = tmp_path / "b.csv"
+    f.write_text("\ufeffclient,epsilon\n" + "".join(f"{i},{1 if i < 5 else 4}\n" for i in range(10)),
+                 encoding="utf-8")
+    want = Budgets.per_client([1] * 5 + [4] * 5)
+    for given in (str(f), f, [1] * 5 + [4] * 5, np.array([1.0] * 5 + [4.0] * 5), want):
+        got = budgets_of(given, 10)
+        assert got.epsilons.tolist() == [1.0, 4.0] and got.group_of.tolist() == want.group_of.tolist(), given
+    d = paretofl.design(10, None, max_rounds=5, budgets=[1] * 5 + [4] * 5, kappa=1.0)
+    assert [g["budget"] for g in d.groups] == [1.0, 4.0]
+    for bad, msg in (({"0": 1}, "one epsilon per client"), ([1, "4"], "one epsilon per client"),
+                     ([True] * 10, "one epsilon per client"), ([1] * 9, "for 9 clients, not 10")):
+        with pytest.raises(ValueError, match=msg):
+            budgets_of(bad, 10)

@@ -314,18 +314,36 @@ def _group(i, **kw):
     return f
 
 
-#: tampered group-design classes (both views): name -> edit; each is refused as "does not add up"
+def _phantom(d):
+    """A group of no client, first, with the strictest budget."""
+    d["groups"].insert(0, dict(d["groups"][0], budget=0.5, clients=0, share=0.0))
+    d["group_of"] = [g + 1 for g in d["group_of"]]
+
+
+#: tampered group-design classes (both views): name -> (edit, what the refusal says)
 GROUP_CLASSES = {
-    "a client moved to a laxer group": _move_client(False),
-    "a client and its count moved": _move_client(True),
-    "a group's budget label raised": _group(0, budget=0.5),
-    "group budgets out of order": _group(0, budget=100.0),
-    "a group's clients count edited": _group(1, clients=1),
-    "a group's share edited": _group(1, share=0.99),
-    "the design's q edited": lambda d: d.update(q=d["q"] / 2),
-    "the design's budget edited": lambda d: d.update(budget=d["groups"][-1]["budget"]),
-    "a group's sigma edited": _group(1, sigma=0.01),
-    "the noise multiplier edited": lambda d: d.update(noise_multiplier=2 * d["noise_multiplier"]),
+    "a client moved to a laxer group": (_move_client(False), "does not add up"),
+    "a client and its count moved": (_move_client(True), "does not add up"),
+    "a group's budget label raised": (_group(0, budget=0.5), "does not add up"),
+    "group budgets out of order": (_group(0, budget=100.0), "does not add up"),
+    "a group's clients count edited": (_group(1, clients=1), "does not add up"),
+    "a group's share edited": (_group(1, share=0.99), "does not add up"),
+    "the design's q edited": (lambda d: d.update(q=d["q"] / 2), "does not add up"),
+    "the design's budget edited": (lambda d: d.update(budget=d["groups"][-1]["budget"]), "does not add up"),
+    "a group's sigma edited": (_group(1, sigma=0.01), "does not add up"),
+    "the noise multiplier edited": (lambda d: d.update(noise_multiplier=2 * d["noise_multiplier"]),
+                                    "does not add up"),
+    # the third attack: a mechanism that samples one cohort for all (Flower's) ran the groups' rates as one
+    "groups under Flower's mechanism": (lambda d: d.update(mechanism="flower"), "run with client-aggregate or"),
+    "groups under the sample mechanism": (lambda d: d.update(mechanism="sample"), "run with client-aggregate or"),
+    "a budget as text": (_group(1, budget="8"), "budget must be a finite number"),
+    "a NaN budget": (_group(1, budget="nan"), "budget must be a finite number"),
+    "a rate as text": (_group(0, q="0.5"), "q must be a finite number"),
+    "a rate of true": (_group(0, q=True), "q must be a finite number"),
+    "a group of no client": (_phantom, "clients must be a finite number in its range, got 0"),
+    "a client count of 10.0": (_group(0, clients=18.0), "clients must be a whole number"),
+    "a field more": (_group(0, note="x"), "group 0 has the fields"),
+    "a boolean for a client's group": (lambda d: d["group_of"].__setitem__(0, False), "group_of must give"),
 }
 
 
@@ -344,13 +362,13 @@ def test_every_tampered_group_design_is_refused_by_every_reader(group_design, tm
     multiplier are what its assignment and its groups' rates give, in
     either view; an edit of any is refused by every reader of the file."""
     paretofl.Design.load(group_design)           # the untouched file loads
-    for name, change in GROUP_CLASSES.items():
-        path = tmp_path / f"{name.replace(' ', '_')}.json"
+    for name, (change, match) in GROUP_CLASSES.items():
+        path = tmp_path / f"{name.replace(' ', '_').replace(chr(39), '')}.json"
         path.write_text(group_design.read_text())
         _edit(path, change)
         for argv in PRIVATE_READERS.values():
-            _refused(capsys, [str(path) if a == "FILE" else a for a in argv], "does not add up")
-        with pytest.raises(ValueError, match="does not add up"):
+            _refused(capsys, [str(path) if a == "FILE" else a for a in argv], match)
+        with pytest.raises(ValueError, match=match):
             paretofl.Design.load(path)
 
 
@@ -399,6 +417,10 @@ def test_a_design_fixes_its_algorithm_and_what_its_own_design_chose(tmp_path, ca
         paretofl.train(d, algorithm="dpfedavg", dataset="digits", model="lr")
     with pytest.raises(ValueError, match="give the algorithm once"):
         paretofl.train("dpfedavg", algorithm="nbafl", dataset="digits")
+    with pytest.raises(ValueError, match="not as algorithm="):
+        paretofl.train(algorithm=d, dataset="digits", model="lr")
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        paretofl.train(3, dataset="digits", model="lr")
     g = paretofl.design(30, 2.0, max_rounds=10)
     with pytest.raises(ValueError, match="trains client-level dpfedavg, not nbafl"):
         paretofl.train(g, algorithm="nbafl", dataset="digits", model="lr")

@@ -268,7 +268,13 @@ class TestEveryMechanismAndOptionTrains:
 #: trainings that cannot do what they are asked (issue 45, item 3): (class, the problem's words)
 SHORT_RUNS = {"explicit rounds past the budget": "rounds asked", "a design's sigma lowered": "design's",
               "a group's q raised": "no round was trained", "features scaled to overflow": "diverged",
-              "a group design's clients moved": "does not add up"}
+              "a group design's clients moved": "does not add up",
+              "a group design's record edited": "cannot be re-derived"}
+#: the edits of a group design's record (field, bad value): text, non-finite, booleans, out of range, another mechanism
+_GROUP_EDITS = [("budget", "8"), ("budget", float("nan")), ("budget", float("inf")), ("q", True), ("q", "0.5"),
+                ("q", 0.0), ("q", 1.5), ("clients", 0), ("clients", 50.0), ("sigma", -1.0), ("share", [0.5]),
+                ("epsilon", None), ("mechanism", "flower"), ("mechanism", "flower-accounted"), ("mechanism", "sample"),
+                ("mechanism", "nbafl"), ("mechanism", "bandmf")]
 
 
 @st.composite
@@ -280,6 +286,8 @@ def short_runs(draw):
         return kind, draw(st.floats(0.2, 0.6))
     if kind == "a group's q raised":
         return kind, draw(st.floats(10, 40))
+    if kind == "a group design's record edited":
+        return kind, (draw(st.sampled_from(_GROUP_EDITS)), draw(st.integers(0, 1)))
     if kind == "a group design's clients moved":     # which clients of the strict group, their counts moved or not
         return kind, (draw(st.lists(st.integers(0, 49), min_size=1, max_size=5, unique=True)), draw(st.booleans()))
     return kind, 10.0 ** draw(st.integers(20, 37))
@@ -288,7 +296,7 @@ def short_runs(draw):
 _LR = dict(dataset="digits", model="lr")
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(short_runs())
 def test_a_training_that_does_less_than_asked_says_so(case):
     """Whatever the fuzz draws from each class, the run is ``complete=False``
@@ -303,7 +311,8 @@ def test_a_training_that_does_less_than_asked_says_so(case):
     kind, x = case
     if kind == "explicit rounds past the budget":
         r = paretofl.train(**_LR, clients=10, rounds=x, mechanism="client-aggregate", sigma=1.0)
-    elif kind in ("a design's sigma lowered", "a group's q raised", "a group design's clients moved"):
+    elif kind in ("a design's sigma lowered", "a group's q raised", "a group design's clients moved",
+                  "a group design's record edited"):
         # an edited design is not what its figures say: refused before training (issue 44), never a success
         if kind == "a design's sigma lowered":
             d = paretofl.design(100, 2, max_rounds=30)
@@ -315,6 +324,13 @@ def test_a_training_that_does_less_than_asked_says_so(case):
             if kind == "a group's q raised":
                 groups[0]["q"] = min(1.0, groups[0]["q"] * x)
                 edited = dataclasses.replace(d, groups=groups)
+            elif kind == "a group design's record edited":
+                (field, value), which = x
+                if field == "mechanism":
+                    edited = dataclasses.replace(d, mechanism=value)
+                else:
+                    groups[which][field] = value
+                    edited = dataclasses.replace(d, groups=groups)
             else:                                     # a client of epsilon 1 given the group of epsilon 8
                 moved, counts_too = x
                 of = list(d.group_of)
@@ -324,7 +340,7 @@ def test_a_training_that_does_less_than_asked_says_so(case):
                     groups[0]["clients"] -= len(moved)
                     groups[1]["clients"] += len(moved)
                 edited = dataclasses.replace(d, groups=groups, group_of=of)
-        with pytest.raises(ValueError, match="does not add up|allows not one round"):
+        with pytest.raises(ValueError, match="does not add up|allows not one round|cannot be re-derived"):
             paretofl.train(design=edited, **_LR)
         FUZZ_INCOMPLETE[kind + " (refused)"] = FUZZ_INCOMPLETE.get(kind + " (refused)", 0) + 1
         return

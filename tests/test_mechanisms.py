@@ -171,3 +171,23 @@ def test_an_audit_setting_named_twice_runs_once():
 
     jobs = api.audit_jobs(["distributed", "distributed/dropout"], "all")
     assert len(jobs) == len(set(jobs)) and {s for s, _ in jobs} == {"distributed", "distributed/dropout"}
+
+
+def test_every_family_option_is_a_design_flag_made_from_the_family():
+    """Each mechanism's constructor options carry their flag's kind and help
+    (``option_flags``), and ``paretofl design`` has a flag for each, typed
+    and naming the families that take it: a new family with options
+    touches no CLI code (issue 47)."""
+    from paretofl.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command" or getattr(a, "choices", None)
+               and "design" in (a.choices or {}))
+    design = sub.choices["design"]
+    flags = {a.dest: a for a in design._actions}
+    for name, cls in M.REGISTRY.items():
+        assert set(cls.option_flags) == set(cls.constructor_options), name
+        for o, (kind, text) in cls.option_flags.items():
+            assert kind in ("int", "float") and text, (name, o)
+            act = flags[o]
+            assert name in act.help and text in act.help, (name, o, act.help)
+            assert act.type("3") == (3 if kind == "int" else 3.0)

@@ -484,7 +484,8 @@ class DistributedRelease(SumRelease):
         d = engine.net.n_params
         if mechanism.dim is not None and mechanism.dim != d:
             raise ValueError(f"the distributed mechanism was set for dim = {mechanism.dim} weights, the model has "
-                             f"{d}: its sensitivity (and the charge) depend on it")
+                             f"{d}: its sensitivity (and the charge) depend on it; design again with dim {d} for this "
+                             "model, or train the model it was designed for")
         self.dim, self.padded = d, sk.padded_dim(d)
         self.bits, self.scaled = mechanism.bits, mechanism.scaled_clip
         self.l2 = sk.rounded_l2_bound(self.scaled, self.padded, mechanism.beta)

@@ -89,11 +89,18 @@ class ClientAggregate(Mechanism):
                 "fixed total variance, divided by the expected cohort (all T models may be published)")
     selection = "poisson"
     noise_on = "sum"
+    groups = True
     split = "shares"
     designable = True
     in_auto = True
     options = ("local_epochs", "batch_size", "clip_quantile", "clip_lr", "count_noise")
     constructor_options = ("clip_quantile", "clip_lr", "count_noise")
+    option_flags = {
+        "clip_quantile": ("float", "adaptive clipping towards this quantile of the update norms (it travels with the "
+                                   "design to training and into its statement)"),
+        "clip_lr": ("float", "adaptive clipping: the geometric step (default 0.2)"),
+        "count_noise": ("float", "adaptive clipping: std of the count's noise (default: max(expected cohort / 20, "
+                                 "the noise multiplier z))")}
     audits = (
         AuditSetting("client-aggregate", "client-aggregate", "add-remove",
                      "N = 4, q = 0.5, sigma = 1.1, 520 weights", dict(_AUDIT),

@@ -83,6 +83,7 @@ class _Banded(Mechanism):
     in_auto = True
     options = ("local_epochs", "batch_size", "bands")
     constructor_options = ("bands",)
+    option_flags = {"bands": ("int", "fix the bands b (default: searched)")}
     trusted = ("the server (or a secure aggregator), which sees the clipped updates and keeps the last b - 1 noise "
                "draws secret")
     released = ("every round's global model: the sum of the round's clipped updates plus row t of C^-1 Z (noise "

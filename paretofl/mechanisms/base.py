@@ -256,8 +256,14 @@ class Mechanism:
     options: ClassVar[tuple] = ()
     #: the trainer options a design of it fixes beyond q and sigma (given beside the design they are refused)
     fixed_by_design: ClassVar[tuple] = ()
+    #: can it run clients with budgets of their own (each group Poisson-sampled at its own rate: the group design
+    #: of paretofl.budgets); a design or file with groups of any other mechanism is refused
+    groups: ClassVar[bool] = False
     #: those of them that configure the mechanism itself (its constructor's)
     constructor_options: ClassVar[tuple] = ()
+    #: each of them as ``paretofl design`` takes it: option -> ("int" or "float", its help); the CLI's flags
+    #: are made from these (a family with options touches no other file for them)
+    option_flags: ClassVar[dict] = {}
     #: RDP orders its ε is searched on (Flower's accountant reports on its own)
     orders: ClassVar[tuple] = DEFAULT_ORDERS
     #: does the framework it runs in report ε on :attr:`orders`, unrefined (Flower's accountant)
@@ -383,6 +389,10 @@ class Mechanism:
 
     # -------------------------------------------------------------- statement
     def sampling_text(self, d) -> str:
+        if d.groups:
+            return ("each client joins each round independently with its group's probability (Poisson; "
+                    + ", ".join(f"q = {g['q']:.4g} at epsilon {g['budget']:g}" for g in d.groups)
+                    + "); who took part is not released")
         return (f"each client joins each round independently with probability q = {d.q:.4g} (Poisson); who took "
                 "part is not released")
 

@@ -89,6 +89,13 @@ class DistributedSkellam(Mechanism):
     _plan = None                # the design's planning point of error_ratio: (cohort, z), "exact" or None
     options = ("local_epochs", "batch_size", "bits", "scaled_clip", "dim", "rounding_beta", "dropout")
     constructor_options = ("bits", "scaled_clip", "dim", "rounding_beta", "dropout")
+    option_flags = {
+        "dim": ("int", "the model's number of weights (7850 for LR on FashionMNIST; required)"),
+        "bits": ("int", "fix the secure sum's bit width (default: searched, 6-22)"),
+        "scaled_clip": ("float", "fix the clip on the integer grid (default: chosen with the bits)"),
+        "dropout": ("float", "the share of a cohort that may drop out (each client's noise is set so that the rest "
+                             "carry it; default 0)"),
+        "rounding_beta": ("float", "conditional rounding's bias (default exp(-1/2))")}
     audits = (
         AuditSetting("distributed", "distributed", "zero-out-sum",
                      "N = 2, every client every round, sigma = 3.2 (z = 4.5), 20 bits, scaled clip 1000",

@@ -33,6 +33,7 @@ class ClientLocal(Mechanism):
                 "(and everything computed from them)")
     selection = "poisson"
     noise_on = "update"
+    groups = True
     split = "client"
     designable = True
     options = ("local_epochs", "batch_size")
@@ -65,8 +66,8 @@ class ClientLocal(Mechanism):
                      divisor=m)
 
     def sampling_text(self, d) -> str:
-        return (f"each client takes part with probability q = {d.q:.4g}; who took part is seen, and each client "
-                "is charged for its own participations only")
+        return (f"each client takes part with probability q = {d.q:.4g}" + (" (every group's)" if d.groups else "")
+                + "; who took part is seen, and each client is charged for its own participations only")
 
     def accountant_text(self, d) -> str:
         return ("RDP of the Gaussian at each participation (participation seen), composed over the rounds a "
