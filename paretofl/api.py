@@ -668,7 +668,9 @@ def _run_of_design(design, algorithm: str, clients, named: dict, options: dict) 
     fixed = [k for k in set_by_design(design) if (named[k] if k in named else options.get(k)) is not None]
     if fixed:
         raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design: leave "
-                         f"{'it' if len(fixed) == 1 else 'them'} out, or design again")
+                         f"{'it' if len(fixed) == 1 else 'them'} out, or design again"
+                         + ("; to reproduce the paper's calibration, train the nbafl algorithm without the design"
+                            if "calibration" in fixed else ""))
     if clients is not None and clients != design.n_clients:
         raise ValueError(f"the design is for {design.n_clients} clients, not {clients}")
     spent, groups = (), None

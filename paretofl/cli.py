@@ -637,7 +637,9 @@ def cmd_train(a):
                  and (getattr(a, k, None) is not None or given.get(k) is not None)]
         if fixed:
             raise ValueError(f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} set by the design {a.design}: "
-                             f"drop {'it' if len(fixed) == 1 else 'them'}, or design again")
+                             f"drop {'it' if len(fixed) == 1 else 'them'}, or design again"
+                             + ("; to reproduce the paper's calibration, train --algorithm nbafl without --design"
+                                if "--calibration" in fixed else ""))
         if design.model is None and a.model is None or design.dataset is None and a.dataset is None:
             raise ValueError(f"the design {a.design} does not say which model and data its kappa was fitted for: "
                              "give --model and --dataset")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from ..mechanisms import Mechanism
+from ..mechanisms import REGISTRY, Mechanism
 from .engine import Cohort, Engine
 
 __all__ = ["Release", "SumRelease", "CorrelatedRelease", "UpdateRelease", "GradientRelease", "DistributedRelease",
@@ -100,6 +100,9 @@ class Release:
         self.cohort, self.share = self.client_rate * N, self.client_rate
         self.groups = None
         if groups is not None:
+            if not mechanism.groups:        # one cohort for all, or noise the group design does not plan
+                raise ValueError(f"per-client budgets run with "
+                                 f"{' or '.join(k for k, m in REGISTRY.items() if m.groups)}, not {mechanism.name}")
             self._use_groups(groups)
 
     def _use_groups(self, gd):
@@ -330,9 +333,7 @@ class GradientRelease(Release):
 
     def __init__(self, mechanism, engine, sigma, clip, client_rate, groups=None, sizes=None, batch_rate=0.015,
                  batch_divisor=None):
-        if groups is not None:
-            raise ValueError("per-client budgets apply to client-level DP-FedAvg (client-aggregate or client-local)")
-        super().__init__(mechanism, engine, sigma, clip, client_rate, None, sizes)
+        super().__init__(mechanism, engine, sigma, clip, client_rate, groups, sizes)
         R = engine.R
         self.batch_rate = np.broadcast_to(np.asarray(batch_rate, dtype=float), (R,)).copy()
         self.batch_divisor = None if batch_divisor is None else \
@@ -383,9 +384,7 @@ class CorrelatedRelease(SumRelease):
     ledger books the most exposed group, 0, in rounds t ≡ 0 (mod b)."""
 
     def __init__(self, mechanism, engine, sigma, clip, client_rate, groups=None, sizes=None):
-        if groups is not None:
-            raise ValueError(f"per-client budgets apply to client-aggregate or client-local, not {mechanism.name}")
-        super().__init__(mechanism, engine, sigma, clip, client_rate, None, sizes)
+        super().__init__(mechanism, engine, sigma, clip, client_rate, groups, sizes)
         self.bands = int(mechanism.bands)
         self.coef = torch.as_tensor(np.asarray(mechanism.coefficients()), dtype=engine.dtype, device=engine.device)
         self.group_of = torch.arange(engine.N, device=engine.device) % self.bands
@@ -478,9 +477,7 @@ class DistributedRelease(SumRelease):
     def __init__(self, mechanism, engine, sigma, clip, client_rate, groups=None, sizes=None):
         from ..theory import skellam as sk
 
-        if groups is not None:
-            raise ValueError("per-client budgets apply to client-aggregate or client-local, not distributed")
-        super().__init__(mechanism, engine, sigma, clip, client_rate, None, sizes)
+        super().__init__(mechanism, engine, sigma, clip, client_rate, groups, sizes)
         d = engine.net.n_params
         if mechanism.dim is not None and mechanism.dim != d:
             raise ValueError(f"the distributed mechanism was set for dim = {mechanism.dim} weights, the model has "

@@ -18,7 +18,15 @@ from paretofl.fl.engine import Engine
 from paretofl.fl.models import build_model
 from paretofl.mechanisms import REGISTRY, get
 
-torch.set_num_threads(1)
+
+@pytest.fixture(autouse=True, scope="module")
+def _threads():
+    """1 torch thread for this module's tests, and the count before restored after
+    them (set at import, it leaked into the modules collected beside it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 R, N = 3, 10
 

@@ -14,7 +14,15 @@ from paretofl.fl.algorithms import ALGORITHMS, train
 from paretofl.fl.engine import Engine
 from paretofl.fl.models import build_model
 
-torch.set_num_threads(2)
+
+@pytest.fixture(autouse=True, scope="module")
+def _threads():
+    """2 torch threads for this module's tests, and the count before restored after
+    them (set at import, it leaked into the modules collected beside it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -908,6 +916,30 @@ def test_each_group_is_sampled_at_its_rate_and_the_sum_keeps_its_noise(digits, d
     counts = pol.last_cohort.counts
     assert ratio[counts < m].mean() == pytest.approx(1.0, rel=0.04)
     assert ratio[counts > m].mean() == pytest.approx(1.0, rel=0.04)
+
+
+def test_the_trainer_runs_groups_only_under_a_mechanism_that_runs_them(digits):
+    """The trainer's own check, below the file's: every trainable mechanism
+    that cannot run the groups' rates (Flower's one uniform cohort, the
+    banded noise, the sample-level and distributed releases) refuses a
+    group design in one line, before a round (an attack trained a group
+    file switched to flower: one cohort of 11 of 20, the strict group
+    spending twice what its rate said)."""
+    from paretofl.mechanisms import REGISTRY
+
+    n = 20
+    eng = Engine(build_model("lr", digits.shape), digits, D.partition_iid(digits.y_train.numpy(), n), 1, seeds=[0])
+    refused = []
+    for name, cls in REGISTRY.items():
+        if not cls.trainable or cls.groups:
+            continue
+        gd = _groups(name, (0.1, 1.0), (1.0, 1.0), n)
+        opts = {"dim": eng.net.n_params} if "dim" in cls.constructor_options else {}
+        with pytest.raises(ValueError, match="per-client budgets run with client-aggregate or client-local"):
+            ALGORITHMS["dpfedavg"](eng, mechanism=name, sigma=1.0, clip=1.0, groups=gd, **opts,
+                                   client_rate=1.0 if name == "bandmf" else 0.55)     # bandmf: q = 1/b, b = 1
+        refused.append(name)
+    assert {"flower", "flower-accounted", "sample", "bandmf", "distributed"} <= set(refused)
 
 
 def test_the_local_view_adds_each_groups_own_noise(digits, device):
