@@ -895,7 +895,7 @@ def _prior_rdp(prior, orders) -> np.ndarray:
     return out
 
 
-#: Poisson RDP values computed, by (q, orders): noise multiplier -> (values, known); the searches of one design
+#: RDP values computed, by (sampling, q, orders): noise multiplier -> (values, known); the searches of one design
 #: (one per number of local epochs) ask the same (q, σ, α) about twice each.  Bounded: cleared when full.
 _RDP_BOOK: dict = {}
 _RDP_BOOK_MAX = 8192
@@ -904,35 +904,41 @@ _RDP_BOOK_MAX = 8192
 def _rdp_columns(sampling, q, z: np.ndarray, a: np.ndarray, need: np.ndarray) -> np.ndarray:
     """The per-step RDP at the orders ``need`` marks (the others NaN), each
     exactly as :func:`rdp_curve` gives it with all of ``a`` asked (so a value
-    computed once, for any subset of the orders, is the value: Poisson's are
-    remembered in :data:`_RDP_BOOK`)."""
+    computed once, for any subset of the orders, is the value: remembered in
+    :data:`_RDP_BOOK`, but for the samplings whose RDP is a formula)."""
     if sampling == "poisson":
         check_rate(q)
-        book = _RDP_BOOK.setdefault((float(q), a.tobytes()), {})
+    if sampling in _CLOSED_FORM_SAMPLINGS:
         out = np.full((z.size, a.size), np.nan)
-        missing = np.repeat(need[None, :], z.size, axis=0)
-        for i, zi in enumerate(z.tolist()):
-            got = book.get(zi)
-            if got is not None:
-                have = got[1] & need
-                out[i, have] = got[0][have]
-                missing[i] &= ~got[1]
-        rows, cols = missing.any(axis=1), missing.any(axis=0)
-        if rows.any():
+        out[:, need] = np.atleast_2d(rdp_curve(sampling, q, z, a[need]))
+        return out
+    key = (sampling, float(q), a.tobytes())
+    book = _RDP_BOOK.setdefault(key, {})
+    out = np.full((z.size, a.size), np.nan)
+    missing = np.repeat(need[None, :], z.size, axis=0)
+    for i, zi in enumerate(z.tolist()):
+        got = book.get(zi)
+        if got is not None:
+            have = got[1] & need
+            out[i, have] = got[0][have]
+            missing[i] &= ~got[1]
+    rows, cols = missing.any(axis=1), missing.any(axis=0)
+    if rows.any():
+        if sampling == "poisson":
             with np.errstate(over="ignore", under="ignore"):
                 new = _rdp_matrix(q, z[rows], a, cols)
-            if sum(len(b) for b in _RDP_BOOK.values()) + int(rows.sum()) > _RDP_BOOK_MAX:
-                _RDP_BOOK.clear()
-                book = _RDP_BOOK.setdefault((float(q), a.tobytes()), {})
-            for i, row in zip(np.flatnonzero(rows).tolist(), new):
-                vals, known = book.get(float(z[i]), (np.full(a.size, np.nan), np.zeros(a.size, dtype=bool)))
-                vals, known = vals.copy(), known.copy()
-                vals[cols], known[cols] = row[cols], True
-                book[float(z[i])] = (vals, known)
-                out[i, need] = vals[need]
-        return out
-    out = np.full((z.size, a.size), np.nan)
-    out[:, need] = np.atleast_2d(rdp_curve(sampling, q, z, a[need]))   # order by order: no order changes another
+        else:                        # order by order: no order changes another
+            new = np.full((int(rows.sum()), a.size), np.nan)
+            new[:, cols] = np.atleast_2d(rdp_curve(sampling, q, z[rows], a[cols]))
+        if sum(len(b) for b in _RDP_BOOK.values()) + int(rows.sum()) > _RDP_BOOK_MAX:
+            _RDP_BOOK.clear()
+            book = _RDP_BOOK.setdefault(key, {})
+        for i, row in zip(np.flatnonzero(rows).tolist(), new):
+            vals, known = book.get(float(z[i]), (np.full(a.size, np.nan), np.zeros(a.size, dtype=bool)))
+            vals, known = vals.copy(), known.copy()
+            vals[cols], known[cols] = row[cols], True
+            book[float(z[i])] = (vals, known)
+            out[i, need] = vals[need]
     return out
 
 
