@@ -3,6 +3,7 @@ docs/results.md §12).
 
     python analysis/heterogeneity.py [--models lr] [--partitions iid dirichlet:1 dirichlet:0.5 dirichlet:0.1 shards:2]
                                      [--epsilons 1 2 8] [--epochs 1 2] [--factors 0.5 1 2 4] [--seeds 3]
+                                     [--lrs 0.1]
 
 FashionMNIST's 90 % private split over N = 100 clients, partitioned IID,
 Dirichlet(α) over labels, or ``shards:k`` (sorted by label, cut into k·N
@@ -12,8 +13,9 @@ shards, k to a client: about k labels each), C = 0.3, η = 0.1, batch 64,
 * ``design``: today's design with the model's fitted κ (LR: the shipped
   fit) — one local epoch, the (q, T, σ) it picks;
 * ``oracle``: q = 1, T = the design's T times each ``--factors``, σ
-  calibrated so that T rounds spend ε exactly, and each ``--epochs`` local
-  epochs — the best of that grid on the clients' own data (its tuning's
+  calibrated so that T rounds spend ε exactly, each ``--epochs`` local
+  epochs and each ``--lrs`` client learning rate η (default the design's
+  0.1 only) — the best of that grid on the clients' own data (its tuning's
   privacy cost ignored: an upper bound on what tuning by training reaches).
 
 Beside each partition, a candidate for the dissimilarity constant that
@@ -101,9 +103,9 @@ def labels_per_client(setup):
     return float(np.mean([len(np.unique(y[p])) for p in setup.parts]))
 
 
-def run(setup, seeds, q, rounds, sigma, epochs, eps):
+def run(setup, seeds, q, rounds, sigma, epochs, eps, lr=LR):
     pol = assemble(setup, "dpfedavg", seeds, seeds=range(seeds), mechanism="client-aggregate", sigma=sigma,
-                   clip=CLIP, lr=LR, client_rate=q, local_epochs=epochs, batch_size=64).policy
+                   clip=CLIP, lr=lr, client_rate=q, local_epochs=epochs, batch_size=64).policy
     t0 = time.perf_counter()
     _, _, fin = train(pol, rounds=rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, eval_every=rounds)
     return dict(spent=float(np.max(fin["epsilon"])), accuracy=fin["accuracy"].tolist(),
@@ -119,6 +121,8 @@ def main():
     ap.add_argument("--epochs", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--factors", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--lrs", type=float, nargs="+", default=[LR],
+                    help="the oracle's client learning rates eta (default: the design's 0.1 only)")
     ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "heterogeneity"))
     a = ap.parse_args()
     out = Path(a.out)
@@ -132,32 +136,33 @@ def main():
             b2[partition] = dissimilarity(model, partition)
             for eps in a.epsilons:
                 d = paretofl.design(N, eps, DELTA, max_rounds=T_MAX, kappa=k0, **SIGMA_RANGE)
-                todo = [("design", d.q, d.rounds, d.sigma, 1)]
+                todo = [("design", d.q, d.rounds, d.sigma, 1, LR)]
                 for e in a.epochs:
                     for t in sorted({min(T_MAX, max(1, round(d.rounds * f))) for f in a.factors}):
                         sigma = calibrate_noise(eps, 1.0, t, DELTA) / math.sqrt(N)
-                        todo.append(("oracle", 1.0, t, sigma, e))
-                for policy, q, t, sigma, e in todo:
-                    name = f"{label(model)}_{partition.replace(':', '')}_eps{eps:g}_{policy}_q{q:g}_T{t}_E{e}.json"
+                        todo += [("oracle", 1.0, t, sigma, e, lr) for lr in a.lrs]
+                for policy, q, t, sigma, e, lr in todo:
+                    name = (f"{label(model)}_{partition.replace(':', '')}_eps{eps:g}_{policy}_q{q:g}_T{t}_E{e}"
+                            + ("" if lr == LR else f"_lr{lr:g}") + ".json")
                     path = out / name
                     if path.exists():
                         rows.append(json.loads(path.read_text()))
                         continue
                     row = dict(model=label(model), partition=partition, epsilon=eps, policy=policy, q=q, rounds=t,
-                               sigma=sigma, epochs=e, design_rounds=d.rounds, **run(setup, a.seeds, q, t, sigma, e,
-                                                                                     eps))
+                               sigma=sigma, epochs=e, lr=lr, design_rounds=d.rounds,
+                               **run(setup, a.seeds, q, t, sigma, e, eps, lr))
                     path.write_text(json.dumps(row))
                     rows.append(row)
-                    print(f"{label(model)} {partition} eps {eps:g} {policy}: q {q:g} T {t} sigma {sigma:.3g} E {e}: "
-                          f"{100 * np.mean(row['accuracy']):.1f}", flush=True)
-    lines = ["| model | partition (labels a client; B² public) | ε | design: T, σ → accuracy | oracle: T, σ, epochs → "
-             "accuracy | regret | oracle T ÷ design T |", "|---|---|---|---|---|---|---|"]
+                    print(f"{label(model)} {partition} eps {eps:g} {policy}: q {q:g} T {t} sigma {sigma:.3g} E {e} "
+                          f"lr {lr:g}: {100 * np.mean(row['accuracy']):.1f}", flush=True)
+    lines = ["| model | partition (labels a client; B² public) | ε | design: T, σ → accuracy | oracle: T, σ, epochs, "
+             "η → accuracy | regret | oracle T ÷ design T |", "|---|---|---|---|---|---|---|"]
     summary = []
     for model in a.models:
         for partition in a.partitions:
             for eps in a.epsilons:
                 cell = [r for r in rows if r["model"] == label(model) and r["partition"] == partition
-                        and r["epsilon"] == eps]
+                        and r["epsilon"] == eps and (r["policy"] == "design" or r.get("lr", LR) in a.lrs)]
                 d = next(r for r in cell if r["policy"] == "design")
                 o = max((r for r in cell if r["policy"] == "oracle"), key=lambda r: np.mean(r["accuracy"]))
                 da, oa = 100 * np.array(d["accuracy"]), 100 * np.array(o["accuracy"])
@@ -166,7 +171,8 @@ def main():
                 where = f"{partition} ({spread[(label(model), partition)]:.1f}; {b2[partition]:.2g})"
                 lines.append(f"| {label(model)} | {where} | {eps:g} "
                              f"| {d['rounds']}, {d['sigma']:.2g} → {da.mean():.1f} ± {da.std():.1f} | {o['rounds']}, "
-                             f"{o['sigma']:.2g}, {o['epochs']} → {oa.mean():.1f} ± {oa.std():.1f} | "
+                             f"{o['sigma']:.2g}, {o['epochs']}, η {o.get('lr', LR):g} → {oa.mean():.1f} ± "
+                             f"{oa.std():.1f} | "
                              f"{oa.mean() - da.mean():+.1f} | {o['rounds'] / d['rounds']:.2g} |")
     (out / "heterogeneity.md").write_text("\n".join(lines) + "\n")
     (out / "heterogeneity.json").write_text(json.dumps(dict(rows=rows, summary=summary), indent=1))
