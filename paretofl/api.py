@@ -322,11 +322,38 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     ``d.sources`` and notes in place, and returns ``d``.  ``epochs``: local
     epochs searched with (C, η) (default: the design's own, else the
     pre-trial's)."""
-    import math
+    from .pretrial.tune import CLIPS, LRS, check_grid
+    from .pretrial.tune import tune as run_tune
+
+    spec = _tunable(d, store, by, epochs)
+    clips = check_grid(CLIPS if clips is None else clips, "clip")
+    lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
+    measured_at = (d.clip, d.lr) if d.clip is not None else None   # the pair the pre-trial behind kappa used
+    if epochs is None and d.local_epochs is not None:
+        epochs = (d.local_epochs,)
+    t = run_tune(store, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, seeds=seeds, progress=progress,
+                 select=by, chunk=chunk, epochs=epochs)
+    d.tuning = t
+    d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
+    d.model, d.dataset = spec.get("model"), spec.get("dataset")
+    best = "highest test accuracy" if by == "accuracy" else "lowest test loss"
+    where = (f"public tuning on {store}: {best} of the {len(clips)} x {len(lrs)} grid at this design's T and noise "
+             f"on the mean ({t['seeds']} seeds)")
+    kept = d.sources.get("local_epochs", f"the pre-trial {store}")
+    d.sources.update(clip=where, lr=where, batch_size=f"the pre-trial {store}",
+                     local_epochs=(where.replace("grid", f"x {len(t['epochs'])} local-epochs grid")
+                                   if len(t["epochs"]) > 1 else kept))
+    d.notes += _tuning_notes(t, by, spec.get("local_epochs"), measured_at)
+    return d
+
+
+def _tunable(d, store, by, epochs) -> dict:
+    """:func:`tune`'s refusals, one line each (a design it cannot tune, a
+    store on the clients' own data, ``by``, local epochs the design's local
+    work chose); the store's pre-trial spec."""
     from pathlib import Path
 
-    from .pretrial.tune import CLIPS, LRS, SELECT, best_pair, check_grid, spec_of_store
-    from .pretrial.tune import tune as run_tune
+    from .pretrial.tune import SELECT, spec_of_store
 
     if not isinstance(d, Design):
         raise ValueError(f"tune needs a Design, got {type(d).__name__}")
@@ -344,52 +371,44 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
                          "Flower's) with one budget for all")
     if by not in SELECT:
         raise ValueError(f"by must be one of {', '.join(SELECT)}, got {by!r}")
-    clips = check_grid(CLIPS if clips is None else clips, "clip")
-    lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
-    spec = spec_of_store(store).to_dict()
-    measured_at = (d.clip, d.lr) if d.clip is not None else None   # the pair the pre-trial behind kappa used
     if d.local_work and epochs is not None and tuple(epochs) != (d.local_epochs,):
         # one chooser of the local epochs per design: the bound (4.E.2) chose them over what the pre-trial measured,
         # and its T and sigma are for them
         raise ValueError(f"this design's {d.local_epochs} local epoch(s) come with the local work its pre-trial "
                          "measured (docs/theory.md 4.E), and its T and sigma are for them: the tuning keeps them; "
                          "leave the tuning's epochs out")
-    if epochs is None and d.local_epochs is not None:
-        epochs = (d.local_epochs,)
-    t = run_tune(store, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, seeds=seeds, progress=progress,
-                 select=by, chunk=chunk, epochs=epochs)
-    d.tuning = t
-    d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
-    d.model, d.dataset = spec.get("model"), spec.get("dataset")
-    best = "highest test accuracy" if by == "accuracy" else "lowest test loss"
-    where = (f"public tuning on {store}: {best} of the {len(clips)} x {len(lrs)} grid at this design's T and noise "
-             f"on the mean ({t['seeds']} seeds)")
-    kept = d.sources.get("local_epochs", f"the pre-trial {store}")
-    d.sources.update(clip=where, lr=where, batch_size=f"the pre-trial {store}",
-                     local_epochs=(where.replace("grid", f"x {len(t['epochs'])} local-epochs grid")
-                                   if len(t["epochs"]) > 1 else kept))
+    return spec_.to_dict()
+
+
+def _tuning_notes(t: dict, by: str, k0, measured_at) -> list[str]:
+    """What a tuning ``t`` says beside its pair: the norms, the other
+    criterion's best, a best on its grid's edge, and where κ was measured
+    at another pair or local work (``k0``: the pre-trial's local epochs)."""
+    import math
+
+    from .pretrial.tune import best_pair
+
     norms = t["norms"]
-    d.notes.append(f"update norms on the public share at C = {t['clip']:g}, lr = {t['lr']:g}: median "
-                   f"{norms['q50']:.3g} (10-90 %: {norms['q10']:.3g}-{norms['q90']:.3g}); in the first rounds "
-                   f"{t['norms_early']['q50']:.3g}")
+    notes = [f"update norms on the public share at C = {t['clip']:g}, lr = {t['lr']:g}: median "
+             f"{norms['q50']:.3g} (10-90 %: {norms['q10']:.3g}-{norms['q90']:.3g}); in the first rounds "
+             f"{t['norms_early']['q50']:.3g}"]
     other_by = "loss" if by == "accuracy" else "accuracy"
     other = best_pair(t["grid"], other_by)
     if (other["clip"], other["lr"], other["local_epochs"]) != (t["clip"], t["lr"], t["local_epochs"]):
-        d.notes.append(f"by public {other_by} the best would be C = {other['clip']:g}, lr = {other['lr']:g}"
-                       + (f", {other['local_epochs']} local epoch(s)" if len(t["epochs"]) > 1 else "") + " "
-                       f"(tune by {other_by}; docs/results.md section 9 measures both)")
+        notes.append(f"by public {other_by} the best would be C = {other['clip']:g}, lr = {other['lr']:g}"
+                     + (f", {other['local_epochs']} local epoch(s)" if len(t["epochs"]) > 1 else "") + " "
+                     f"(tune by {other_by}; docs/results.md section 9 measures both)")
     for axis in t["on_grid_edge"]:
-        d.notes.append(f"the best {axis.replace('_', ' ')} lies on the edge of its grid: widen the grid past it")
-    k0 = spec.get("local_epochs")
+        notes.append(f"the best {axis.replace('_', ' ')} lies on the edge of its grid: widen the grid past it")
     if len(t["epochs"]) > 1 and k0 is not None and t["local_epochs"] != k0:
-        d.notes.append(f"kappa was measured at the pre-trial's {k0} local epoch(s), not at the {t['local_epochs']} the "
-                       "tuning chose: its T and sigma are for the pre-trial's; measure the local work in the pre-trial "
-                       "(local_work in its spec) to design for it")
+        notes.append(f"kappa was measured at the pre-trial's {k0} local epoch(s), not at the {t['local_epochs']} the "
+                     "tuning chose: its T and sigma are for the pre-trial's; measure the local work in the pre-trial "
+                     "(local_work in its spec) to design for it")
     if measured_at is not None and not (math.isclose(t["clip"], measured_at[0])
                                         and math.isclose(t["lr"], measured_at[1])):
-        d.notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "
-                       f"{t['lr']:g}: re-run the pre-trial with these to refit kappa for this pair")
-    return d
+        notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "
+                     f"{t['lr']:g}: re-run the pre-trial with these to refit kappa for this pair")
+    return notes
 
 
 def pareto_set(n_clients: int, q: float, kappa: float, sigma_min: float, sigma_max: float, max_rounds: float,

@@ -875,14 +875,7 @@ def design(request: Request, utility=None, spec: dict | None = None, pretrial=No
                          f"{type(r).__name__}")
     if r.from_store is not None and utility is None:
         raise ValueError("from_store is the empirical mode: paretofl.design fits its utility model")
-    auto = r.mechanism == SEARCH
-    if auto:
-        if r.mechanism_options:
-            raise ValueError("mechanism auto compares the mechanisms at their defaults: name one to give its "
-                             f"options ({', '.join(r.mechanism_options)})")
-        if r.budgets is not None or r.framework not in (None, "paretofl"):
-            raise ValueError("mechanism auto designs for paretofl's trainer with one budget for all clients")
-    mech = _mechanism(DEFAULT if auto else r.mechanism, r.framework, r.mechanism_options)
+    mech, auto = _mechanism_asked(r)
     n, t_cap, by_time = _checked(r)
     given_kappa = r.kappa is not None
     kappa, fit = r.kappa, r.fit
@@ -923,15 +916,35 @@ def design(request: Request, utility=None, spec: dict | None = None, pretrial=No
     recipe_from_spec(d, r.q, spec)
     if partition is not None:
         _say_partition(d, lw, partition)
+    _set_local_epochs(d, r.local_epochs, lw)
+    return d
+
+
+def _mechanism_asked(r: Request) -> tuple:
+    """The request's mechanism, configured (``auto``: the default's, for the
+    search to compare against), and whether it asked for ``auto``."""
+    auto = r.mechanism == SEARCH
+    if auto:
+        if r.mechanism_options:
+            raise ValueError("mechanism auto compares the mechanisms at their defaults: name one to give its "
+                             f"options ({', '.join(r.mechanism_options)})")
+        if r.budgets is not None or r.framework not in (None, "paretofl"):
+            raise ValueError("mechanism auto designs for paretofl's trainer with one budget for all clients")
+    return _mechanism(DEFAULT if auto else r.mechanism, r.framework, r.mechanism_options), auto
+
+
+def _set_local_epochs(d: Design, given, lw) -> None:
+    """The local epochs a design trains, and where they came from: the local
+    work's choice (or the given number among those it measured), else the
+    given number, else none (the pre-trial's)."""
     if lw is not None:
         d.local_epochs = d.local_work["epochs"]
-        d.sources["local_epochs"] = ("given" if r.local_epochs is not None else
+        d.sources["local_epochs"] = ("given" if given is not None else
                                      "the design: the least of (4.E.2) over the local epochs the pre-trial measured "
                                      f"({', '.join(map(str, lw.epochs))})")
-    elif r.local_epochs is not None:
-        d.local_epochs = int(r.local_epochs)
+    elif given is not None:
+        d.local_epochs = int(given)
         d.sources["local_epochs"] = "given"
-    return d
 
 
 def _checked(r: Request) -> tuple[int, int, bool]:
@@ -993,9 +1006,7 @@ def _design_budgets(r: Request, n: int, t_cap: int, mech, utility, lw, spec) -> 
     d = Design(**design_groups(b, r, t_cap, kappa, utility.source, mech))
     d.mechanism_options = mech.options_dict() if hasattr(mech, "options_dict") else {}
     recipe_from_spec(d, r.q, spec)
-    if r.local_epochs is not None:
-        d.local_epochs = int(r.local_epochs)
-        d.sources["local_epochs"] = "given"
+    _set_local_epochs(d, r.local_epochs, None)
     return d
 
 
