@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from . import recommendation
+from .fl.prv import PRV_LIMITS  # noqa: F401  (re-exported; numbers only: Opacus, hence torch, loads when PRV is asked for)
 from .mechanisms import DEFAULT
 from .mechanisms import get as mechanism_of
 from .recommendation import FIT_FRONT_ONLY, Design, InfeasibleBudget, Request, nbafl_design  # noqa: F401  (re-exported)
@@ -26,10 +27,6 @@ __all__ = ["__version__", "design", "Request", "Design", "InfeasibleBudget", "nb
            "pretrial_figures", "names", "algorithm_options", "unused_options", "check_out_path", "stored_runs",
            "keep_freed_memory", "is_reference", "pretrial_spend", "load_design", "check_design", "unit_text",
            "SAMPLING_RELATIONS"]
-
-#: where Opacus's PRV accountant is run at all: beyond these its grid grows
-#: past gigabytes and minutes (measured: 26 GiB at small σ and many steps)
-PRV_LIMITS = {"steps": 20_000, "rdp_epsilon": 50.0}
 
 
 #: the neighbouring relation each sampling of :func:`account` assumes, and
@@ -107,23 +104,15 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
     if accountant in ("rdp", "both"):
         values["rdp"] = eps_rdp
     if accountant in ("prv", "both"):
-        why = None
-        if sampling != "poisson":
-            why = f"Opacus's PRV accountant covers Poisson sampling only, not {sampling!r}"
-        elif steps > PRV_LIMITS["steps"]:
-            why = f"the PRV accountant is run for at most {PRV_LIMITS['steps']:,} steps (its grid grows with them)"
-        elif eps_rdp > PRV_LIMITS["rdp_epsilon"]:
-            why = (f"the PRV accountant is run where epsilon is at most {PRV_LIMITS['rdp_epsilon']:g} "
-                   f"(RDP gives {eps_rdp:.4g} here; its grid would take gigabytes)")
-        if why is None:
-            from .fl import prv  # noqa: F401  Opacus, hence torch, only when asked for: it registers "prv"
+        from .fl import prv  # noqa: F401  it registers "prv" with the accountant (Opacus's, loaded when asked for)
 
+        try:
             values["prv"] = privacy.account([Charge(sampling, sample_rate, noise_multiplier, steps)], delta,
                                             accountant="prv")
-        elif accountant == "prv":
-            raise ValueError(why + "; use accountant rdp")
-        else:
-            notes.append(f"prv not run: {why}")
+        except ValueError as exc:       # what PRV does not cover, or would take too long
+            if accountant == "prv":
+                raise ValueError(f"{exc}; use accountant rdp") from None
+            notes.append(f"prv not run: {exc}")
     eps = max(values.values())  # two accountants: the larger epsilon is the one reported
     if delta > privacy.DELTA_MAX:
         notes.append(f"delta = {delta:g} is above {privacy.DELTA_MAX:g}: a mechanism that publishes every individual's "
@@ -1111,6 +1100,9 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
     from .integrations import EXPORT_OF_NOISE, FLOWER
 
     d = check_design(d, "the design")          # what it claims, re-derived: an object edited in memory too
+    if d.groups:
+        raise ValueError("a design with budgets of their own (groups sampled at their own rates) runs in paretofl's "
+                         "trainer only: train it (paretofl train --design FILE); no framework samples its groups")
     own = EXPORT_OF_NOISE.get(mechanism_of(d.mechanism).noise_on)
     if framework in EXPORT_OF_NOISE.values() or own is not None:
         if framework != own:

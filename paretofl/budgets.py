@@ -82,7 +82,10 @@ class Budgets:
     @classmethod
     def per_client(cls, epsilons) -> Budgets:
         """From one ε per client (client i's at position i)."""
-        e = np.asarray(epsilons, dtype=float)
+        try:
+            e = np.asarray(epsilons, dtype=float)
+        except (OverflowError, TypeError, ValueError):
+            raise ValueError("give one epsilon per client, each a number a float holds") from None
         if e.ndim != 1 or len(e) == 0:
             raise ValueError("give one epsilon per client")
         if np.any(~np.isfinite(e)) or np.any(e <= 0):
@@ -333,7 +336,7 @@ def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sig
     got = [rdp_for_most_steps(room, float(qq), c.noise_multiplier, orders, c.sampling)
            for qq in qs for c in [_group_charge(mech, float(qq), zs)]]
     rdp, known = np.stack([r for r, _ in got]), np.stack([k for _, k in got])                # (Q, Z, A)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):     # a huge budget: inf steps, capped below
         steps = np.where(room[:, None, None, :] > 0, np.floor(room[:, None, None, :] / rdp[None]), -1)
     steps = np.where(known[None], steps, -np.inf)
     tmax = np.nan_to_num(steps.max(axis=-1), nan=-1, posinf=1e12)                             # (G, Q, Z)

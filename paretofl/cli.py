@@ -472,9 +472,10 @@ def _finish_design(a, d, out, lines):
         where = a.out or "design.json"
         save = "" if a.out else f"save it (add --out {where}), then "
         lines.append(f"next: {save}train it with paretofl train --design {where} (the design travels whole: "
-                     "mechanism, q, T, sigma, C, lr, local epochs, delta and the model and data kappa came from), or "
-                     f"export it with paretofl export {where} --to "
-                     + api.names()["export_of_noise"].get(d.noise_on, "flower|opacus")
+                     "mechanism, q, T, sigma, C, lr, local epochs, delta and the model and data kappa came from)"
+                     + (" - it runs in paretofl's trainer only: no framework samples its groups" if d.groups else
+                        f", or export it with paretofl export {where} --to "
+                        + api.names()["export_of_noise"].get(d.noise_on, "flower|opacus"))
                      + ("; publish the privacy statement (--statement)" if not a.statement else
                         "; publish the statement above with your results")
                      + ("" if d.tuning or d.groups or d.noise_on != "sum" or "pretrial" in d.details

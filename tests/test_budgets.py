@@ -188,6 +188,36 @@ def test_budgets_are_taken_as_a_user_holds_them(tmp_path):
     d = paretofl.design(10, None, max_rounds=5, budgets=[1] * 5 + [4] * 5, kappa=1.0)
     assert [g["budget"] for g in d.groups] == [1.0, 4.0]
     for bad, msg in (({"0": 1}, "one epsilon per client"), ([1, "4"], "one epsilon per client"),
-                     ([True] * 10, "one epsilon per client"), ([1] * 9, "for 9 clients, not 10")):
+                     ([True] * 10, "one epsilon per client"), ([1] * 9, "for 9 clients, not 10"),
+                     ([1] * 9 + [10**400], "a number a float holds")):      # an OverflowError once
         with pytest.raises(ValueError, match=msg):
             budgets_of(bad, 10)
+
+
+def test_a_group_design_leaves_paretofl_by_no_framework(tmp_path, capsys):
+    """No framework samples each group at its own rate: export refuses a
+    group design in one line (it turned one into a single-budget Opacus
+    plan), and design's next step names training only."""
+    import warnings
+
+    import paretofl
+    from paretofl.cli import main
+
+    b = tmp_path / "b.csv"
+    b.write_text("client,epsilon\n" + "".join(f"{i},{1 if i < 50 else 4}\n" for i in range(100)))
+    g = tmp_path / "g.json"
+    assert main(["design", "--clients", "100", "--max-rounds", "100", "--budgets", str(b), "--out", str(g)]) == 0
+    out = capsys.readouterr().out
+    nxt = next(line for line in out.splitlines() if line.startswith("next:"))
+    assert "train --design" in nxt and "export" not in nxt and "trainer only" in nxt
+    for to, extra in (("opacus", ["--clip", "1", "--client-size", "20", "--batch-size", "5", "--local-steps", "2"]),
+                      ("flower", [])):
+        assert main(["export", str(g), "--to", to, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "runs in paretofl's trainer only" in err and len(err.splitlines()) == 1, err
+    with pytest.raises(ValueError, match="trainer only"):
+        paretofl.api.export(paretofl.Design.load(g), "opacus", clip=1.0, client_size=20, batch_size=5, local_steps=2)
+    with warnings.catch_warnings():          # a budget no float can exceed: designed, without an overflow warning
+        warnings.simplefilter("error")
+        d = paretofl.design(100, None, max_rounds=50, budgets=[1.0] * 99 + [1e308], kappa=1.0)
+    assert d.groups[-1]["epsilon"] <= 1e308

@@ -267,6 +267,13 @@ def test_the_prv_is_reached_through_the_one_entry_point():
         P.account([P.Charge("fixed-size", 0.1, 1.0, 10)], 1e-5, accountant="prv")
     with pytest.raises(ValueError, match="'pld' is not loaded here \\(rdp, prv"):
         P.account(charges, 1e-5, accountant="pld")
+    # the RDP accountant's knobs are refused, not ignored: fixed orders promise never less than the framework's
+    for kw in (dict(fixed=True, orders=P.DEFAULT_ORDERS[::4]), dict(conversion="classic"), dict(orders=(2, 4, 8))):
+        with pytest.raises(ValueError, match="takes none"):
+            P.account(charges, 1e-5, accountant="prv", **kw)
+    # its limits hold at the entry point (10^7 steps asked for 1.2 TiB), not only in api.account
+    with pytest.raises(ValueError, match="at most 20,000 steps"):
+        P.account([P.Charge("poisson", 0.1, 1.0, 10**7)], 1e-5, accountant="prv")
 
 
 def test_classic_conversion_is_the_textbook_formula_and_looser():

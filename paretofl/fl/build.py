@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..mechanisms import REGISTRY
 from ..mechanisms import get as mechanism_of
 from .data import Dataset, load_dataset, make_partition, public_subset
 from .models import MODELS, Model, build_model
@@ -93,6 +94,10 @@ def check_fits(setup: Setup, algorithm: str, replicas: int, device: str = "cpu",
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     cls = ALGORITHMS[algorithm]
     config = cls.Config(**options)
+    if groups is not None and not (algorithm == "dpfedavg" and mechanism_of(config.mechanism).groups):
+        raise ValueError(f"per-client budgets run with dpfedavg under "
+                         f"{' or '.join(k for k, m in REGISTRY.items() if m.groups)}, not {algorithm}"
+                         + (f" under {config.mechanism}" if algorithm == "dpfedavg" else ""))
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise ValueError(f"replicas must be an integer >= 1, got {replicas!r}")
     ds, parts, net = setup.data, setup.parts, setup.model

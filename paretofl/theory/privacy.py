@@ -815,6 +815,9 @@ def account(charges, delta: float, orders: Sequence[float] = DEFAULT_ORDERS, con
     running books, round by round.  ``accountant``: "rdp" (this module's),
     or one of :data:`OTHER_ACCOUNTANTS` (its ε, with no order)."""
     if accountant != "rdp":
+        if fixed or conversion != "improved" or tuple(orders) != tuple(DEFAULT_ORDERS):
+            raise ValueError(f"orders, conversion and fixed are the RDP accountant's: accountant {accountant!r} takes "
+                             "none (use accountant rdp for an outside accountant's fixed orders)")
         if accountant not in OTHER_ACCOUNTANTS:
             known = ", ".join(["rdp", *OTHER_ACCOUNTANTS])
             raise ValueError(f"accountant {accountant!r} is not loaded here ({known}; Opacus's prv is loaded by "
@@ -906,13 +909,14 @@ def _rdp_columns(sampling, q, z: np.ndarray, a: np.ndarray, need: np.ndarray) ->
     exactly as :func:`rdp_curve` gives it with all of ``a`` asked (so a value
     computed once, for any subset of the orders, is the value: remembered in
     :data:`_RDP_BOOK`, but for the samplings whose RDP is a formula)."""
+    q = float(q)            # the value computed with is the value the book is keyed by
     if sampling == "poisson":
         check_rate(q)
     if sampling in _CLOSED_FORM_SAMPLINGS:
         out = np.full((z.size, a.size), np.nan)
         out[:, need] = np.atleast_2d(rdp_curve(sampling, q, z, a[need]))
         return out
-    key = (sampling, float(q), a.tobytes())
+    key = (sampling, q, a.tobytes())
     book = _RDP_BOOK.setdefault(key, {})
     out = np.full((z.size, a.size), np.nan)
     missing = np.repeat(need[None, :], z.size, axis=0)

@@ -940,6 +940,15 @@ def test_the_trainer_runs_groups_only_under_a_mechanism_that_runs_them(digits):
                                    client_rate=1.0 if name == "bandmf" else 0.55)     # bandmf: q = 1/b, b = 1
         refused.append(name)
     assert {"flower", "flower-accounted", "sample", "bandmf", "distributed"} <= set(refused)
+    # an algorithm of its own never reaches a release: the trainer's entry refuses it by name (it said "give either
+    # a config or options")
+    from paretofl.fl.build import assemble, prepare
+
+    setup = prepare(digits, "lr", clients=n, partition="iid", seed=0)
+    with pytest.raises(ValueError, match="per-client budgets run with dpfedavg under client-aggregate or "
+                                         "client-local, not nbafl"):
+        assemble(setup, "nbafl", 1, groups=_groups("client-aggregate", (0.1, 1.0), (1.0, 1.0), n), epsilon=2.0,
+                 rounds=3)
 
 
 def test_the_local_view_adds_each_groups_own_noise(digits, device):
