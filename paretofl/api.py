@@ -108,7 +108,8 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
 
         try:
             values["prv"] = privacy.account([Charge(sampling, sample_rate, noise_multiplier, steps)], delta,
-                                            accountant="prv")
+                                            accountant="prv",    # an RDP conversion asked of PRV alone is refused
+                                            conversion=conversion if accountant == "prv" else "improved")
         except ValueError as exc:       # what PRV does not cover, or would take too long
             if accountant == "prv":
                 raise ValueError(f"{exc}; use accountant rdp") from None
@@ -485,10 +486,12 @@ SET_BY_DESIGN = ("clients", "epsilon", "delta", "rounds", "budgets", "mechanism"
 
 
 def set_by_design(design: Design) -> tuple:
-    """What ``design`` fixes, by :func:`train`'s names: :data:`SET_BY_DESIGN`
-    and the options its mechanism's own design chose (NbAFL's C, clients
-    per round, exposures and calibration)."""
-    return SET_BY_DESIGN + tuple(mechanism_of(design.mechanism).fixed_by_design)
+    """What ``design`` fixes, by :func:`train`'s names: :data:`SET_BY_DESIGN`,
+    its mechanism's own knobs (adaptive clipping, bands, bits: what its
+    statement describes) and the options its mechanism's own design chose
+    (NbAFL's C, clients per round, exposures and calibration)."""
+    cls = mechanism_of(design.mechanism)
+    return SET_BY_DESIGN + tuple(dict.fromkeys((*cls.constructor_options, *cls.fixed_by_design)))
 
 
 def train_defaults() -> dict:
@@ -586,7 +589,11 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if budgets is not None:
         if algorithm != "dpfedavg":
-            raise ValueError("per-client budgets apply to client-level dpfedavg")
+            raise ValueError("per-client budgets apply to client-level dpfedavg: leave the algorithm out")
+        chosen = [k for k in ("sigma", "client_rate") if options.get(k) is not None]
+        if chosen:
+            raise ValueError(f"{' and '.join(chosen)} {'is' if len(chosen) == 1 else 'are'} designed for each group "
+                             "with budgets: leave them out (or design --budgets, then train --design)")
         options = {"mechanism": DEFAULT, **options}
     dataset = TRAIN_DEFAULTS["dataset"] if dataset is None else dataset
     model = TRAIN_DEFAULTS["model"] if model is None else model
@@ -599,6 +606,12 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     config = _config(cls, algorithm, options)
     ds = load_dataset(dataset, data_dir)
     partition = _partition_of(partition, ds)
+    if clients is None and budgets is not None:      # the budgets' own clients (a share file needs the number)
+        from .budgets import Budgets, read_budgets
+
+        clients = (budgets.n_clients if isinstance(budgets, Budgets) else
+                   len(budgets) if isinstance(budgets, (list, tuple)) or hasattr(budgets, "shape") else
+                   read_budgets(budgets).n_clients)
     if clients is None and partition != "given":
         clients = 10
     # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
@@ -1097,12 +1110,10 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
     :class:`paretofl.integrations.jax_privacy.BandMFPlan`, for a distributed
     one a :class:`paretofl.integrations.tff.TFFPlan` (``clip`` as for
     Flower), and Python that builds it there."""
-    from .integrations import EXPORT_OF_NOISE, FLOWER
+    from .integrations import EXPORT_OF_NOISE, FLOWER, checked
 
     d = check_design(d, "the design")          # what it claims, re-derived: an object edited in memory too
-    if d.groups:
-        raise ValueError("a design with budgets of their own (groups sampled at their own rates) runs in paretofl's "
-                         "trainer only: train it (paretofl train --design FILE); no framework samples its groups")
+    checked(d)                                 # one budget for all: no framework samples groups
     own = EXPORT_OF_NOISE.get(mechanism_of(d.mechanism).noise_on)
     if framework in EXPORT_OF_NOISE.values() or own is not None:
         if framework != own:

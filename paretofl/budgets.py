@@ -57,7 +57,10 @@ class Budgets:
 
     def __post_init__(self):
         self.epsilons = np.asarray(self.epsilons, dtype=float)
-        self.group_of = np.asarray(self.group_of, dtype=int)
+        of = np.asarray(self.group_of)
+        if of.dtype == bool or (of.size and not np.all(np.isfinite(of.astype(float)) & (of == np.round(of)))):
+            raise ValueError("every client's group must be a whole number naming one")
+        self.group_of = of.astype(int)
         if self.epsilons.ndim != 1 or len(self.epsilons) == 0:
             raise ValueError("budgets need at least one group")
         if np.any(~np.isfinite(self.epsilons)) or np.any(self.epsilons <= 0):

@@ -194,6 +194,23 @@ def test_budgets_are_taken_as_a_user_holds_them(tmp_path):
             budgets_of(bad, 10)
 
 
+def test_what_a_group_design_chooses_is_not_taken_from_the_caller(tmp_path):
+    """train(budgets=...) designs σ and each group's rate: a σ or a rate given
+    beside it is refused (it was overridden silently); the clients default to
+    the budgets' own (they defaulted to 10 and the budgets were refused); a
+    group id that is not whole is refused (0.9 was truncated to group 0)."""
+    import paretofl
+
+    with pytest.raises(ValueError, match="designed for each group"):
+        paretofl.train(budgets=[1.0, 4.0] * 10, dataset="digits", model="lr", rounds=3, sigma=0.1)
+    with pytest.raises(ValueError, match="designed for each group"):
+        paretofl.train(budgets=[1.0, 4.0] * 10, dataset="digits", model="lr", rounds=3, client_rate=1.0)
+    r = paretofl.train(budgets=[1.0, 4.0] * 10, dataset="digits", model="lr", rounds=3)
+    assert r.clients == 20 and r.epsilon_groups["1"] <= 1.0 and r.epsilon_groups["4"] <= 4.0
+    with pytest.raises(ValueError, match="whole number naming one"):
+        Budgets([1.0, 4.0], [0.9, 1.9, 0.2])
+
+
 def test_a_group_design_leaves_paretofl_by_no_framework(tmp_path, capsys):
     """No framework samples each group at its own rate: export refuses a
     group design in one line (it turned one into a single-budget Opacus
@@ -217,6 +234,14 @@ def test_a_group_design_leaves_paretofl_by_no_framework(tmp_path, capsys):
         assert "runs in paretofl's trainer only" in err and len(err.splitlines()) == 1, err
     with pytest.raises(ValueError, match="trainer only"):
         paretofl.api.export(paretofl.Design.load(g), "opacus", clip=1.0, client_size=20, batch_size=5, local_steps=2)
+    # every bridge's own entry point, called directly (opacus.from_design planned at the strictest budget)
+    from paretofl.integrations import flower, jax_privacy, opacus, tff
+
+    d = paretofl.Design.load(g)
+    for call in (lambda: opacus.from_design(d, 100, 10, 5, 1.0), lambda: flower.plan(d, 1.0),
+                 lambda: jax_privacy.plan(d, 1.0), lambda: tff.plan(d, 1.0)):
+        with pytest.raises(ValueError, match="trainer only"):
+            call()
     with warnings.catch_warnings():          # a budget no float can exceed: designed, without an overflow warning
         warnings.simplefilter("error")
         d = paretofl.design(100, None, max_rounds=50, budgets=[1.0] * 99 + [1e308], kappa=1.0)

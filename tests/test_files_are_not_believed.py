@@ -424,3 +424,14 @@ def test_a_design_fixes_its_algorithm_and_what_its_own_design_chose(tmp_path, ca
     g = paretofl.design(30, 2.0, max_rounds=10)
     with pytest.raises(ValueError, match="trains client-level dpfedavg, not nbafl"):
         paretofl.train(g, algorithm="nbafl", dataset="digits", model="lr")
+    # the mechanism's own knobs are the design's too: adaptive clipping turned on beside a design without it
+    # (its statement says nothing of it) is refused, as the bands or bits of another design would be
+    with pytest.raises(ValueError, match="clip_quantile is set by the design"):
+        paretofl.train(g, dataset="digits", model="lr", clip_quantile=0.5)
+    with pytest.raises(ValueError, match="flower design|does not add up"):
+        import dataclasses
+
+        from paretofl.integrations import flower
+
+        f = paretofl.design(100, 2.0, max_rounds=100, framework="flower")
+        flower.plan(dataclasses.replace(f, noise_multiplier=f.noise_multiplier / 4))    # edited in memory

@@ -274,6 +274,10 @@ def test_the_prv_is_reached_through_the_one_entry_point():
     # its limits hold at the entry point (10^7 steps asked for 1.2 TiB), not only in api.account
     with pytest.raises(ValueError, match="at most 20,000 steps"):
         P.account([P.Charge("poisson", 0.1, 1.0, 10**7)], 1e-5, accountant="prv")
+    # never a negative ε (Opacus's bound undershoots 0 at a large δ), and its overflow is a refusal, not a crash
+    assert P.account([P.Charge("poisson", 0.01, 1.0, 100)], 0.5, accountant="prv") == 0.0
+    with pytest.raises(ValueError, match="cannot run here"):
+        P.account([P.Charge("poisson", 1e-300, 1e300, 20_000)], 1e-5, accountant="prv")
 
 
 def test_classic_conversion_is_the_textbook_formula_and_looser():

@@ -66,7 +66,11 @@ def prv_epsilon(charges, delta: float) -> float:
     acct = PRVAccountant()
     for c in charges:
         acct.step(float(c.noise_multiplier), float(c.rate), int(c.steps))
-    return acct.get_epsilon(delta)
+    try:
+        eps = acct.get_epsilon(delta)
+    except (ArithmeticError, OSError) as exc:      # Opacus's grid at extreme σ or q: it says nothing there
+        raise ValueError(f"Opacus's PRV accountant cannot run here ({exc})") from None
+    return max(0.0, eps)      # ε is never negative: its upper bound undershoots 0 at a large δ
 
 
 OTHER_ACCOUNTANTS["prv"] = prv_epsilon

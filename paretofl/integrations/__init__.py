@@ -12,3 +12,22 @@ from ..mechanisms import REGISTRY
 EXPORTS = (FLOWER, "opacus", "jax-privacy", "tff")
 #: where a design whose mechanism puts its noise somewhere of its own is exported (the others: Flower or Opacus)
 EXPORT_OF_NOISE = {"correlated-sum": "jax-privacy", "modular-sum": "tff"}
+
+
+def checked(design, where: str = "the design"):
+    """``design`` as a framework may run it, or refused in one line: a
+    paretofl Design whose privacy figures are the ones its parameters give
+    (:func:`paretofl.recommendation.check_claims`: an object edited in
+    memory too), one budget for all clients (a design with groups samples
+    each at its own rate, which no framework does).  Every bridge's entry
+    point calls it."""
+    from ..recommendation import Design, check_claims
+
+    if not isinstance(design, Design):
+        raise ValueError(f"{where} must be a paretofl Design (paretofl.design(...), or Design.load(path)), got "
+                         f"{type(design).__name__}")
+    check_claims(design, where)
+    if design.groups or design.group_of is not None:
+        raise ValueError("a design with budgets of their own (groups sampled at their own rates) runs in paretofl's "
+                         "trainer only: train it (paretofl train --design FILE); no framework samples its groups")
+    return design

@@ -67,7 +67,7 @@ from ..mechanisms import get as mechanism_of
 from ..mechanisms import names
 from ..recommendation import Design
 from ..theory.privacy import check_delta
-from . import FLOWER
+from . import FLOWER, checked
 
 __all__ = ["FlowerPlan", "plan", "strategy", "flower_epsilon", "equal_weight_fedavg", "snippet", "accountant",
            "accounted_strategy"]
@@ -146,8 +146,7 @@ class FlowerPlan:
 def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     """Flower's parameters for ``design`` (made with ``framework="flower"``,
     the ``client-aggregate`` mechanism) and a clipping norm C."""
-    if not isinstance(design, Design):
-        raise ValueError("plan needs a paretofl Design (paretofl.design(..., framework='flower'))")
+    checked(design)
     if mechanism_of(design.mechanism).framework != FLOWER:
         raise ValueError("this design was not made for Flower's sampling: run design(..., framework='flower') "
                          "(or 'flower-accounted' for Flower's own accountant)")

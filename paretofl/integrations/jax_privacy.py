@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from ..mechanisms import get as mechanism_of
 from ..recommendation import Design
+from . import checked
 
 __all__ = ["BandMFPlan", "plan", "snippet"]
 
@@ -58,6 +59,7 @@ class BandMFPlan:
 
 def plan(d: Design, clip: float) -> BandMFPlan:
     """The plan of a ``bandmf`` or ``bandmf-amplified`` design at clipping norm ``clip``."""
+    checked(d)
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
     if mech.noise_on != "correlated-sum":
         raise ValueError(f"a {d.mechanism} design adds independent noise: export it to flower or opacus")

@@ -98,6 +98,9 @@ def plan(epsilon: float, delta: float, rounds: int, local_steps: int, dataset_si
 def from_design(design, dataset_size: int, batch_size: int, local_steps: int, max_grad_norm: float) -> OpacusPlan:
     """A plan over a design's rounds at its budget: sample-level DP of each
     client's data beside the design's client-level guarantee."""
+    from . import checked
+
+    checked(design)
     return plan(design.budget, design.delta, design.rounds, local_steps, dataset_size, batch_size, max_grad_norm)
 
 
