@@ -61,3 +61,16 @@ def pytest_terminal_summary(terminalreporter):
         per = "; ".join(f"{k}: {v}" for k, v in sorted(FUZZ_WAYS_OUT.items()))
         terminalreporter.write_line(f"refusal fuzz: {sum(FUZZ_WAYS_OUT.values())} refusals, each naming a way out "
                                     f"that was then tried; members per class: {per}")
+
+
+def torch_threads(n: int):
+    """A module's autouse fixture: ``n`` torch threads for its tests, the
+    count before restored after them (set at import, a module's count leaked
+    into the modules collected beside it).  ``_threads = torch_threads(2)``."""
+    @pytest.fixture(autouse=True, scope="module")
+    def _threads():
+        before = torch.get_num_threads()
+        torch.set_num_threads(n)
+        yield
+        torch.set_num_threads(before)
+    return _threads

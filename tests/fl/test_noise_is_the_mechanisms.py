@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-import torch
+from conftest import torch_threads
 
 from paretofl.fl import data as D
 from paretofl.fl.algorithms import ALGORITHMS
@@ -18,15 +18,7 @@ from paretofl.fl.engine import Engine
 from paretofl.fl.models import build_model
 from paretofl.mechanisms import REGISTRY, get
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _threads():
-    """1 torch thread for this module's tests, and the count before restored after
-    them (set at import, it leaked into the modules collected beside it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+_threads = torch_threads(1)
 
 R, N = 3, 10
 

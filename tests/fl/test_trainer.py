@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import torch_threads
 
 from paretofl.fl import data as D
 from paretofl.fl import engine as engine_mod
@@ -14,15 +15,7 @@ from paretofl.fl.algorithms import ALGORITHMS, train
 from paretofl.fl.engine import Engine
 from paretofl.fl.models import build_model
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _threads():
-    """2 torch threads for this module's tests, and the count before restored after
-    them (set at import, it leaked into the modules collected beside it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+_threads = torch_threads(2)
 
 
 @pytest.fixture(scope="module")
