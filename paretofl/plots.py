@@ -244,6 +244,81 @@ def _check_fit_matches(fr: dict, base: dict, fit_file):
                          "fit this store with `paretofl fit` or give its own fit")
 
 
+def _fit_record(results, fit_file, epsilon) -> dict:
+    """The fit a pre-trial's figures draw: the file given (checked to be a
+    fit), or one fitted now from the store."""
+    from .pretrial.fit import fit
+
+    if fit_file is None:
+        return fit(results, epsilon=epsilon, bootstrap=200).to_dict()
+    try:
+        fr = json.loads(Path(fit_file).read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{fit_file} is not a paretofl fit file ({exc})") from None
+    if not isinstance(fr, dict) or "kappa" not in fr or "reference" not in fr:
+        raise ValueError(f"{fit_file} is not a paretofl fit file")
+    return fr
+
+
+def _sigma_t_panel(ax, res, u, front, fr, q, norm):
+    """One q's σ–T grid coloured by utility loss, its front, and κσ²T = qN with κ's interval."""
+    n, kappa, (k_lo, k_hi) = res.clients, fr["kappa"], fr["kappa_ci"]
+    m = res.q == q
+    sig_vals, t_vals = np.unique(res.sigma[m]), np.unique(res.rounds[m])
+    sc = ax.scatter(res.sigma[m], res.rounds[m], c=np.clip(u[m], norm.vmin, None), norm=norm, cmap="viridis",
+                    marker="s", s=110, zorder=2)
+    f = [i for i in np.flatnonzero(m) if i in front]
+    ax.scatter(res.sigma[f], res.rounds[f], facecolors="none", edgecolors="red", s=230, lw=1.8,
+               label="experimental front", zorder=3)
+    s = np.geomspace(sig_vals.min() / 1.3, sig_vals.max() * 1.3, 200)
+    ax.plot(s, q * n / (kappa * s**2), color="red", lw=1.5, label=f"κσ²T = qN, κ = {_g(kappa)}", zorder=4)
+    if np.isfinite(k_lo) and np.isfinite(k_hi):
+        ax.fill_between(s, q * n / (k_hi * s**2), q * n / (k_lo * s**2), color="red", alpha=0.12,
+                        label="κ 95 % interval", zorder=1)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(sig_vals.min() / 1.3, sig_vals.max() * 1.3)
+    ax.set_ylim(t_vals.min() / 1.5, t_vals.max() * 1.5)
+    # ticks at the grid's own values; every other σ label when they would crowd
+    for axis, vals in ((ax.xaxis, sig_vals), (ax.yaxis, t_vals)):
+        axis.set_minor_formatter(NullFormatter())
+        axis.set_minor_locator(NullLocator())
+        step = 2 if (axis is ax.xaxis and len(vals) > 6) else 1
+        axis.set_ticks(vals, [f"{v:g}" if i % step == 0 else "" for i, v in enumerate(vals)])
+    ax.set_xlabel("noise σ (per client)")
+    ax.set_ylabel("rounds T")
+    ax.set_title(f"q = {_g(q)}, N = {n}: slope {fr['slope']:.2f} (theory −2)")
+    _legend_below(ax)
+    return sc
+
+
+def _objectives_panel(ax, res, u, eps, front, kappa, q, epsilon):
+    """One q's configurations in the (ε_p, ε_u) plane, the front, and the T the fitted relation picks per σ."""
+    n = res.clients
+    m = np.flatnonzero(res.q == q)
+    ax.scatter(eps[m], u[m], s=12, color="lightgrey", label="grid", zorder=1)
+    theory = []
+    for s in np.unique(res.sigma[m]):
+        ms = m[res.sigma[m] == s]
+        t_rel = q * n / (kappa * s**2)
+        theory.append(ms[np.argmin(np.abs(np.log(res.rounds[ms]) - math.log(t_rel)))])
+    f = sorted((i for i in m if i in front), key=lambda i: eps[i])
+    ax.plot(eps[f], u[f], "o-", color="black", ms=4, label="experimental front", zorder=2)
+    ax.scatter(eps[theory], u[theory], marker="D", s=55, facecolors="none", edgecolors="green", lw=1.5,
+               label="theory: T nearest qN/(κσ²)", zorder=3)
+    ax.set_xscale("log")
+    um = u[m][np.isfinite(u[m])]
+    if len(um) and um.min() > 0:
+        ax.set_yscale("log")
+    else:  # some runs beat the reference: linear near zero
+        ax.set_yscale("symlog", linthresh=max(1e-3, float(np.min(np.abs(um[um != 0]), initial=1e-3))))
+    ax.set_xlabel("privacy leakage ε_p (exact RDP)" if epsilon == "exact" else "privacy leakage ε_p, (1.1)")
+    ax.set_ylabel("utility loss ε_u")
+    ax.set_title(f"objective space, q = {_g(q)}")
+    ax.grid(alpha=0.3, which="both")
+    _legend_below(ax)
+
+
 def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsilon="exact"):
     """Write three figures for a results store and return their paths:
 
@@ -255,98 +330,40 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
     """
     from matplotlib.colors import LogNorm
 
-    from .pretrial.fit import Results, fit, front_indices
+    from .pretrial.fit import Results, front_indices
 
     if max_rounds is not None and not (1 <= max_rounds < float("inf")):
         raise ValueError(f"max_rounds must be a finite number >= 1, got {max_rounds}")
-    if fit_file is not None:
-        try:
-            fr = json.loads(Path(fit_file).read_text())
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{fit_file} is not a paretofl fit file ({exc})") from None
-        if not isinstance(fr, dict) or "kappa" not in fr or "reference" not in fr:
-            raise ValueError(f"{fit_file} is not a paretofl fit file")
-    else:
-        fr = fit(results, epsilon=epsilon, bootstrap=200).to_dict()
+    fr = _fit_record(results, fit_file, epsilon)
     res = Results(results, fr["reference"])
     _check_fit_matches(fr, res.base, fit_file)
     u = res.mean_utility()
     eps = res.leakage(epsilon)
     front = set(front_indices(res, u, epsilon).tolist())
-    kappa, (k_lo, k_hi) = fr["kappa"], fr["kappa_ci"]
-    n = res.clients
+    n, kappa = res.clients, fr["kappa"]
     stem = Path(results).stem
     outdir = Path(outdir)
     qs = np.unique(res.q)
     paths = []
 
-    # ---- σ–T plane
     fig = Figure(figsize=(6.2 * len(qs), 5.6))
     axes = np.atleast_1d(fig.subplots(1, len(qs), squeeze=False)[0])
     pos = u[np.isfinite(u) & (u > 0)]
     norm = LogNorm(vmin=max(pos.min(), 1e-4) if len(pos) else 1e-3, vmax=pos.max() if len(pos) else 1.0)
     for ax, q in zip(axes, qs):
-        m = res.q == q
-        sig_vals, t_vals = np.unique(res.sigma[m]), np.unique(res.rounds[m])
-        # cell size from the grid's own spacing (in log), so the squares do not overlap
-        sc = ax.scatter(res.sigma[m], res.rounds[m], c=np.clip(u[m], norm.vmin, None), norm=norm, cmap="viridis",
-                        marker="s", s=110, zorder=2)
-        f = [i for i in np.flatnonzero(m) if i in front]
-        ax.scatter(res.sigma[f], res.rounds[f], facecolors="none", edgecolors="red", s=230, lw=1.8,
-                   label="experimental front", zorder=3)
-        s = np.geomspace(sig_vals.min() / 1.3, sig_vals.max() * 1.3, 200)
-        ax.plot(s, q * n / (kappa * s**2), color="red", lw=1.5, label=f"κσ²T = qN, κ = {_g(kappa)}", zorder=4)
-        if np.isfinite(k_lo) and np.isfinite(k_hi):
-            ax.fill_between(s, q * n / (k_hi * s**2), q * n / (k_lo * s**2), color="red", alpha=0.12,
-                            label="κ 95 % interval", zorder=1)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(sig_vals.min() / 1.3, sig_vals.max() * 1.3)
-        ax.set_ylim(t_vals.min() / 1.5, t_vals.max() * 1.5)
-        # ticks at the grid's own values; every other σ label when they would crowd
-        for axis, vals in ((ax.xaxis, sig_vals), (ax.yaxis, t_vals)):
-            axis.set_minor_formatter(NullFormatter())
-            axis.set_minor_locator(NullLocator())
-            step = 2 if (axis is ax.xaxis and len(vals) > 6) else 1
-            axis.set_ticks(vals, [f"{v:g}" if i % step == 0 else "" for i, v in enumerate(vals)])
-        ax.set_xlabel("noise σ (per client)")
-        ax.set_ylabel("rounds T")
-        ax.set_title(f"q = {_g(q)}, N = {n}: slope {fr['slope']:.2f} (theory −2)")
-        _legend_below(ax)
+        sc = _sigma_t_panel(ax, res, u, front, fr, q, norm)
         fig.colorbar(sc, ax=ax, label="utility loss ε_u (test-loss gap)")
     paths.append(str(outdir / f"{stem}_sigma_t.{fmt}"))
     _save(fig, paths[-1])
 
-    # ---- objective space
     fig = Figure(figsize=(6.0 * len(qs), 5.2))
     axes = np.atleast_1d(fig.subplots(1, len(qs), squeeze=False)[0])
     for ax, q in zip(axes, qs):
-        m = np.flatnonzero(res.q == q)
-        ax.scatter(eps[m], u[m], s=12, color="lightgrey", label="grid", zorder=1)
-        theory = []
-        for s in np.unique(res.sigma[m]):
-            ms = m[res.sigma[m] == s]
-            t_rel = q * n / (kappa * s**2)
-            theory.append(ms[np.argmin(np.abs(np.log(res.rounds[ms]) - math.log(t_rel)))])
-        f = sorted((i for i in m if i in front), key=lambda i: eps[i])
-        ax.plot(eps[f], u[f], "o-", color="black", ms=4, label="experimental front", zorder=2)
-        ax.scatter(eps[theory], u[theory], marker="D", s=55, facecolors="none", edgecolors="green", lw=1.5,
-                   label="theory: T nearest qN/(κσ²)", zorder=3)
-        ax.set_xscale("log")
-        um = u[m][np.isfinite(u[m])]
-        if len(um) and um.min() > 0:
-            ax.set_yscale("log")
-        else:  # some runs beat the reference: linear near zero
-            ax.set_yscale("symlog", linthresh=max(1e-3, float(np.min(np.abs(um[um != 0]), initial=1e-3))))
-        ax.set_xlabel("privacy leakage ε_p (exact RDP)" if epsilon == "exact" else "privacy leakage ε_p, (1.1)")
-        ax.set_ylabel("utility loss ε_u")
-        ax.set_title(f"objective space, q = {_g(q)}")
-        ax.grid(alpha=0.3, which="both")
-        _legend_below(ax)
+        _objectives_panel(ax, res, u, eps, front, kappa, q, epsilon)
     paths.append(str(outdir / f"{stem}_objectives.{fmt}"))
     _save(fig, paths[-1])
 
-    # ---- Theorem 3 for the fitted κ
+    # Theorem 3 for the fitted κ
     q = float(qs[0])
     t_max = float(max_rounds) if max_rounds is not None else float(res.rounds.max())
     ps = pareto.theorem3(q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max, n_points=200)

@@ -100,6 +100,107 @@ def matched_noise(q: float, n_clients: int, noise_multiplier: float, pretrial_cl
     return 1.0, noise_multiplier * pretrial_clients / m
 
 
+def _check_args(seeds, rounds, chunk, select) -> None:
+    if select not in SELECT:
+        raise ValueError(f"select must be one of {', '.join(SELECT)}, got {select!r}")
+    for name, v in (("seeds", seeds), ("rounds", rounds), ("chunk", chunk)):
+        if v is None and name == "chunk":
+            continue
+        if isinstance(v, bool) or int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v}")
+
+
+def _chunks(reps: list, epochs: tuple, size: int) -> list:
+    """(first, last) bounds of the replicas trained together: one local-epochs
+    value a chunk (the engine runs one local loop for all its replicas),
+    ``size`` replicas at most."""
+    bounds = []
+    for k in epochs:
+        ids = [i for i, r in enumerate(reps) if r[2] == k]       # contiguous: reps are ordered by K first
+        bounds += [(i, min(i + size, ids[-1] + 1)) for i in range(ids[0], ids[-1] + 1, size)]
+    return bounds
+
+
+def _train_grid(spec: Spec, reps: list, bounds: list, rounds: int, noise: tuple, bar: Progress) -> tuple:
+    """Train the grid's replicas chunk by chunk at the pre-trial's matched
+    (q', σ); returns the History of all replicas and each replica's update-norm
+    quantiles per recorded round."""
+    from ..fl.algorithms import History, train
+    from ..fl.build import assemble
+    from .sweep import prepared
+
+    qp, sigma = noise
+    setup = prepared(spec)
+    every = max(1, rounds // 40)
+    norms = [[] for _ in reps]        # per replica: (round, quantiles)
+    hist = History()
+    # each replica's random stream is its own: the chunks change no result
+    for first, last in bounds:
+        part = reps[first:last]
+        pol = assemble(setup, "dpfedavg", len(part), seeds=[s for *_, s in part], device=spec.device,
+                       lower="lower chunk (the replicas of the grid trained together) or use a smaller model",
+                       mechanism=MECHANISM, sigma=sigma,
+                       clip=np.array([c for c, *_ in part]), lr=np.array([e for _, e, *_ in part]), client_rate=qp,
+                       local_epochs=part[0][2], batch_size=spec.batch_size).policy
+
+        def record(t, pol=pol, first=first, part=part):
+            bar.note(replicas=f"{first + 1}-{first + len(part)} of {len(reps)}")
+            bar.update(1)
+            if t % every and t != rounds - 1:
+                return
+            c = pol.last_cohort
+            b = c.bounds
+            v = pol.last_norms.detach().double().cpu().numpy()
+            for r in np.flatnonzero(c.counts):
+                norms[first + r].append((t + 1, *np.quantile(v[b[r]:b[r + 1]], QUANTILES)))
+
+        part_hist = History()
+        train(pol, rounds=rounds, epsilon=None, delta=spec.delta, eval_at=[rounds], on_round=record,
+              history=part_hist)
+        for h in part_hist.rows:
+            hist.add(**{**h, "replica": first + h["replica"]})
+    return hist, norms
+
+
+def _grid_rows(pairs: list, reps: list, final: dict) -> list:
+    """Per (C, η, K): the mean and sd over seeds of the final test loss and accuracy."""
+    grid = []
+    for c, e, k in pairs:
+        idx = [i for i, (cc, ee, kk, _) in enumerate(reps) if (cc, ee, kk) == (c, e, k)]
+        loss = np.array([final[i]["test_loss"] for i in idx], dtype=float)
+        acc = np.array([final[i]["accuracy"] for i in idx], dtype=float)
+        loss = np.where(np.isfinite(loss), loss, np.inf)
+        grid.append({"clip": c, "lr": e, "local_epochs": k, "test_loss": float(loss.mean()),
+                     "test_loss_sd": float(loss.std(ddof=1)) if len(loss) > 1 else 0.0,
+                     "accuracy": float(acc.mean()), "accuracy_sd": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0})
+    return grid
+
+
+def _norm_summaries(rows: list, rounds: int) -> tuple[dict, dict]:
+    """The chosen pair's update-norm quantiles: the median over all recorded
+    rounds, and over the first tenth of them."""
+    rows = np.array(rows, dtype=float)
+    early = rows[rows[:, 0] <= max(1, rounds // 10)] if len(rows) else rows
+
+    def summary(r):
+        return {f"q{int(100 * qq)}": float(np.median(r[:, 1 + j])) if len(r) else math.nan
+                for j, qq in enumerate(QUANTILES)}
+
+    return summary(rows), summary(early)
+
+
+def _on_edges(best: dict, clips: tuple, lrs: tuple, epochs: tuple) -> list:
+    """The axes whose chosen value lies on the grid's edge (where a wider grid may gain)."""
+    edges = []
+    if best["clip"] in (clips[0], clips[-1]) and len(clips) > 1:
+        edges.append("clip")
+    if best["lr"] in (lrs[0], lrs[-1]) and len(lrs) > 1:
+        edges.append("lr")
+    if best["local_epochs"] == epochs[-1] and len(epochs) > 1:
+        edges.append("local_epochs")
+    return edges
+
+
 def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, clips=CLIPS, lrs=LRS,
          seeds: int = 3, device: str = "cpu", progress: bool = False, select: str = "accuracy",
          chunk: int | None = None, epochs=None) -> dict:
@@ -113,19 +214,9 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     test loss and accuracy), the update ``norms`` of the chosen pair
     (quantiles over clients, median over rounds, and over the first tenth
     of the rounds), and what was run."""
-    from ..fl.algorithms import History, train
-    from ..fl.build import assemble
-    from .sweep import prepared
-
     clips, lrs = check_grid(clips, "clip"), check_grid(lrs, "learning-rate")
-    if select not in SELECT:
-        raise ValueError(f"select must be one of {', '.join(SELECT)}, got {select!r}")
-    if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 1:
-        raise ValueError(f"seeds must be a positive integer, got {seeds}")
-    if isinstance(rounds, bool) or int(rounds) != rounds or rounds < 1:
-        raise ValueError(f"rounds must be a positive integer, got {rounds}")
-    if chunk is not None and (isinstance(chunk, bool) or int(chunk) != chunk or chunk < 1):
-        raise ValueError(f"chunk must be a positive integer, got {chunk}")
+    _check_args(seeds, rounds, chunk, select)
+    rounds, seeds = int(rounds), int(seeds)
     spec = spec_of_store(store)
     spec.device = device
     epochs = (spec.local_epochs,) if epochs is None else check_epochs(epochs)
@@ -133,83 +224,27 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     mp = qp * spec.clients
     # the σ at which the pre-trial's mechanism releases the matched noise multiplier zp on its sum
     sigma = mechanism_of(MECHANISM).sigma_for(zp, qp, spec.clients, cohort=mp) if zp > 0 else 0.0
-    setup = prepared(spec)
     pairs = [(c, e, k) for k in epochs for c in clips for e in lrs]
-    reps = [(c, e, k, s) for c, e, k in pairs for s in range(int(seeds))]
-    R = len(reps)
-    size = R if chunk is None else int(chunk)
-    # a chunk trains one local-epochs value (the engine runs one local loop for all its replicas), ``size`` at most
-    bounds = []
-    for k in epochs:
-        ids = [i for i, r in enumerate(reps) if r[2] == k]       # contiguous: reps are ordered by K first
-        bounds += [(i, min(i + size, ids[-1] + 1)) for i in range(ids[0], ids[-1] + 1, size)]
-    every = max(1, int(rounds) // 40)
-    norms = [[] for _ in range(R)]        # per replica: (round, quantiles)
-    hist = History()
+    reps = [(c, e, k, s) for c, e, k in pairs for s in range(seeds)]
+    bounds = _chunks(reps, epochs, len(reps) if chunk is None else int(chunk))
     t0 = time.perf_counter()
     # rounds of the grid's chunks done and the time left, on a terminal (paretofl.progress)
-    bar = Progress(len(bounds) * int(rounds), "tuning C and lr on the public share", "round", wanted=progress)
-    # the grid's replicas train together, ``chunk`` at most at a time (each
-    # replica's random stream is its own: the chunks change no result)
-    for first, last in bounds:
-        part = reps[first:last]
-        pol = assemble(setup, "dpfedavg", len(part), seeds=[s for *_, s in part], device=device,
-                       lower="lower chunk (the replicas of the grid trained together) or use a smaller model",
-                       mechanism=MECHANISM, sigma=sigma,
-                       clip=np.array([c for c, *_ in part]), lr=np.array([e for _, e, *_ in part]), client_rate=qp,
-                       local_epochs=part[0][2], batch_size=spec.batch_size).policy
-
-        def record(t, pol=pol, first=first, part=part):
-            bar.note(replicas=f"{first + 1}-{first + len(part)} of {R}")
-            bar.update(1)
-            if t % every and t != int(rounds) - 1:
-                return
-            c = pol.last_cohort
-            b = c.bounds
-            v = pol.last_norms.detach().double().cpu().numpy()
-            for r in np.flatnonzero(c.counts):
-                norms[first + r].append((t + 1, *np.quantile(v[b[r]:b[r + 1]], QUANTILES)))
-
-        part_hist = History()
-        try:
-            train(pol, rounds=int(rounds), epsilon=None, delta=spec.delta, eval_at=[int(rounds)], on_round=record,
-                  history=part_hist)
-        except BaseException:
-            bar.close()
-            raise
-        for h in part_hist.rows:
-            hist.add(**{**h, "replica": first + h["replica"]})
-    bar.close()
-    final = {h["replica"]: h for h in hist.rows if h["round"] == int(rounds)}
-    grid = []
-    for c, e, k in pairs:
-        idx = [i for i, (cc, ee, kk, _) in enumerate(reps) if (cc, ee, kk) == (c, e, k)]
-        loss = np.array([final[i]["test_loss"] for i in idx], dtype=float)
-        acc = np.array([final[i]["accuracy"] for i in idx], dtype=float)
-        loss = np.where(np.isfinite(loss), loss, np.inf)
-        grid.append({"clip": c, "lr": e, "local_epochs": k, "test_loss": float(loss.mean()),
-                     "test_loss_sd": float(loss.std(ddof=1)) if len(loss) > 1 else 0.0,
-                     "accuracy": float(acc.mean()), "accuracy_sd": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0})
+    bar = Progress(len(bounds) * rounds, "tuning C and lr on the public share", "round", wanted=progress)
+    try:
+        hist, norms = _train_grid(spec, reps, bounds, rounds, (qp, sigma), bar)
+    finally:
+        bar.close()
+    final = {h["replica"]: h for h in hist.rows if h["round"] == rounds}
+    grid = _grid_rows(pairs, reps, final)
     best = best_pair(grid, select)
-    idx = [i for i, (cc, ee, kk, _) in enumerate(reps) if (cc, ee, kk) == (best["clip"], best["lr"],
-                                                                             best["local_epochs"])]
-    rows = np.array([row for i in idx for row in norms[i]], dtype=float)
-    early = rows[rows[:, 0] <= max(1, int(rounds) // 10)] if len(rows) else rows
-    norm_summary = {f"q{int(100 * qq)}": float(np.median(rows[:, 1 + j])) if len(rows) else math.nan
-                    for j, qq in enumerate(QUANTILES)}
-    norm_early = {f"q{int(100 * qq)}": float(np.median(early[:, 1 + j])) if len(early) else math.nan
-                  for j, qq in enumerate(QUANTILES)}
-    edges = []
-    if best["clip"] in (clips[0], clips[-1]) and len(clips) > 1:
-        edges.append("clip")
-    if best["lr"] in (lrs[0], lrs[-1]) and len(lrs) > 1:
-        edges.append("lr")
-    if best["local_epochs"] == epochs[-1] and len(epochs) > 1:
-        edges.append("local_epochs")
+    chosen = (best["clip"], best["lr"], best["local_epochs"])
+    norm_summary, norm_early = _norm_summaries(
+        [row for i, r in enumerate(reps) if r[:3] == chosen for row in norms[i]], rounds)
     return {"clip": best["clip"], "lr": best["lr"], "local_epochs": best["local_epochs"], "epochs": list(epochs),
             "batch_size": spec.batch_size,
-            "grid": grid, "norms": norm_summary, "norms_early": norm_early, "on_grid_edge": edges,
-            "store": str(store), "seeds": int(seeds), "rounds": int(rounds), "select": select,
+            "grid": grid, "norms": norm_summary, "norms_early": norm_early,
+            "on_grid_edge": _on_edges(best, clips, lrs, epochs),
+            "store": str(store), "seeds": seeds, "rounds": rounds, "select": select,
             "pretrial": {"clients": spec.clients, "q": qp, "noise_multiplier": zp,
                          "noise_on_mean": zp / mp, "model": spec.model, "dataset": spec.dataset,
                          "spec_clip": spec.clip, "spec_lr": spec.lr},
