@@ -43,6 +43,50 @@ def read_toml(path) -> dict:
         raise ValueError(f"spec file {path} is not valid TOML ({exc})") from None
 
 
+class _Checker:
+    """A spec's field checks: each refuses with one line ``where: ...`` and
+    stores the value turned to its type (grids sorted)."""
+
+    def __init__(self, spec, where: str):
+        self.spec, self.where = spec, where
+
+    def bad(self, msg):
+        raise ValueError(f"{self.where}: {msg}")
+
+    def refusal(self, check, *args) -> None:
+        """Run a library check, its refusal prefixed with where it was met."""
+        try:
+            check(*args)
+        except ValueError as exc:
+            self.bad(str(exc))
+
+    def _value(self, name, v, lo, hi, integer, lo_open, grid):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+            kind = ("integers" if integer else "numbers") if grid else ("an integer" if integer else "a number")
+            self.bad(f"{name} must {'hold' if grid else 'be'} {kind}, got {v!r}")
+        if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
+            self.bad(f"{name}{' values' if grid else ''} must lie in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
+        return int(v) if integer else float(v)
+
+    def num(self, name, lo, hi, integer=False, lo_open=True):
+        setattr(self.spec, name, self._value(name, getattr(self.spec, name), lo, hi, integer, lo_open, False))
+
+    def choice(self, name, options):
+        if getattr(self.spec, name) not in options:
+            self.bad(f"{name} must be one of {', '.join(options)}, got {getattr(self.spec, name)!r}")
+
+    def grid(self, name, lo, hi, integer=False, lo_open=True):
+        vals = getattr(self.spec, name)
+        if not vals:
+            self.bad(f"{name} must list at least one value")
+        if len(vals) > 1000:
+            self.bad(f"{name} lists {len(vals)} values; at most 1000")
+        out = [self._value(name, v, lo, hi, integer, lo_open, True) for v in vals]
+        if len(set(out)) != len(out):
+            self.bad(f"{name} lists a value twice")
+        setattr(self.spec, name, sorted(out))
+
+
 @dataclass
 class Spec:
     """One pre-trial.  Client-level DP-FedAvg (Gu et al.'s mechanism): each
@@ -109,110 +153,83 @@ class Spec:
 
     # ------------------------------------------------------------------ check
     def validate(self, where="spec", grid: bool = True):
-        def bad(msg):
-            raise ValueError(f"{where}: {msg}")
-
-        def num(name, lo, hi, integer=False, lo_open=True):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
-                bad(f"{name} must be {'an integer' if integer else 'a number'}, got {v!r}")
-            if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
-                bad(f"{name} must lie in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
-            setattr(self, name, int(v) if integer else float(v))
-
-        def choice(name, options):
-            if getattr(self, name) not in options:
-                bad(f"{name} must be one of {', '.join(options)}, got {getattr(self, name)!r}")
-
-        def grid(name, lo, hi, integer=False, lo_open=True):
-            vals = getattr(self, name)
-            if not vals:
-                bad(f"{name} must list at least one value")
-            if len(vals) > 1000:
-                bad(f"{name} lists {len(vals)} values; at most 1000")
-            out = []
-            for v in vals:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
-                    bad(f"{name} must hold {'integers' if integer else 'numbers'}, got {v!r}")
-                if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
-                    bad(f"{name} values must lie in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
-                out.append(int(v) if integer else float(v))
-            if len(set(out)) != len(out):
-                bad(f"{name} lists a value twice")
-            setattr(self, name, sorted(out))
-
+        """Check every field, turning numbers to their types and grids to sorted
+        lists; one clear line (``where: ...``) for the first thing wrong."""
+        check = _Checker(self, where)
         for name, known, what in (("dataset", DATASETS, "data loader"), ("model", MODELS, "model factory")):
             v = getattr(self, name)
             if v not in known and not is_reference(v):
-                bad(f"{name} must be one of {', '.join(known)} or your {what} as package.module:function, "
-                    f"got {v!r}")
-        choice("partition", PARTITIONS)
-        choice("device", ("cpu", "cuda"))
-        choice("subset", SUBSETS)
+                check.bad(f"{name} must be one of {', '.join(known)} or your {what} as package.module:function, "
+                          f"got {v!r}")
+        check.choice("partition", PARTITIONS)
+        check.choice("device", ("cpu", "cuda"))
+        check.choice("subset", SUBSETS)
         if self.data_dir is not None and not isinstance(self.data_dir, str):
-            bad(f"data_dir must be a path, got {self.data_dir!r}")
-        num("public_fraction", 0, 1)
-        num("data_seed", 0, 2**31, integer=True, lo_open=False)
-        num("beta", 0, 1e6)
-        num("clients", 1, 100_000, integer=True)
-        grid("q", 0, 1)
-        grid("sigmas", 0, 1e4)
-        grid("rounds", 0, 100_000, integer=True)
-        num("seeds", 0, 10_000, integer=True)
-        num("clip", 0, 1e6)
-        num("lr", 0, 1e3)
-        num("local_epochs", 0, 1000, integer=True)
-        num("batch_size", 0, 1_000_000, integer=True)
-        num("delta", 0, 0.5)
+            check.bad(f"data_dir must be a path, got {self.data_dir!r}")
+        check.num("public_fraction", 0, 1)
+        check.num("data_seed", 0, 2**31, integer=True, lo_open=False)
+        check.num("beta", 0, 1e6)
+        check.num("clients", 1, 100_000, integer=True)
+        check.grid("q", 0, 1)
+        check.grid("sigmas", 0, 1e4)
+        check.grid("rounds", 0, 100_000, integer=True)
+        check.num("seeds", 0, 10_000, integer=True)
+        check.num("clip", 0, 1e6)
+        check.num("lr", 0, 1e3)
+        check.num("local_epochs", 0, 1000, integer=True)
+        check.num("batch_size", 0, 1_000_000, integer=True)
+        check.num("delta", 0, 0.5)
         if isinstance(self.clients, int):      # the one check every delta meets (theory.privacy.check_delta)
             from ..theory.privacy import check_delta
 
-            try:
-                check_delta(self.delta, self.clients)
-            except ValueError as exc:
-                bad(str(exc))
-        num("chunk", 0, 100_000, integer=True)
+            check.refusal(check_delta, self.delta, self.clients)
+        check.num("chunk", 0, 100_000, integer=True)
         if self.local_work:
-            from ..theory.local_work import MAX_LOCAL_EPOCHS
-
-            grid("local_work", 0, MAX_LOCAL_EPOCHS, integer=True)
-            if self.private or self.subset != "public":
-                bad("local_work trains without noise: it runs on the public share only (subset = \"public\", not "
-                    "private), never on the clients' data; measure the local work on a public pre-trial partitioned "
-                    "like your clients")
-            if len(self.local_work) < 2:
-                bad("local_work needs at least two local epochs to compare (e.g. [1, 2, 4, 8])")
-            if self.local_epochs not in self.local_work:
-                bad(f"local_work must include local_epochs = {self.local_epochs}, the local work kappa is measured "
-                    f"at (e.g. [{self.local_epochs}, {2 * self.local_epochs}, {4 * self.local_epochs}])")
+            self._check_local_work(check)
         from ..mechanisms import get as mechanism_of
 
         mech = mechanism_of(MECHANISM)
         for q in self.q:      # what the aggregate view needs (q·N >= 1), asked of the mechanism itself
-            try:
-                mech.check_rate(q, self.clients)
-            except ValueError as exc:
-                bad(str(exc))
-        if not isinstance(self.private, bool):
-            bad(f"private must be true or false, got {self.private!r}")
-        if self.private:
-            if self.subset == "public":
-                bad("a private pre-trial trains on the clients' own data: set subset = \"rest\" (the data beside a "
-                    "public share) or \"all\" (all of it), with clients and partition those of your federation")
-            if self.epsilon is None:
-                bad("a private pre-trial is charged: give epsilon, the most it may spend (it comes out of the "
-                    "design's budget)")
-            num("epsilon", 0, 1e4)
-            from ..theory.privacy import account
+            check.refusal(mech.check_rate, q, self.clients)
+        self._check_private(check, grid)
 
-            cost = account(self.private_charges(), self.delta) if grid else 0.0
-            if cost > self.epsilon * (1 + 1e-12):
-                bad(f"this grid spends epsilon {cost:.4g} on the clients' data ({len(self.q) * len(self.sigmas)} "
-                    f"noise levels x {self.seeds} seeds, {max(self.rounds)} rounds each, composed), above the "
-                    f"epsilon = {self.epsilon:g} allowed: raise the sigmas, or lower the seeds, the rounds or the "
-                    "number of sigmas")
-        elif self.epsilon is not None:
-            bad("epsilon is the budget of a private pre-trial: set private = true, or leave epsilon out")
+    def _check_local_work(self, check: _Checker) -> None:
+        from ..theory.local_work import MAX_LOCAL_EPOCHS
+
+        check.grid("local_work", 0, MAX_LOCAL_EPOCHS, integer=True)
+        if self.private or self.subset != "public":
+            check.bad("local_work trains without noise: it runs on the public share only (subset = \"public\", not "
+                      "private), never on the clients' data; measure the local work on a public pre-trial "
+                      "partitioned like your clients")
+        if len(self.local_work) < 2:
+            check.bad("local_work needs at least two local epochs to compare (e.g. [1, 2, 4, 8])")
+        if self.local_epochs not in self.local_work:
+            check.bad(f"local_work must include local_epochs = {self.local_epochs}, the local work kappa is "
+                      f"measured at (e.g. [{self.local_epochs}, {2 * self.local_epochs}, {4 * self.local_epochs}])")
+
+    def _check_private(self, check: _Checker, grid: bool) -> None:
+        """A private pre-trial: on the clients' data, with a budget its grid's composed spend stays within."""
+        if not isinstance(self.private, bool):
+            check.bad(f"private must be true or false, got {self.private!r}")
+        if not self.private:
+            if self.epsilon is not None:
+                check.bad("epsilon is the budget of a private pre-trial: set private = true, or leave epsilon out")
+            return
+        if self.subset == "public":
+            check.bad("a private pre-trial trains on the clients' own data: set subset = \"rest\" (the data beside "
+                      "a public share) or \"all\" (all of it), with clients and partition those of your federation")
+        if self.epsilon is None:
+            check.bad("a private pre-trial is charged: give epsilon, the most it may spend (it comes out of the "
+                      "design's budget)")
+        check.num("epsilon", 0, 1e4)
+        from ..theory.privacy import account
+
+        cost = account(self.private_charges(), self.delta) if grid else 0.0
+        if cost > self.epsilon * (1 + 1e-12):
+            check.bad(f"this grid spends epsilon {cost:.4g} on the clients' data ({len(self.q) * len(self.sigmas)} "
+                      f"noise levels x {self.seeds} seeds, {max(self.rounds)} rounds each, composed), above the "
+                      f"epsilon = {self.epsilon:g} allowed: raise the sigmas, or lower the seeds, the rounds or the "
+                      "number of sigmas")
 
     # ------------------------------------------------------------------ views
     def base(self) -> dict:
