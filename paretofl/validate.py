@@ -35,15 +35,7 @@ from .theory.privacy import max_steps
 def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | None = None,
              executor: str = "local", ray_address=None, progress: bool = True, bootstrap: int = 300,
              name: str = "validate") -> dict:
-    if spec.private:
-        raise ValueError("validate trains runs without noise on the full data (a simulation study of how kappa "
-                         "transfers from a public share), so it cannot run a private pre-trial on the clients' data; "
-                         "fit the private pre-trial's store itself (paretofl fit STORE)")
-    if not (0 < full_fraction <= 1) or full_fraction <= spec.public_fraction:
-        raise ValueError(f"full fraction must lie in ({spec.public_fraction:g}, 1] (above the public "
-                         f"fraction), got {full_fraction:g}")
-    if budget is not None and not (budget > 0 and math.isfinite(budget)):
-        raise ValueError(f"budget must be a positive number, got {budget}")
+    _check_args(spec, full_fraction, budget)
     outdir = Path(outdir)
     # the full sweep trains on the whole training set (or its full_fraction),
     # never on a public mask the data carry: that would compare the public
@@ -65,54 +57,26 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     res = Results(stores["full"])
     u = res.mean_utility()
     front = front_indices(res, u)
-    n, q = res.clients, float(spec.q[0])
-    on_q = np.flatnonzero(res.q == q)
+    q = float(spec.q[0])
     if budget is None:  # the middle of the full-data front's privacy range
         fe = res.eps[front][res.q[front] == q]
         budget = float(np.exp(np.median(np.log(fe[np.isfinite(fe)]))))
-
-    # ---- the design of κ_public at the budget, trained on the full data
-    s_lo, s_hi, t_hi = float(res.sigma.min()), float(res.sigma.max()), int(res.rounds.max())
-    d = design(Request(n, budget, delta=spec.delta, max_rounds=t_hi, q=q, sigma_min=s_lo, sigma_max=s_hi, kappa=k_pub))
-    rows = run_job(full, Job(q, [(d.sigma, seed) for seed in spec.seed_list()], [d.rounds]))
-    ref = _reference_losses(tab_full, q)
-    u_design = float(np.mean([r["test_loss"] - ref[r["seed"]] for r in rows]))
+    d, design_out = _design_on_full(spec, full, res, tab_full, (q, budget, k_pub))
+    on_q = np.flatnonzero(res.q == q)
     ok = on_q[res.eps[on_q] <= budget * (1 + 1e-9)]
     best = ok[np.argmin(u[ok])] if len(ok) else None
-
-    # ---- cost
-    mech = mechanism_of(MECHANISM)
-
-    def charged(s):
-        return mech.charge(q, s, n).noise_multiplier
-
-    per_round = float(np.median(tab_full["seconds"] / tab_full["rounds"]))
-    n_sigma = len(spec.sigmas)
-    t_budget = [min(t_hi, int(max_steps(budget, q, charged(s), spec.delta)))
-                for s in spec.sigmas]
-    cost = {
-        # the pre-trial trains every (σ, seed) once on the public data (its T
-        # grid comes from prefixes), plus the non-private reference per seed
-        "method": {"public_trainings": (n_sigma + 1) * spec.seeds * len(spec.q), "full_trainings": 1,
-                   "seconds": t_public + per_round * d.rounds},
-        "training_with_budget": {"public_trainings": 0, "full_trainings": n_sigma,
-                                 "seconds": per_round * sum(t_budget)},
-        "training_until_convergence": {"public_trainings": 0, "full_trainings": n_sigma,
-                                       "seconds": per_round * t_hi * n_sigma},
-    }
     out = {
         "kappa_public": k_pub, "kappa_public_ci": f_pub["kappa_ci"], "kappa_full": k_full,
         "kappa_full_ci": f_full["kappa_ci"], "kappa_transfer_error": abs(math.log(k_pub / k_full)),
         "slope_public": f_pub["slope"], "slope_full": f_full["slope"],
         "full_front_distance": relation_distance(res, front, k_pub),
         "full_front_within": within_fraction(res, front, f_pub["kappa_ci"]),
-        "budget": budget,
-        "design": {"sigma": d.sigma, "rounds": d.rounds, "epsilon": d.epsilon, "utility_loss": u_design,
-                   "epsilon_check": mech.charge(q, d.sigma, n).epsilon(spec.delta, d.rounds)},
+        "budget": budget, "design": design_out,
         "best_grid_within_budget": None if best is None else {
             "sigma": float(res.sigma[best]), "rounds": int(res.rounds[best]), "epsilon": float(res.eps[best]),
             "utility_loss": float(u[best])},
-        "cost": cost, "seconds_full_sweep": t_full, "stores": stores,
+        "cost": _costs(spec, tab_full, (q, res.clients, budget, int(res.rounds.max())), t_public, d.rounds),
+        "seconds_full_sweep": t_full, "stores": stores,
     }
     from .pretrial.sweep import prepared
 
@@ -120,6 +84,54 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
     out["shares"] = {k: len(prepared(x).data.y_train) / n_all for k, x in (("public", spec), ("full", full))}
     out["report"] = _report(out, spec, full_fraction)
     return out
+
+
+def _check_args(spec: Spec, full_fraction: float, budget) -> None:
+    if spec.private:
+        raise ValueError("validate trains runs without noise on the full data (a simulation study of how kappa "
+                         "transfers from a public share), so it cannot run a private pre-trial on the clients' data; "
+                         "fit the private pre-trial's store itself (paretofl fit STORE)")
+    if not (0 < full_fraction <= 1) or full_fraction <= spec.public_fraction:
+        raise ValueError(f"full fraction must lie in ({spec.public_fraction:g}, 1] (above the public "
+                         f"fraction), got {full_fraction:g}")
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        raise ValueError(f"budget must be a positive number, got {budget}")
+
+
+def _design_on_full(spec: Spec, full: Spec, res, tab_full, at: tuple):
+    """The design of κ_public at the budget (``at`` = (q, budget, κ_public)),
+    trained on the full data: the Design and what the report keeps of it."""
+    q, budget, k_pub = at
+    n = res.clients
+    d = design(Request(n, budget, delta=spec.delta, max_rounds=int(res.rounds.max()), q=q,
+                       sigma_min=float(res.sigma.min()), sigma_max=float(res.sigma.max()), kappa=k_pub))
+    rows = run_job(full, Job(q, [(d.sigma, seed) for seed in spec.seed_list()], [d.rounds]))
+    ref = _reference_losses(tab_full, q)
+    u_design = float(np.mean([r["test_loss"] - ref[r["seed"]] for r in rows]))
+    return d, {"sigma": d.sigma, "rounds": d.rounds, "epsilon": d.epsilon, "utility_loss": u_design,
+               "epsilon_check": mechanism_of(MECHANISM).charge(q, d.sigma, n).epsilon(spec.delta, d.rounds)}
+
+
+def _costs(spec: Spec, tab_full, at: tuple, t_public: float, design_rounds: int) -> dict:
+    """What each way of choosing costs, in trainings and seconds (``at`` =
+    (q, N, budget, T̃)): the method (the public pre-trial, then one training
+    of the design), every σ trained to the budget, and every σ to T̃."""
+    q, n, budget, t_hi = at
+    mech = mechanism_of(MECHANISM)
+    per_round = float(np.median(tab_full["seconds"] / tab_full["rounds"]))
+    n_sigma = len(spec.sigmas)
+    t_budget = [min(t_hi, int(max_steps(budget, q, mech.charge(q, s, n).noise_multiplier, spec.delta)))
+                for s in spec.sigmas]
+    return {
+        # the pre-trial trains every (σ, seed) once on the public data (its T
+        # grid comes from prefixes), plus the non-private reference per seed
+        "method": {"public_trainings": (n_sigma + 1) * spec.seeds * len(spec.q), "full_trainings": 1,
+                   "seconds": t_public + per_round * design_rounds},
+        "training_with_budget": {"public_trainings": 0, "full_trainings": n_sigma,
+                                 "seconds": per_round * sum(t_budget)},
+        "training_until_convergence": {"public_trainings": 0, "full_trainings": n_sigma,
+                                       "seconds": per_round * t_hi * n_sigma},
+    }
 
 
 def _reference_losses(tab, q):
