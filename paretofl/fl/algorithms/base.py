@@ -204,6 +204,68 @@ def _freeze(new, old, active):
     return [torch.where(a.reshape(-1, *[1] * (n.ndim - 1)), n, o) for n, o in zip(new, old)]
 
 
+class _Books:
+    """Every replica's privacy books for one run: one ledger per (replica,
+    group) (clients with budgets of their own: each group stopped at its own
+    budget, a replica when any group would pass it), opened with the charges
+    already ``spent`` on the same clients (a private pre-trial).  A round is
+    charged before it runs: :meth:`admit` keeps the replicas that can afford
+    it, :meth:`commit` books it for those that ran it."""
+
+    def __init__(self, policy: Policy, delta: float, epsilon, spent):
+        self.policy, self.R = policy, policy.engine.R
+        self.G, self.names = policy.n_groups, policy.group_names()
+        self.epsilon = np.tile(policy.group_budgets, self.R) if self.names is not None else epsilon
+        self.ledger = policy.ledger(self.R * self.G, delta)
+        if spent:
+            self.ledger.commit(list(spent), self.ledger.increment(list(spent)), np.ones(self.R * self.G, dtype=bool))
+        self._due = (None, None)
+
+    def admit(self, t: int, active):
+        """The replicas of ``active`` whose round ``t`` stays within their budgets."""
+        ch = self.policy.charges(t)
+        inc = self.ledger.increment(ch) if ch is not None else None
+        self._due = (ch, inc)
+        if inc is not None and self.epsilon is not None:
+            ok = self.ledger.affordable(ch, inc, self.epsilon, np.repeat(active, self.G))
+            active = active & ok.reshape(self.R, self.G).all(1)
+        return active
+
+    def commit(self, active) -> None:
+        """Book the round :meth:`admit` priced for the replicas that ran it."""
+        ch, inc = self._due
+        if inc is not None:
+            self.ledger.commit(ch, inc, np.repeat(active, self.G))
+
+    def spent(self):
+        """ε of each replica's ledgers, (R, G)."""
+        if self.policy.fixed_epsilon() is not None:
+            return np.full((self.R, self.G), self.policy.fixed_epsilon())
+        return self.ledger.epsilon().reshape(self.R, self.G)
+
+    def per_group(self, eps_r) -> dict:
+        """One replica's ε per group, as history columns."""
+        return {} if self.names is None else {f"epsilon_{n}": float(e) for n, e in zip(self.names, eps_r)}
+
+
+def _final(eng: Engine, glob, fresh, books: _Books, done_rounds, delta: float) -> dict:
+    """The run's last evaluation and what it spent, with the noise sampler's
+    truncation added to δ where it is not negligible (docs/theory.md §5.4)."""
+    test_loss, acc = fresh if fresh is not None else eng.evaluate(glob)
+    eps = books.spent()
+    final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": eps.max(1),
+             "rounds": done_rounds, "delta": delta}
+    final["delta_float"] = np.array([float_delta(e) for e in final["epsilon"]])
+    finite = final["delta_float"][np.isfinite(final["epsilon"])]
+    if finite.size and finite.max() > 1e-6 * delta:
+        # δ is a probability: at 1 the guarantee says nothing (an ε so large that e^ε swamps the truncation)
+        final["delta"] = min(1.0, delta + float(finite.max()))
+    if books.names is not None:
+        final["epsilon_groups"] = {n: eps[:, g] for g, n in enumerate(books.names)}
+        final["budgets"] = {n: float(e) for n, e in zip(books.names, books.policy.group_budgets)}
+    return final
+
+
 def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_every: int = 1,
           progress: bool = False, val_size: int = 2000, eval_at=None, on_round=None, history: History | None = None,
           spent=()):
@@ -224,18 +286,10 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     """
     eng = policy.engine
     check_memory(policy)
-    R = eng.R
-    # clients with budgets of their own: one ledger per (replica, group), each
-    # group stopped at its own budget (a replica stops when any group would pass it)
-    G, names = policy.n_groups, policy.group_names()
-    if names is not None:
-        epsilon = np.tile(policy.group_budgets, R)
-    ledger = policy.ledger(R * G, delta)
-    if spent:
-        ledger.commit(list(spent), ledger.increment(list(spent)), np.ones(R * G, dtype=bool))
+    books = _Books(policy, delta, epsilon, spent)
     glob = eng.init_global()
-    active = np.ones(R, dtype=bool)
-    done_rounds = np.zeros(R, dtype=int)
+    active = np.ones(eng.R, dtype=bool)
+    done_rounds = np.zeros(eng.R, dtype=int)
     hist = history if history is not None else History()
     cap = policy.max_rounds()
     eval_at = None if eval_at is None else {int(x) for x in eval_at}
@@ -243,63 +297,38 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     fresh = None  # (test_loss, acc) of the current global models, if evaluated since they last changed
     # rounds done and the time left, on a terminal; a long round still shows its elapsed time
     bar = Progress(rounds, policy.name, "round", wanted=progress)
-
-    def spent():
-        """ε of each replica's ledgers, (R, G)."""
-        if policy.fixed_epsilon() is not None:
-            return np.full((R, G), policy.fixed_epsilon())
-        return ledger.epsilon().reshape(R, G)
-
     t0 = time.perf_counter()
     try:
         for t in range(rounds):
             if cap is not None:
                 active &= t < np.asarray(cap)
-            ch = policy.charges(t)
-            inc = ledger.increment(ch) if ch is not None else None
-            if inc is not None and epsilon is not None:
-                active &= ledger.affordable(ch, inc, epsilon, np.repeat(active, G)).reshape(R, G).all(1)
+            active = books.admit(t, active)
             if not active.any():
                 break
-            new = policy.round(t, glob, active)
-            glob = _freeze(new, glob, active)
+            glob = _freeze(policy.round(t, glob, active), glob, active)
             fresh = None
-            if inc is not None:
-                ledger.commit(ch, inc, np.repeat(active, G))
+            books.commit(active)
             done_rounds[active] += 1
-            last = t == rounds - 1
             # the policy adapts every round (ALI-DPFL's τ*, Adap DP-FL's C and σ);
             # the server's validation loss is computed only for those that use it
             val_loss = eng.evaluate(glob, val_size)[0].cpu().numpy() if policy.needs_validation else None
             policy.after_round(t, glob, val_loss)
             due = (t + 1) in eval_at if eval_at is not None else (t + 1) % eval_every == 0
-            if due or last:
+            if due or t == rounds - 1:
                 with torch.no_grad():
                     test_loss, acc = fresh = eng.evaluate(glob)
                     last_acc = float(acc.max())
-                eps = spent()
-                for r in range(R):
-                    per = {} if names is None else {f"epsilon_{n}": float(e) for n, e in zip(names, eps[r])}
+                eps = books.spent()
+                for r in range(eng.R):
                     hist.add(round=t + 1, replica=r, active=bool(active[r]), test_loss=float(test_loss[r]),
-                             accuracy=float(acc[r]), epsilon=float(eps[r].max()), **per, **policy.info_row(r))
+                             accuracy=float(acc[r]), epsilon=float(eps[r].max()), **books.per_group(eps[r]),
+                             **policy.info_row(r))
             if on_round is not None:
                 on_round(t)
             bar.note(best_acc=f"{last_acc:.3f}", active=int(active.sum()))
             bar.update(1)
     finally:
         bar.close()
-    test_loss, acc = fresh if fresh is not None else eng.evaluate(glob)
-    eps = spent()
-    final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": eps.max(1),
-             "rounds": done_rounds, "delta": delta, "seconds": time.perf_counter() - t0}
-    # what the noise sampler's truncation adds to δ (docs/theory.md §5.4):
-    # reported beside δ, and added to it where it is not negligible
-    final["delta_float"] = np.array([float_delta(e) for e in final["epsilon"]])
-    finite = final["delta_float"][np.isfinite(final["epsilon"])]
-    if finite.size and finite.max() > 1e-6 * delta:
-        # δ is a probability: at 1 the guarantee says nothing (an ε so large that e^ε swamps the truncation)
-        final["delta"] = min(1.0, delta + float(finite.max()))
-    if names is not None:
-        final["epsilon_groups"] = {n: eps[:, g] for g, n in enumerate(names)}
-        final["budgets"] = {n: float(e) for n, e in zip(names, policy.group_budgets)}
+    final = _final(eng, glob, fresh, books, done_rounds, delta)
+    final["seconds"] = time.perf_counter() - t0
     return glob, hist, final
