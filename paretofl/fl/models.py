@@ -240,80 +240,90 @@ class Net:
         """
         with torch.no_grad():
             logits, cache = self.forward(params, x, record=True)
-            M, B = x.shape[:2]
             logp = torch.log_softmax(logits, -1)
             losses = -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1) * weight
             g = logp.exp()
             g.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(y, dtype=g.dtype).unsqueeze(-1))
             g = g * weight.unsqueeze(-1)                                      # dloss/dlogits per sample
-            # (kind, A, G) last layer first; a convolution's entry holds its
-            # per-sample weight gradients (M, B, out, Ck²) in place of A
-            tape = []
-            first_trainable = next(i for i, l in enumerate(self.layers) if l.kind in ("linear", "conv"))
-            for i in range(len(self.layers) - 1, first_trainable - 1, -1):
-                layer, c = self.layers[i], cache[i]
-                need_input = i > first_trainable
-                if layer.kind == "linear":
-                    a, W = c
-                    tape.append(("linear", a, g))
-                    if need_input:
-                        g = torch.bmm(g, W.transpose(1, 2))
-                elif layer.kind == "conv":
-                    h_in, W = c
-                    C, H, Wd = h_in.shape[2:]
-                    G = g.reshape(M, B, layer.out, -1)
-                    tape.append(("conv", _conv_weight_grads(h_in, G, layer, summed=clip is None), G))
-                    if need_input:
-                        g = _conv_input_grad(G, W, layer, C, H, Wd)
-                elif layer.kind == "relu":
-                    # ReLU's own backward kernel: several times faster on CPU
-                    # than multiplying by a boolean mask (a dtype conversion)
-                    g = torch.ops.aten.threshold_backward(g, c, 0)
-                elif layer.kind == "maxpool":
-                    arg = c
-                    g = _maxpool_back(g, arg, layer.k, layer.stride)
-                elif layer.kind == "flatten":
-                    g = g.reshape(c)
-            tape.reverse()
-
-            sq = torch.zeros(M, B, device=x.device, dtype=x.dtype)
-            per_sample = []
-            for li, (kind, a, G) in enumerate(tape):
-                if kind == "linear":
-                    if clip is not None:
-                        gg = G.pow(2).sum(-1)
-                        asq = x_sqnorm if (li == 0 and x_sqnorm is not None) else a.pow(2).sum(-1)
-                        sq += asq * gg + gg
-                    per_sample.append(None)
-                elif clip is not None:
-                    P = a                                                      # per-sample (M, B, out, Ck²)
-                    gb = G.sum(-1)
-                    sq += P.pow(2).sum((-1, -2)) + gb.pow(2).sum(-1)
-                    per_sample.append((P, gb))
-                else:
-                    per_sample.append(None)
-            if clip is not None:
-                norms = sq.sqrt()
+            tape = self._tape(cache, g, summed=clip is None)
+            if clip is None:
+                norms, f = torch.zeros(x.shape[:2], device=x.device, dtype=x.dtype), None
+            else:
+                norms = _per_sample_sqnorms(tape, x_sqnorm, x).sqrt()
                 cl = clip if isinstance(clip, (int, float)) else \
                     torch.as_tensor(clip, dtype=x.dtype, device=x.device).reshape(-1, 1)
                 f = torch.clamp(cl / (norms + 1e-12), max=1.0)
-            else:
-                norms = torch.zeros(M, B, device=x.device, dtype=x.dtype)
-                f = None
-            grads = []
-            for (kind, a, G), ps in zip(tape, per_sample):
-                if kind == "linear":
-                    Gf = G if f is None else G * f.unsqueeze(-1)         # scale the small factor
-                    grads.append(_thin_mm(a.transpose(1, 2), Gf))
-                    grads.append(Gf.sum(1))
-                elif f is None:
-                    grads.append(a.transpose(1, 2))                            # summed: (M, Ck², out)
-                    grads.append(G.sum((1, 3)))
-                else:
-                    P, gb = ps
-                    grads.append(torch.einsum("mb,mbck->mkc", f, P))
-                    grads.append(torch.einsum("mb,mbc->mc", f, gb))
-            return grads, norms, losses.sum(1)
+            return _scaled_sums(tape, f), norms, losses.sum(1)
+
+    def _tape(self, cache, g, summed: bool) -> list:
+        """The hand-written backward pass from dloss/dlogits ``g``: per
+        trainable layer, first layer first, (kind, A, G) — a linear layer's
+        input and output gradient; for a convolution, its per-sample weight
+        gradients (M, B, out, Ck²) and bias gradients (M, B, out), or where
+        ``summed`` their sum over samples (M, Ck², out) and the output
+        gradient G."""
+        M, B = g.shape[:2]
+        tape = []
+        first_trainable = next(i for i, l in enumerate(self.layers) if l.kind in ("linear", "conv"))
+        for i in range(len(self.layers) - 1, first_trainable - 1, -1):
+            layer, c = self.layers[i], cache[i]
+            need_input = i > first_trainable
+            if layer.kind == "linear":
+                a, W = c
+                tape.append(("linear", a, g))
+                if need_input:
+                    g = torch.bmm(g, W.transpose(1, 2))
+            elif layer.kind == "conv":
+                h_in, W = c
+                C, H, Wd = h_in.shape[2:]
+                G = g.reshape(M, B, layer.out, -1)
+                tape.append(("conv", _conv_weight_grads(h_in, G, layer, summed=summed), G if summed else G.sum(-1)))
+                if need_input:
+                    g = _conv_input_grad(G, W, layer, C, H, Wd)
+            elif layer.kind == "relu":
+                # ReLU's own backward kernel: several times faster on CPU
+                # than multiplying by a boolean mask (a dtype conversion)
+                g = torch.ops.aten.threshold_backward(g, c, 0)
+            elif layer.kind == "maxpool":
+                g = _maxpool_back(g, c, layer.k, layer.stride)
+            elif layer.kind == "flatten":
+                g = g.reshape(c)
+        tape.reverse()
+        return tape
+
+
+def _per_sample_sqnorms(tape: list, x_sqnorm, x):
+    """Each sample's squared gradient norm (M, B) over every trainable
+    layer: ‖a‖²‖G‖² + ‖G‖² for a linear layer (weights and bias), the
+    per-sample weight gradients' and the bias's squares for a convolution."""
+    sq = torch.zeros(x.shape[:2], device=x.device, dtype=x.dtype)
+    for li, (kind, a, G) in enumerate(tape):
+        if kind == "linear":
+            gg = G.pow(2).sum(-1)
+            asq = x_sqnorm if (li == 0 and x_sqnorm is not None) else a.pow(2).sum(-1)
+            sq += asq * gg + gg
+        else:
+            sq += a.pow(2).sum((-1, -2)) + G.pow(2).sum(-1)          # G: the bias's per-sample gradients
+    return sq
+
+
+def _scaled_sums(tape: list, f) -> list:
+    """The layers' gradients summed over samples, each sample scaled by its
+    clipping factor ``f`` (M, B) (None: unclipped, a convolution's tape
+    already summed)."""
+    grads = []
+    for kind, a, G in tape:
+        if kind == "linear":
+            Gf = G if f is None else G * f.unsqueeze(-1)         # scale the small factor
+            grads.append(_thin_mm(a.transpose(1, 2), Gf))
+            grads.append(Gf.sum(1))
+        elif f is None:
+            grads.append(a.transpose(1, 2))                            # summed: (M, Ck², out)
+            grads.append(G.sum((1, 3)))
+        else:
+            grads.append(torch.einsum("mb,mbck->mkc", f, a))
+            grads.append(torch.einsum("mb,mbc->mc", f, G))
+    return grads
 
 
 def _thin_mm(a, b):
