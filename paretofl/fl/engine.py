@@ -429,17 +429,18 @@ class Engine:
             raise ValueError("DP-SGD needs a public batch_divisor (e.g. the expected batch of a declared size)")
         c = cohort or self.everyone()
         K = c.size
-        vec = lambda v: self.vec(v, c)  # noqa: E731
         steps = torch.as_tensor(steps, device=self.device).reshape(-1)
         if steps.numel() == 1:
             steps = steps.expand(K)
-        lr = vec(lr)
         params = [p.clone() for p in params]
         last_loss = torch.zeros(K, device=self.device, dtype=self.dtype)
         last_cns = torch.zeros(K, device=self.device, dtype=self.dtype)
-        cl_all = vec(clip) if clip is not None else None
-        slots = adam.slots(c.ids(self.N)) if adam is not None else None
-        col = lambda v, g: v.reshape(-1, *[1] * (g.ndim - 1))  # noqa: E731
+        # the settings per row (K,), once
+        rows = dict(lr=self.vec(lr, c), clip=None if clip is None else self.vec(clip, c),
+                    sigma=None if sigma is None else self.vec(sigma, c),
+                    divisor=None if clip is None else self.vec(batch_divisor, c),
+                    prox_mu=None if prox_mu is None else self.vec(prox_mu, c),
+                    slots=adam.slots(c.ids(self.N)) if adam is not None else None)
         # a replica draws at each step its rows take, for all its rows, so
         # its random stream depends on its own cohort and settings only; only
         # the rows that take the step are computed
@@ -447,46 +448,54 @@ class Engine:
         for s in range(int(own_steps.max()) if K else 0):
             drawing = own_steps > s
             if clip is not None:
-                idx, w = self.poisson_batches(vec(batch_rate), c, drawing)
+                idx, w = self.poisson_batches(self.vec(batch_rate, c), c, drawing)
             else:
                 idx, w = self.fixed_batches(int(batch_size), c, drawing)
             a = torch.nonzero(steps > s).reshape(-1)
             full = len(a) == K
             sub = (lambda t: t) if full else (lambda t: t[a])  # noqa: E731
             p_a = params if full else [p[a] for p in params]
-            cl = sub(cl_all) if cl_all is not None else None
+            cl = sub(rows["clip"]) if clip is not None else None
             # a model that draws random numbers (dropout) gets a seed per row
             # from its replica's generator, drawn for all rows as batches are
             seeds = sub(self.model_seeds(c, drawing)) if self.net.stochastic else None
             grads, norms, loss = self._grads_chunked(p_a, sub(idx), sub(w), cl, seeds)
             if clip is not None:
-                denom = sub(vec(batch_divisor))
+                denom = sub(rows["divisor"])
                 if sigma is not None:
-                    std = sub(vec(sigma)) * cl
+                    std = sub(rows["sigma"]) * cl
                     noise = [sub(n) for n in self.noise_like(params, c, drawing)]
-                    grads = [g + n * col(std, g) for g, n in zip(grads, noise)]
+                    grads = [g + n * _col(std, g) for g, n in zip(grads, noise)]
             else:
                 denom = sub(w).sum(1).clamp(min=1)
-            scale = sub(lr) / denom
-            if adam is not None:
-                adam.t[slots[a]] += 1
-            for j, g in enumerate(grads):
-                upd = g
-                if prox_mu is not None:
-                    upd = upd + col(sub(vec(prox_mu)) * denom, g) * (p_a[j] - sub(anchor[j]))
-                if adam is not None:
-                    params[j].index_add_(0, a, col(sub(lr), g) * adam.direction(j, slots[a], upd / col(denom, g)),
-                                         alpha=-1.0)
-                elif full:
-                    params[j] -= col(scale, g) * upd
-                else:
-                    params[j].index_add_(0, a, col(scale, g) * upd, alpha=-1.0)
+            self._descend(params, p_a, grads, (a, full, sub), denom, rows, anchor, adam)
             wa = sub(w)
             last_loss[a] = loss / wa.sum(1).clamp(min=1)
             if cl is not None:
                 last_cns[a] = (torch.minimum(norms, cl[:, None]) * wa).sum(1)
-        stats = StepStats(last_loss, last_cns)
-        return params, stats
+        return params, StepStats(last_loss, last_cns)
+
+    @staticmethod
+    def _descend(params, p_a, grads, taking, denom, rows, anchor, adam) -> None:
+        """One step on the rows ``taking`` = (a, full, sub) take, in place: SGD
+        at lr/denom (with the proximal term μ·denom·(w − anchor) where asked),
+        or Adam on grads/denom."""
+        a, full, sub = taking
+        lr = sub(rows["lr"])
+        scale = lr / denom
+        if adam is not None:
+            slots = rows["slots"][a]
+            adam.t[slots] += 1
+        for j, g in enumerate(grads):
+            upd = g
+            if rows["prox_mu"] is not None:
+                upd = upd + _col(sub(rows["prox_mu"]) * denom, g) * (p_a[j] - sub(anchor[j]))
+            if adam is not None:
+                params[j].index_add_(0, a, _col(lr, g) * adam.direction(j, slots, upd / _col(denom, g)), alpha=-1.0)
+            elif full:
+                params[j] -= _col(scale, g) * upd
+            else:
+                params[j].index_add_(0, a, _col(scale, g) * upd, alpha=-1.0)
 
     def model_seeds(self, cohort: Cohort | None = None, drawing=None):
         """One seed per row (K,), each from its replica's generator."""
@@ -725,3 +734,8 @@ def train_chunk(net: Model, device_type: str, M: int, B: int, dtype=torch.float3
     budget = TRAIN_CHUNK_BYTES.get(device_type, TRAIN_CHUNK_BYTES["cuda"])
     per_model = max(B, 1) * net.max_per_sample * torch.finfo(dtype).bits // 8
     return max(1, min(M, budget // per_model))
+
+
+def _col(v, g):
+    """A per-row vector (K,) shaped to broadcast over g (K, ...)."""
+    return v.reshape(-1, *[1] * (g.ndim - 1))
