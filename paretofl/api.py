@@ -327,12 +327,13 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
     d.model, d.dataset = spec.get("model"), spec.get("dataset")
     best = "highest test accuracy" if by == "accuracy" else "lowest test loss"
-    where = (f"public tuning on {store}: {best} of the {len(clips)} x {len(lrs)} grid at this design's T and noise "
+    axes = f"{len(clips)} x {len(lrs)}" + (f" x {len(t['epochs'])}" if len(t["epochs"]) > 1 else "")
+    names = "C x lr" + (" x local epochs" if len(t["epochs"]) > 1 else "")
+    where = (f"public tuning on {store}: {best} of the {axes} grid ({names}) at this design's T and noise "
              f"on the mean ({t['seeds']} seeds)")
     kept = d.sources.get("local_epochs", f"the pre-trial {store}")
     d.sources.update(clip=where, lr=where, batch_size=f"the pre-trial {store}",
-                     local_epochs=(where.replace("grid", f"x {len(t['epochs'])} local-epochs grid")
-                                   if len(t["epochs"]) > 1 else kept))
+                     local_epochs=where if len(t["epochs"]) > 1 else kept)
     d.notes += _tuning_notes(t, by, spec.get("local_epochs"), measured_at)
     return d
 
@@ -364,9 +365,9 @@ def _tunable(d, store, by, epochs) -> dict:
     if d.local_work and epochs is not None and tuple(epochs) != (d.local_epochs,):
         # one chooser of the local epochs per design: the bound (4.E.2) chose them over what the pre-trial measured,
         # and its T and sigma are for them
-        raise ValueError(f"this design's {d.local_epochs} local epoch(s) come with the local work its pre-trial "
-                         "measured (docs/theory.md 4.E), and its T and sigma are for them: the tuning keeps them; "
-                         "leave the tuning's epochs out")
+        raise ValueError(f"this design's {d.local_epochs} local epoch(s) were set with the local work its pre-trial "
+                         "measured (docs/theory.md 4.E), and its T and sigma are for them: the tuning searches C and "
+                         "the learning rate at them; leave the tuning's epochs out")
     return spec_.to_dict()
 
 
@@ -393,7 +394,8 @@ def _tuning_notes(t: dict, by: str, k0, measured_at) -> list[str]:
     if len(t["epochs"]) > 1 and k0 is not None and t["local_epochs"] != k0:
         notes.append(f"kappa was measured at the pre-trial's {k0} local epoch(s), not at the {t['local_epochs']} the "
                      "tuning chose: its T and sigma are for the pre-trial's; measure the local work in the pre-trial "
-                     "(local_work in its spec) to design for it")
+                     "(local_work in its spec) and design from its fit: the design then chooses the local epochs "
+                     "with T and sigma, and the tuning C and lr at them")
     if measured_at is not None and not (math.isclose(t["clip"], measured_at[0])
                                         and math.isclose(t["lr"], measured_at[1])):
         notes.append(f"kappa was measured at the pre-trial's own C and lr, not at C = {t['clip']:g}, lr = "

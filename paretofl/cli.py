@@ -416,10 +416,12 @@ def _predicted_lines(design, r, out) -> list[str]:
     if not lw or not lw.get("predicted_loss"):
         return []
     same = (r.model == design.model and r.dataset == design.dataset
-            and int(r.options.get("local_epochs", -1)) == int(design.local_epochs))
+            and design.prediction_applies(r.options.get("clip"), r.options.get("lr"), r.options.get("local_epochs")))
     if not same:
-        return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, for its own model, data and local "
-                "epochs: this run changed them, so it is not compared"]
+        at = design.predicted_at()
+        return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, for its model and data at C = "
+                f"{at['clip']:g}, lr = {at['lr']:g}, {at['local_epochs']} local epoch(s): this run trained another, "
+                "so it is not compared"]
     interval = lw.get("interval")
     inside = interval is not None and interval[0] <= r.test_loss <= interval[1]
     out.update(predicted_loss=lw["predicted_loss"], predicted_interval=interval,
@@ -445,6 +447,11 @@ def _local_work_lines(d) -> list[str]:
                    f"over {over}; docs/theory.md 4.E)")
     else:
         out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  (test loss; docs/theory.md 4.E)")
+    if not d.prediction_applies():
+        at = d.predicted_at()
+        out.append(f"                      of the pre-trial's C = {at['clip']:g}, lr = {at['lr']:g}: the tuning moved "
+                   f"them to C = {d.clip:g}, lr = {d.lr:g}, whose loss the fit does not predict (the tuning's public "
+                   "accuracy ranked them)")
     if dis:
         b2, z2 = dis.get("b2", float("nan")), dis.get("zeta2", float("nan"))
         out.append(f"  dissimilarity       B^2 {b2:.3g}, zeta^2 {z2:.3g}  "
@@ -959,7 +966,8 @@ def _add_design(sub, known):
                    help="with --tune: keep the pair with the highest public test accuracy (default) or lowest loss")
     s.add_argument("--lrs", type=FLOAT, nargs="+", help="with --tune: learning rates to try (default 0.03 0.1 0.3 1)")
     s.add_argument("--tune-epochs", type=INT, nargs="+", help="with --tune: local epochs to try beside C and lr "
-                   "(default: the design's)")
+                   "(default: the design's; a design whose fit measured the local work chose them, and the tuning "
+                   "keeps them)")
     s.add_argument("--chunk", type=INT, help="with --tune: most replicas trained together (lower it for a large "
                                              "model that does not fit in memory)")
     s.add_argument("--statement", action="store_true",

@@ -199,6 +199,32 @@ class Design:
     # every candidate's (q, T, σ), objective and predicted test loss with its interval, the dissimilarity
     local_work: dict = field(default_factory=dict, repr=False)
 
+    def predicted_at(self) -> dict | None:
+        """The clipping norm, learning rate and local epochs the predicted
+        test loss (``local_work``) is of: the pre-trial's C and η, at the
+        local epochs (4.E.2) chose.  A public tuning that moved C or η
+        leaves the prediction at the pre-trial's pair (the fit measured no
+        other).  None where the design predicts no test loss."""
+        if not self.local_work or self.local_work.get("predicted_loss") is None:
+            return None
+        pre = (self.tuning or {}).get("pretrial") or {}
+        return {"clip": pre.get("spec_clip", self.clip), "lr": pre.get("spec_lr", self.lr),
+                "local_epochs": self.local_work.get("epochs")}
+
+    def prediction_applies(self, clip=None, lr=None, local_epochs=None) -> bool:
+        """Whether the predicted test loss is of a run at this C, η and local
+        epochs (default: the design's own)."""
+        at = self.predicted_at()
+        if at is None:
+            return False
+        run = (self.clip if clip is None else clip, self.lr if lr is None else lr,
+               self.local_epochs if local_epochs is None else local_epochs)
+        try:
+            return all(w is None or (v is not None and math.isclose(float(v), float(w), rel_tol=1e-9))
+                       for v, w in zip(run, (at["clip"], at["lr"], at["local_epochs"])))
+        except (TypeError, ValueError):       # a setting per replica: not the one run predicted
+            return False
+
     def __post_init__(self):
         # plain Python numbers, so that the repr and JSON read as written
         for f in fields(self):
