@@ -590,13 +590,7 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
     if budgets is not None:
-        if algorithm != "dpfedavg":
-            raise ValueError("per-client budgets apply to client-level dpfedavg: leave the algorithm out")
-        chosen = [k for k in ("sigma", "client_rate") if options.get(k) is not None]
-        if chosen:
-            raise ValueError(f"{' and '.join(chosen)} {'is' if len(chosen) == 1 else 'are'} designed for each group "
-                             "with budgets: leave them out (or design --budgets, then train --design)")
-        options = {"mechanism": DEFAULT, **options}
+        options = _options_with_budgets(algorithm, options)
     dataset = TRAIN_DEFAULTS["dataset"] if dataset is None else dataset
     model = TRAIN_DEFAULTS["model"] if model is None else model
     epsilon = TRAIN_DEFAULTS["epsilon"] if epsilon is None and budgets is None else epsilon
@@ -609,11 +603,7 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     ds = load_dataset(dataset, data_dir)
     partition = _partition_of(partition, ds)
     if clients is None and budgets is not None:      # the budgets' own clients (a share file needs the number)
-        from .budgets import Budgets, read_budgets
-
-        clients = (budgets.n_clients if isinstance(budgets, Budgets) else
-                   len(budgets) if isinstance(budgets, (list, tuple)) or hasattr(budgets, "shape") else
-                   read_budgets(budgets).n_clients)
+        clients = _clients_of_budgets(budgets)
     if clients is None and partition != "given":
         clients = 10
     # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
@@ -621,10 +611,7 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
                     subset="all" if ds.public is None else "rest")
     parts = setup.parts
     if budgets is not None:
-        # design's own defaults, so that train --budgets trains what design --budgets printed
-        groups = recommendation.design(Request(len(parts), None, delta, max_rounds=rounds, budgets=budgets,
-                                               mechanism=config.mechanism))
-        options = {**options, "sigma": groups.sigma, "client_rate": min(1.0, groups.q)}
+        groups, options = _group_design(len(parts), delta, rounds, budgets, config.mechanism, options)
         config = cls.Config(**options)
         rounds, epsilon = groups.rounds, groups.budget
         asked = rounds
@@ -654,6 +641,38 @@ def _torch(what: str):
         raise ModuleNotFoundError(f"{what} needs PyTorch, which is not installed: "
                                   "pip install 'paretofl[train]'", name="torch") from None
     return torch
+
+
+def _options_with_budgets(algorithm: str, options: dict) -> dict:
+    """A training with a budget per client: client-level dpfedavg, whose σ and
+    rate the group design sets (given ones are refused, not overridden)."""
+    if algorithm != "dpfedavg":
+        raise ValueError("per-client budgets apply to client-level dpfedavg: leave the algorithm out")
+    chosen = [k for k in ("sigma", "client_rate") if options.get(k) is not None]
+    if chosen:
+        raise ValueError(f"{' and '.join(chosen)} {'is' if len(chosen) == 1 else 'are'} designed for each group "
+                         "with budgets: leave them out (or design --budgets, then train --design)")
+    return {"mechanism": DEFAULT, **options}
+
+
+def _clients_of_budgets(budgets) -> int:
+    """How many clients budgets name (a Budgets, one ε per client, or a CSV file)."""
+    from .budgets import Budgets, read_budgets
+
+    if isinstance(budgets, Budgets):
+        return budgets.n_clients
+    if isinstance(budgets, (list, tuple)) or hasattr(budgets, "shape"):
+        return len(budgets)
+    return read_budgets(budgets).n_clients
+
+
+def _group_design(n_clients: int, delta: float, rounds: int, budgets, mechanism: str, options: dict):
+    """The group design a training with budgets runs, with design's own
+    defaults (so that train --budgets trains what design --budgets printed),
+    and the options with its σ and rate."""
+    groups = recommendation.design(Request(n_clients, None, delta, max_rounds=rounds, budgets=budgets,
+                                           mechanism=mechanism))
+    return groups, {**options, "sigma": groups.sigma, "client_rate": min(1.0, groups.q)}
 
 
 def _check_design_budgets(design, budgets) -> None:
