@@ -49,6 +49,9 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", _Help)
+        # no prefixes: train --budget 2 would otherwise read as --budgets 2 (a file), and a flag added later
+        # could change what an abbreviation means
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message):
@@ -132,6 +135,8 @@ _ALIASES = {
 #: the aliases that are plain words are said as flags in a command's errors,
 #: never in its notes (where "kappa" or "fit" is the thing, not the flag)
 _IN_ERRORS_ONLY = {"kappa", "fit", "tune", "clips", "lrs", "by", "steps", "delta", "mechanism"}
+#: the mechanisms' own knobs of one word (bits, bands): flags in errors, where the message names the option
+_SAID_AS_OPTION = frozenset(o for o in api.names()["mechanism_option_flags"] if "_" not in o)
 
 
 def _flag_map(command: str, parser) -> dict:
@@ -141,7 +146,7 @@ def _flag_map(command: str, parser) -> dict:
     dest = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings and a.dest != "help"}
     out = {name: dest[d] for name, d in {**_ALIASES["*"], **_ALIASES.get(command, {})}.items() if d in dest}
     for d, flag in dest.items():
-        if "_" in d:
+        if "_" in d or d in _SAID_AS_OPTION:
             out.setdefault(d, flag)
     return out
 
@@ -152,7 +157,13 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
     words, say) is left as it is."""
     parts = re.split(r'("[^"]*")', text)
     for param in sorted(mapping, key=len, reverse=True):
-        if error or param not in _IN_ERRORS_ONLY:
+        if param in _SAID_AS_OPTION:
+            # a family's one-word knob (bits, bands) is also a plain word: a flag only where the
+            # message names the option ("bits must be ...", "give dim ...", "lower the bands or q")
+            pat = rf"(?<![-\w])(?:(?<=give )|(?<=the )|(?<=^)){param}\b(?=$| must\b| \(| or\b| ≥| >=)"
+            if error:
+                parts = [p if p.startswith('"') else re.sub(pat, mapping[param], p) for p in parts]
+        elif error or param not in _IN_ERRORS_ONLY:
             parts = [p if p.startswith('"') else re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], p)
                      for p in parts]
     return "".join(parts)
@@ -1192,17 +1203,45 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: what users of other tools call a flag of ours (Opacus's target_epsilon, a budget in train's words)
+_SYNONYMS = {"--epsilon": ("--budget", "--epsilon"), "--target-epsilon": ("--budget", "--epsilon"),
+             "--eps": ("--budget", "--epsilon"), "--budget": ("--epsilon", "--budget"),
+             "--noise-multiplier": ("--sigma",), "--max-grad-norm": ("--clip",), "--rounds": ("--max-rounds",),
+             "--n-clients": ("--clients",), "--num-clients": ("--clients",)}
+
+
+def _did_you_mean(extra: list, sub) -> str:
+    """'; did you mean --budget?' for the first unknown option a close flag
+    of this command (or a synonym from another tool's words) matches."""
+    import difflib
+
+    flags = [f for a in sub._actions for f in a.option_strings if f.startswith("--")]
+    for word in extra:
+        if not word.startswith("--"):
+            continue
+        opt = word.split("=", 1)[0]
+        near = [f for f in _SYNONYMS.get(opt, ()) if f in flags and f != opt] or \
+            difflib.get_close_matches(opt, flags, n=1, cutoff=0.75)
+        if near:
+            return f" (did you mean {near[0]}? see {sub.prog} --help)"
+    return f" (see {sub.prog} --help)"
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
         parser.print_help()
         return 0
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     if args.command is None:
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         parser.print_help()
         return 0
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    if extra:
+        sub.error(f"unrecognized arguments: {' '.join(extra)}{_did_you_mean(extra, sub)}")
     args.flags = _flag_map(args.command, sub)
     if hasattr(args, "spec"):
         # a spec's field is named as the file names it where the file set it, and as its flag where a flag did

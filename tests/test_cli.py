@@ -366,3 +366,38 @@ def test_an_option_of_another_algorithm_is_named_as_a_flag(capsys):
     assert main(["train", "--dataset", "digits", "--algorithm", "nbafl", "--optimizer", "adam"]) == 2
     text = capsys.readouterr().err
     assert "--optimizer is not an option of nbafl" in text and ", clip," not in text and "--clip" in text
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--mechanism", "bandmf", "--bands", "0"], "--bands must be a whole number"),
+    (["--mechanism", "distributed", "--bits", "99"], "--bits must be a whole number"),
+    (["--mechanism", "distributed", "--dropout", "3"], "--dropout must be a number"),
+])
+def test_a_familys_one_word_knob_is_named_by_its_flag(args, flag, capsys):
+    """A mechanism's own knob of one word (bits, bands) is refused in the
+    command line's words, as its knobs with an underscore are."""
+    assert main(["design", "--clients", "100", "--budget", "2", *args]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_plain_word_that_is_also_a_knob_stays_a_word():
+    from paretofl.cli import _flagged
+
+    m = {"bits": "--bits", "q": "--q"}
+    assert _flagged("16 bits: too few; allow more bits (at most 32)", m, error=True) == \
+        "16 bits: too few; allow more bits (at most 32)"
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["design", "--clients", "100", "--epsilon", "2"], "did you mean --budget?"),      # Opacus's word for it
+    (["train", "--budget", "2"], "did you mean --epsilon?"),       # not read as --budgets (a file) by prefix
+    (["design", "--clients", "100", "--budjet", "2"], "did you mean --budget?"),
+    (["design", "--clients", "100", "--budget", "2", "--local-epoch", "2"], "did you mean --local-epochs?"),
+])
+def test_an_unknown_flag_is_one_line_naming_the_flag_meant(argv, said, capsys):
+    with pytest.raises(SystemExit) as e:           # a usage error exits as argparse's do
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err and err.startswith(f"paretofl {argv[0]}: error: unrecognized")

@@ -260,6 +260,16 @@ def _workdir():
     return d
 
 
+def _flags_of(cmd: str) -> set:
+    """Every flag of a command, from its parser."""
+    import argparse
+
+    from paretofl.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[cmd]
+    return {f for a in sub._actions for f in a.option_strings}
+
+
 def _snapshot(d):
     return {str(p.relative_to(d)): p.stat().st_size for p in d.rglob("*") if "__pycache__" not in p.parts}
 
@@ -268,7 +278,7 @@ def _snapshot(d):
 def bad_invocations(draw):
     """(class, invocation): a valid invocation with one or two arguments
     replaced by members of classes of bad input, or a whole bad invocation."""
-    kind = draw(st.sampled_from(["flag", "flag", "flag", "positional", "unknown", "whole"]))
+    kind = draw(st.sampled_from(["flag", "flag", "flag", "positional", "unknown", "abbreviated", "whole"]))
     if kind == "whole":
         return draw(st.sampled_from(WHOLE))
     cmd = draw(st.sampled_from(sorted(COMMANDS if kind != "positional" else POSITIONAL)))
@@ -280,6 +290,14 @@ def bad_invocations(draw):
         return what, [cmd] + args
     if kind == "unknown":
         return "unknown flag", [cmd] + args + [draw(st.sampled_from(["--nosuch", "--sigma-max-typo", "-x"])), "1"]
+    if kind == "abbreviated":
+        # a real flag cut short (train --budget for --budgets): never read as the flag it begins
+        real = _flags_of(cmd)
+        f = draw(st.sampled_from(sorted(f for f in real if len(f) > 4)))
+        cut = f[:draw(st.integers(3, len(f) - 1))]
+        if cut in real:
+            cut = f + "x"
+        return "abbreviated flag", [cmd] + args + [cut, "1"]
     chosen = draw(st.lists(st.sampled_from(sorted(flags)), min_size=1, max_size=2, unique=True))
     whats = []
     for f in chosen:
