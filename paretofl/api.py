@@ -652,6 +652,13 @@ def _options_with_budgets(algorithm: str, options: dict) -> dict:
     if chosen:
         raise ValueError(f"{' and '.join(chosen)} {'is' if len(chosen) == 1 else 'are'} designed for each group "
                          "with budgets: leave them out (or design --budgets, then train --design)")
+    from .mechanisms import names as mechanism_names
+
+    mech, takes = options.get("mechanism", DEFAULT), mechanism_names(groups=True)
+    if isinstance(mech, str) and mech in mechanism_names() and mech not in recommendation.DESIGN_MECHANISMS:
+        # a release no design makes (DP-SGD's per-sample noise): the mechanisms a group design takes, not every design's
+        raise ValueError(f"per-client budgets are designed for {' or '.join(takes)} (each group sampled at its own "
+                         f"rate), not {mech!r}: leave mechanism out")
     return {"mechanism": DEFAULT, **options}
 
 

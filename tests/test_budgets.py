@@ -246,3 +246,15 @@ def test_a_group_design_leaves_paretofl_by_no_framework(tmp_path, capsys):
         warnings.simplefilter("error")
         d = paretofl.design(100, None, max_rounds=50, budgets=[1.0] * 99 + [1e308], kappa=1.0)
     assert d.groups[-1]["epsilon"] <= 1e308
+
+
+@pytest.mark.parametrize("mech", [m for m in paretofl.api.names()["mechanisms"]
+                                  if m not in ("client-aggregate", "client-local")])
+def test_budgets_beside_a_mechanism_that_cannot_sample_groups_are_refused_before_training(mech):
+    """Every registered mechanism but the two that sample each group at its
+    own rate is refused beside per-client budgets, in one line, with nothing
+    trained (DP-SGD's 'sample' once met the design's list of names instead)."""
+    with pytest.raises(ValueError) as e:
+        paretofl.train(dataset="digits", rounds=2, budgets=[1.0, 1.0, 4.0, 4.0], mechanism=mech)
+    msg = str(e.value)
+    assert "\n" not in msg and ("client-aggregate" in msg or "Flower" in msg), msg
