@@ -87,6 +87,10 @@ TRAININGS = [
 CORRECTED = {"flower-accounted-half": "issue 35", "flower-accounted-range": "issue 35",
              "flower-accounted-tenth": "issue 35"}
 
+#: trainings whose ε may differ from the table, and why (only by charging more; the training itself is kept)
+CORRECTED_TRAININGS = {"adap-dpfl": "its clipped-norm statistic shares the last step's batch: charged jointly, "
+                                    "sigma/sqrt(2) (an attack, 2026-11-26)"}
+
 _DESIGN_KEYS = ("q", "rounds", "sigma", "epsilon")
 
 
@@ -254,7 +258,17 @@ def test_full_cohort_training_within_float_tolerance(before, name, algorithm, op
     import paretofl
 
     now = _training_row(paretofl.train(algorithm, **_RUN, **options))
-    bad = _trainings_agree(now, before["trainings"][name])
+    old = before["trainings"][name]
+    if name in CORRECTED_TRAININGS:
+        # the corrected charge reports more for the same training; everything else as before
+        pairs = list(zip(now["history"], old["history"], strict=True))
+        assert all(h["epsilon"] > o["epsilon"] for h, o in pairs)
+        assert all(a > b for a, b in zip(now["per_replica"]["epsilon"], old["per_replica"]["epsilon"], strict=True))
+        old = json.loads(json.dumps(old))
+        for h, o in zip(now["history"], old["history"], strict=True):
+            o["epsilon"] = h["epsilon"]
+        old["per_replica"]["epsilon"] = list(now["per_replica"]["epsilon"])
+    bad = _trainings_agree(now, old)
     assert not bad, f"{name}: " + "; ".join(bad[:5])
 
 
