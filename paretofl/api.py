@@ -315,14 +315,16 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     from .pretrial.tune import CLIPS, LRS, check_grid
     from .pretrial.tune import tune as run_tune
 
-    spec = _tunable(d, store, by, epochs)
     clips = check_grid(CLIPS if clips is None else clips, "clip")
     lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
+    spec = _tunable(d, store, by, epochs)
     measured_at = (d.clip, d.lr) if d.clip is not None else None   # the pair the pre-trial behind kappa used
     if epochs is None and d.local_epochs is not None:
         epochs = (d.local_epochs,)
     t = run_tune(store, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, seeds=seeds, progress=progress,
                  select=by, chunk=chunk, epochs=epochs)
+    if measured_at is not None:         # the pair the fit (its kappa and prediction) measured, kept beside the tuning
+        t["measured_at"] = {"clip": measured_at[0], "lr": measured_at[1]}
     d.tuning = t
     d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
     d.model, d.dataset = spec.get("model"), spec.get("dataset")
@@ -362,6 +364,13 @@ def _tunable(d, store, by, epochs) -> dict:
                          "Flower's) with one budget for all")
     if by not in SELECT:
         raise ValueError(f"by must be one of {', '.join(SELECT)}, got {by!r}")
+    theirs = {k: spec_.to_dict().get(k) for k in ("model", "dataset")}
+    differ = [f"{k} {d_v!r} (the design's) against {theirs[k]!r}" for k in ("model", "dataset")
+              if (d_v := getattr(d, k)) is not None and theirs[k] is not None and d_v != theirs[k]]
+    if differ:
+        # the design's kappa, prediction and rounds are of its fit's model and data: a tuning of another is not its
+        raise ValueError(f"tune: {store} trains another model or data than the design's fit ({'; '.join(differ)}): "
+                         "tune on a public pre-trial of the fit's model and data")
     if d.local_work and epochs is not None and tuple(epochs) != (d.local_epochs,):
         # one chooser of the local epochs per design: the bound (4.E.2) chose them over what the pre-trial measured,
         # and its T and sigma are for them

@@ -430,9 +430,8 @@ def _predicted_lines(design, r, out) -> list[str]:
             and design.prediction_applies(r.options.get("clip"), r.options.get("lr"), r.options.get("local_epochs")))
     if not same:
         at = design.predicted_at()
-        return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, for its model and data at C = "
-                f"{at['clip']:g}, lr = {at['lr']:g}, {at['local_epochs']} local epoch(s): this run trained another, "
-                "so it is not compared"]
+        return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, for its model and data at "
+                f"{_pair(at)}, {at['local_epochs']} local epoch(s): this run trained another, so it is not compared"]
     interval = lw.get("interval")
     inside = interval is not None and interval[0] <= r.test_loss <= interval[1]
     out.update(predicted_loss=lw["predicted_loss"], predicted_interval=interval,
@@ -441,6 +440,13 @@ def _predicted_lines(design, r, out) -> list[str]:
              + ("inside" if inside else "outside") + " it")
     return [f"  predicted loss      {lw['predicted_loss']:.4g}{where} (the design's, docs/theory.md 4.E; realized "
             f"{r.test_loss:.4g}, {r.test_loss - lw['predicted_loss']:+.3g})"]
+
+
+def _pair(at: dict) -> str:
+    """The C and lr a prediction is of, as a phrase."""
+    if at["clip"] is None or at["lr"] is None:
+        return "C and lr (not recorded)"
+    return f"C = {at['clip']:g}, lr = {at['lr']:g}"
 
 
 def _local_work_lines(d) -> list[str]:
@@ -460,9 +466,8 @@ def _local_work_lines(d) -> list[str]:
         out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  (test loss; docs/theory.md 4.E)")
     if not d.prediction_applies():
         at = d.predicted_at()
-        out.append(f"                      of the pre-trial's C = {at['clip']:g}, lr = {at['lr']:g}: the tuning moved "
-                   f"them to C = {d.clip:g}, lr = {d.lr:g}, whose loss the fit does not predict (the tuning's public "
-                   "accuracy ranked them)")
+        out.append(f"                      of the pre-trial's {_pair(at)}: the tuning moved them to C = {d.clip:g}, "
+                   f"lr = {d.lr:g}, whose loss the fit does not predict (the tuning's public accuracy ranked them)")
     if dis:
         b2, z2 = dis.get("b2", float("nan")), dis.get("zeta2", float("nan"))
         out.append(f"  dissimilarity       B^2 {b2:.3g}, zeta^2 {z2:.3g}  "

@@ -207,15 +207,18 @@ class Design:
         other).  None where the design predicts no test loss."""
         if not self.local_work or self.local_work.get("predicted_loss") is None:
             return None
-        pre = (self.tuning or {}).get("pretrial") or {}
-        return {"clip": pre.get("spec_clip", self.clip), "lr": pre.get("spec_lr", self.lr),
-                "local_epochs": self.local_work.get("epochs")}
+        tuning = self.tuning or {}
+        if not tuning:
+            return {"clip": self.clip, "lr": self.lr, "local_epochs": self.local_work.get("epochs")}
+        # the fit's pair, kept by the tuning (not the tuning store's own C and lr)
+        at = tuning.get("measured_at") or {}
+        return {"clip": at.get("clip"), "lr": at.get("lr"), "local_epochs": self.local_work.get("epochs")}
 
     def prediction_applies(self, clip=None, lr=None, local_epochs=None) -> bool:
         """Whether the predicted test loss is of a run at this C, η and local
         epochs (default: the design's own)."""
         at = self.predicted_at()
-        if at is None:
+        if at is None or (self.tuning and None in (at["clip"], at["lr"])):   # tuned, from a pair not recorded
             return False
         run = (self.clip if clip is None else clip, self.lr if lr is None else lr,
                self.local_epochs if local_epochs is None else local_epochs)

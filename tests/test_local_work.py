@@ -431,3 +431,28 @@ def test_a_tuning_that_moves_the_learning_rate_leaves_the_prediction_behind(lrs,
     out = {}
     _predicted_lines(d, run, out)
     assert "prediction_error" in out
+
+
+def test_the_prediction_is_of_the_fits_pair_not_the_tuning_stores(tmp_path, capsys):
+    """A tuning on another public pre-trial of the fit's model and data (here
+    at C = 1, lr = 0.5) that keeps the fit's own pair (0.3, 0.1): the
+    prediction applies, since it is of the fit's pair (an attack found the
+    tuning store's pair read as the prediction's); a store of other data is
+    refused in one line."""
+    from paretofl.cli import main
+
+    store = tmp_path / "other.sqlite"
+    assert main(["pretrial", "--dataset", "fashion-mnist", "--model", "lr", "--clients", "4", "--sigmas", "1",
+                 "--rounds", "2", "--seeds", "1", "--q", "1", "--clip", "1", "--lr", "0.5", "--public-fraction",
+                 "0.02", "--out", str(store)]) in (0, None)
+    capsys.readouterr()
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
+    paretofl.api.tune(d, str(store), clips=(0.3,), lrs=(0.1,), seeds=1)
+    assert d.predicted_at()["clip"] == 0.3 and d.predicted_at()["lr"] == 0.1 and d.prediction_applies()
+    d.save(tmp_path / "d.json")
+    assert paretofl.Design.load(tmp_path / "d.json").prediction_applies()
+    digits = tmp_path / "digits.sqlite"
+    assert main(["pretrial", "--dataset", "digits", "--model", "lr", "--clients", "4", "--sigmas", "1",
+                 "--rounds", "2", "--seeds", "1", "--q", "1", "--out", str(digits)]) in (0, None)
+    with pytest.raises(ValueError, match="another model or data than the design's fit"):
+        paretofl.api.tune(paretofl.design(N, EPS, DELTA, max_rounds=TMAX), str(digits), seeds=1)
