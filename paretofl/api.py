@@ -886,9 +886,11 @@ def train_problems(final: dict, asked: int | None, budget, by: str = "rounds") -
     * no round trained (the first round would pass the budget: a design
       whose σ, N or q was edited, a group whose q was raised);
     * fewer rounds than ``asked`` (the design's T, or ``rounds`` given
-      explicitly): the budget ran out first.  A run given no rounds trains
-      until its budget is spent, at most 100 rounds: stopping there is what
-      it was asked to do;
+      explicitly): the budget ran out first, or the algorithm's own limit
+      came first (``final["limited"]``: ALI-DPFL's R_s rounds or R_c
+      iterations, NbAFL's T).  A run given no rounds trains until its
+      budget is spent, at most 100 rounds: stopping there is what it was
+      asked to do;
     * a non-finite final test loss (the training diverged).
     """
     import numpy as np
@@ -896,28 +898,41 @@ def train_problems(final: dict, asked: int | None, budget, by: str = "rounds") -
     done = np.asarray(final["rounds"], dtype=int).ravel()
     eps = np.asarray(final["epsilon"], dtype=float).ravel()
     loss = np.asarray(final["test_loss"], dtype=float).ravel()
+    limited = np.asarray(final.get("limited", np.zeros(len(done), dtype=bool)), dtype=bool).ravel()
     R = len(done)
     of = lambda mask: "" if R == 1 else f" ({int(np.sum(mask))} of {R} replicas)"  # noqa: E731
     out = []
     budget_text = "" if budget is None else f" epsilon {float(budget):g}"
-    if (done == 0).any():
-        out.append(f"no round was trained{of(done == 0)}: the first round would spend more than the "
+    design = by == "the design"
+    if ((done == 0) & ~limited).any():
+        out.append(f"no round was trained{of((done == 0) & ~limited)}: the first round would spend more than the "
                    f"budget{budget_text}" + ("; the design (a group's q or sigma, or the clients) was changed after "
-                                             "it was made: design again" if by == "the design" else
+                                             "it was made: design again" if design else
                                              "; raise epsilon, sigma or the clients, or lower q"))
-    if asked is not None and ((done > 0) & (done < int(asked))).any():
-        short = (done > 0) & (done < int(asked))
-        asker = "the design's" if by == "the design" else "the"
-        out.append(f"trained {int(done[short].min())} of {asker} {int(asked)} rounds asked{of(short)}: the next "
+    if asked is not None and ((done < int(asked)) & limited).any():
+        lim = (done < int(asked)) & limited
+        out.append(f"trained {_rounds_text(done[lim])} of the {int(asked)} rounds asked{of(lim)}: stopped first by "
+                   f"{final.get('limit_text', 'the algorithm')} (spent {float(eps[lim].max()):.4g} of the "
+                   f"budget{budget_text})")
+    short = (done > 0) & ~limited & (done < int(asked)) if asked is not None else np.zeros(R, dtype=bool)
+    if short.any():
+        asker = "the design's" if design else "the"
+        out.append(f"trained {_rounds_text(done[short])} of {asker} {int(asked)} rounds asked{of(short)}: the next "
                    f"round would have spent more than the budget{budget_text} (spent "
                    f"{float(eps[short].max()):.4g}); " + ("the design's sigma, q or clients were changed after it was "
-                                                          "made: design again" if by == "the design" else
+                                                          "made: design again" if design else
                                                           "raise epsilon or sigma, or ask for fewer rounds"))
     bad = ~np.isfinite(loss)
     if bad.any():
         out.append(f"the final test loss is {float(loss[bad][0])}{of(bad)}: the training diverged; lower the "
                    "learning rate or the clip, or scale the features")
     return out
+
+
+def _rounds_text(done) -> str:
+    """The rounds replicas trained: one number, or the range."""
+    lo, hi = int(done.min()), int(done.max())
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
 
 
 def _label(obj) -> str:

@@ -1113,3 +1113,21 @@ def test_adap_dpfl_charges_its_norm_statistic_with_the_batch_it_shares(local_ste
     for e, n in events():
         a.compose(e, n)
     assert p.get_epsilon(delta) <= r.epsilon <= a.get_epsilon(delta) * (1 + 1e-9)
+
+
+def test_ali_dpfl_stops_at_its_iterations_and_says_why():
+    """A replica stops at R_c DP-SGD iterations (ALI-DPFL's Algorithm 2):
+    no round of zero steps is counted as trained, and a run its own limit
+    stopped says so, not that the budget ran out (an attack found rounds of
+    zero steps reported as trained, and R_s's cap blamed on the budget)."""
+    import paretofl
+
+    r = paretofl.train("ali-dpfl", dataset="digits", rounds=10, epsilon=1.2)
+    its = [h["iterations"] for h in r.history]
+    assert its[-1] == r.history[-1]["R_c"] and all(b > a for a, b in zip(its, its[1:]))   # every round took a step
+    assert r.rounds == len(its) < 10 and "ALI-DPFL's own limit" in r.problems[0] and "budget would" not in r.problems[0]
+    none = paretofl.train("ali-dpfl", dataset="digits", rounds=10, epsilon=0.9)       # R_c = 0: no iteration allowed
+    assert none.rounds == 0 and "ALI-DPFL's own limit" in none.problems[0]
+    capped = paretofl.train("ali-dpfl", dataset="digits", rounds=10, epsilon=3.0, rounds_server=3)
+    assert capped.rounds == 3 and "ALI-DPFL's own limit" in capped.problems[0]
+    assert "would have spent more than the budget" not in " ".join(capped.problems)

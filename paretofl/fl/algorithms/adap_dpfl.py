@@ -7,8 +7,9 @@ adaptive noise.
   divided by its expected batch (a public number).  That batch is also its
   last gradient step's, so paretofl charges the step and the statistic as
   one subsampled Gaussian of sensitivity √2·C_t, noise multiplier σ_t/√2
-  (and the round's other steps at (q_b, σ_t)): the reported ε covers it.  The mean is over the round's cohort (with client
-  sampling, the clients that trained), weighted by declared sizes.
+  (and the round's other steps at (q_b, σ_t)): the reported ε covers it.
+  The mean is over the round's cohort (with client sampling, the clients
+  that trained), weighted by declared sizes.
 * noise: σ_{t+1} = β·σ_t after ``patience`` consecutive drops of the
   server's validation loss (Eq. 9); the counter restarts after each decay.
 * accounting with a different σ_t each round (Eq. 10) — the ledger composes

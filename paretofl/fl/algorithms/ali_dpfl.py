@@ -49,8 +49,13 @@ class ALIDPFL(DPFedAvg):
         self.B_hat = self.batch_divisor if self.batch_divisor is not None else \
             np.array([ali_batch_hat(self.batch_rate[r], self.sizes) for r in range(R)])
 
+    limit_text = "ALI-DPFL's own limit (its R_s rounds, or the R_c DP-SGD iterations the budget allows)"
+
     def max_rounds(self):
         return self.R_s
+
+    def finished(self):
+        return self.t_iter >= self.R_c          # a replica stops at R_c iterations (no round of zero steps)
 
     def steps_this_round(self):
         return np.maximum(0, np.minimum(self.tau, self.R_c - self.t_iter))

@@ -87,7 +87,16 @@ class Policy:
         pass
 
     def max_rounds(self):
+        """The most rounds each replica runs (R,), or None: no limit of the algorithm's own."""
         return None
+
+    def finished(self):
+        """Replicas the algorithm has finished (R,) bool, or None: checked
+        before each round (ALI-DPFL: its R_c DP-SGD iterations taken)."""
+        return None
+
+    #: what the algorithm's own limit is, for a run it stopped before the rounds asked
+    limit_text = "the algorithm's own round limit"
 
     #: one ledger per replica unless the policy has groups of clients with budgets of their own
     n_groups = 1
@@ -297,11 +306,17 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     fresh = None  # (test_loss, acc) of the current global models, if evaluated since they last changed
     # rounds done and the time left, on a terminal; a long round still shows its elapsed time
     bar = Progress(rounds, policy.name, "round", wanted=progress)
+    limited = np.zeros(eng.R, dtype=bool)      # replicas stopped by the algorithm's own limit, not the budget
     t0 = time.perf_counter()
     try:
         for t in range(rounds):
+            running = active.copy()
             if cap is not None:
                 active &= t < np.asarray(cap)
+            done = policy.finished()
+            if done is not None:
+                active &= ~np.asarray(done, dtype=bool)
+            limited |= running & ~active
             active = books.admit(t, active)
             if not active.any():
                 break
@@ -330,5 +345,6 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     finally:
         bar.close()
     final = _final(eng, glob, fresh, books, done_rounds, delta)
+    final["limited"], final["limit_text"] = limited, policy.limit_text
     final["seconds"] = time.perf_counter() - t0
     return glob, hist, final

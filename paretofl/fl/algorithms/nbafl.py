@@ -87,6 +87,8 @@ class NbAFL(Policy):
         guaranteed = self.mech.charge(1.0, z).epsilon(self.delta, self.T) if z >= 1e-6 else float("inf")
         return guaranteed if self.config.sigma is not None else max(guaranteed, self.eps)
 
+    limit_text = "NbAFL's own T rounds (its noise is calibrated to them)"
+
     def max_rounds(self):
         return np.full(self.engine.R, self.T)
 
