@@ -1225,8 +1225,12 @@ def _did_you_mean(extra: list, sub) -> str:
         if not word.startswith("--"):
             continue
         opt = word.split("=", 1)[0]
-        near = [f for f in _SYNONYMS.get(opt, ()) if f in flags and f != opt] or \
-            difflib.get_close_matches(opt, flags, n=1, cutoff=0.75)
+        if opt in flags:        # before the command (paretofl --json design) or after a "--"
+            return f" ({opt} is an option of {sub.prog}: give it after the command, before any --)"
+        if opt == "--version":
+            return " (the version is paretofl --version)"
+        near = [f for f in _SYNONYMS.get(opt, ()) if f in flags] or \
+            difflib.get_close_matches(opt, flags, n=1, cutoff=0.8)
         if near:
             return f" (did you mean {near[0]}? see {sub.prog} --help)"
     return f" (see {sub.prog} --help)"

@@ -401,3 +401,14 @@ def test_an_unknown_flag_is_one_line_naming_the_flag_meant(argv, said, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and said in err and err.startswith(f"paretofl {argv[0]}: error: unrecognized")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--json", "design", "--clients", "10", "--budget", "2"], "give it after the command"),
+    (["train", "--version"], "paretofl --version"),
+])
+def test_a_flag_in_the_wrong_place_is_said_so_not_misspelt(argv, said, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and said in err and "did you mean" not in err

@@ -65,7 +65,7 @@ def expected_cohort(q, n_clients, cohort=None):
         low = float(np.min(m))
         where = (f"q = {float(np.min(q)):g} of {int(n_clients)} clients" if n_clients is not None
                  else "the clients' rates")
-        raise ValueError(f"the client-aggregate mechanism needs q*n_clients >= 1 (the expected cohort): {where} "
+        raise ValueError(f"the client-aggregate mechanism needs q·N >= 1 (the expected cohort): {where} "
                          f"selects {low:g}, fewer than one client a round on average")
     return m if m.ndim else float(m)
 
