@@ -612,7 +612,9 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     ds = load_dataset(dataset, data_dir)
     partition = _partition_of(partition, ds)
     if clients is None and budgets is not None:      # the budgets' own clients (a share file needs the number)
-        clients = _clients_of_budgets(budgets)
+        from .budgets import clients_in
+
+        clients = clients_in(budgets)
     if clients is None and partition != "given":
         clients = 10
     # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
@@ -669,17 +671,6 @@ def _options_with_budgets(algorithm: str, options: dict) -> dict:
         raise ValueError(f"per-client budgets are designed for {' or '.join(takes)} (each group sampled at its own "
                          f"rate), not {mech!r}: leave mechanism out")
     return {"mechanism": DEFAULT, **options}
-
-
-def _clients_of_budgets(budgets) -> int:
-    """How many clients budgets name (a Budgets, one ε per client, or a CSV file)."""
-    from .budgets import Budgets, read_budgets
-
-    if isinstance(budgets, Budgets):
-        return budgets.n_clients
-    if isinstance(budgets, (list, tuple)) or hasattr(budgets, "shape"):
-        return len(budgets)
-    return read_budgets(budgets).n_clients
 
 
 def _group_design(n_clients: int, delta: float, rounds: int, budgets, mechanism: str, options: dict):

@@ -181,23 +181,33 @@ def read_budgets(path, n_clients: int | None = None) -> Budgets:
     return Budgets.per_client(eps)
 
 
-def budgets_of(budgets, n_clients: int) -> Budgets:
-    """Clients' budgets as given: a :class:`Budgets`, a budgets CSV file's
-    path (:func:`read_budgets`) or one ε per client (a sequence or array,
-    client i's at position i); for ``n_clients`` clients, or refused."""
+def _as_budgets(budgets, n_clients: int | None = None) -> Budgets:
+    """The forms budgets are given in, each checked: a :class:`Budgets`, a
+    budgets CSV file's path (:func:`read_budgets`) or one ε per client (a
+    sequence or array, client i's at position i)."""
     import os
 
     if isinstance(budgets, Budgets):
-        b = budgets
-    elif isinstance(budgets, (str, os.PathLike)):
-        b = read_budgets(budgets, n_clients)
-    elif isinstance(budgets, (list, tuple, np.ndarray)) and all(
+        return budgets
+    if isinstance(budgets, (str, os.PathLike)):
+        return read_budgets(budgets, n_clients) if n_clients is not None else read_budgets(budgets)
+    if isinstance(budgets, (list, tuple, np.ndarray)) and all(
             not isinstance(e, bool) and isinstance(e, (int, float, np.integer, np.floating))
             for e in np.ravel(np.asarray(budgets, dtype=object))):
-        b = Budgets.per_client(budgets)
-    else:
-        raise ValueError(f"budgets must be a budgets CSV file, a Budgets or one epsilon per client, got "
-                         f"{type(budgets).__name__}")
+        return Budgets.per_client(budgets)
+    raise ValueError(f"budgets must be a budgets CSV file, a Budgets or one epsilon per client, got "
+                     f"{type(budgets).__name__}")
+
+
+def clients_in(budgets) -> int:
+    """How many clients budgets name (their form checked as :func:`budgets_of` does)."""
+    return _as_budgets(budgets).n_clients
+
+
+def budgets_of(budgets, n_clients: int) -> Budgets:
+    """Clients' budgets as given (a :class:`Budgets`, a budgets CSV file's
+    path or one ε per client) for ``n_clients`` clients, or refused."""
+    b = _as_budgets(budgets, n_clients)
     if b.n_clients != n_clients:
         raise ValueError(f"the budgets are for {b.n_clients} clients, not {n_clients}")
     return b

@@ -203,3 +203,23 @@ def test_account_at_a_delta_that_says_nothing_says_so():
     assert not paretofl.account(1.0, 0.1, 10, delta=1e-5).notes
     with pytest.raises(ValueError, match="delta"):
         paretofl.design(n_clients=100, epsilon=2, max_rounds=10, delta=0.5)
+
+
+# ---------------------------------------------------------------- a value of the wrong form, in one line
+@pytest.mark.parametrize("call, said", [
+    (lambda: paretofl.train(dataset="digits", rounds=2, budgets=[]), "give one epsilon per client"),
+    (lambda: paretofl.train(dataset="digits", rounds=2, budgets={}), "budgets must be a budgets CSV file"),
+    (lambda: paretofl.train(dataset="digits", rounds=2, budgets=2.0), "budgets must be a budgets CSV file"),
+    (lambda: paretofl.train(dataset="digits", rounds=2, replicas=2, clip=[0.1, 0.2, 0.3]),
+     "one for each of the 2 replicas"),
+    (lambda: paretofl.train(dataset="digits", rounds=2, replicas=2, lr=[[0.1, 0.2]]), "one for each of the 2"),
+    (lambda: paretofl.api.spec(dataset="digits", model="lr", clients=4, q=[1.0], sigmas=[1.0], rounds=[2],
+                               seeds=10**400), "seeds must lie in"),
+])
+def test_a_value_of_the_wrong_form_is_one_clear_line(call, said):
+    """Budgets given as nothing, a mapping or one number; a per-replica
+    setting of another length; an integer past a float: each a ValueError
+    saying what was expected (an attack met numpy's and Python's own errors)."""
+    with pytest.raises(ValueError, match=said) as e:
+        call()
+    assert "\n" not in str(e.value)

@@ -41,6 +41,16 @@ def check_range(name, value, lo, hi, lo_open=True, integer=False):
         raise ValueError(f"{name} must be {kind} in {'(' if lo_open else '['}{lo:g}, {hi:g}], got {value}")
 
 
+def per_replica(v, replicas: int, dtype=float) -> np.ndarray:
+    """A setting given as one value or one per replica, as an (R,) array;
+    any other length refused in one line."""
+    a = np.asarray(v, dtype=dtype)
+    if a.ndim > 1 or (a.ndim == 1 and len(a) not in (1, replicas)):
+        raise ValueError(f"a setting per replica takes one value or one for each of the {replicas} replicas, got "
+                         f"{len(a) if a.ndim == 1 else a.shape}: {np.asarray(v).tolist()}")
+    return np.broadcast_to(a, (replicas,)).copy()
+
+
 def check_shapes(config) -> None:
     """Every field of ``config`` of the kind it declares: a number where it
     is declared one (not text that reads as one, nor a complex), and one

@@ -36,6 +36,7 @@ import torch
 
 from ..mechanisms import REGISTRY, Mechanism
 from .engine import Cohort, Engine
+from .options import per_replica
 
 __all__ = ["Release", "SumRelease", "CorrelatedRelease", "UpdateRelease", "GradientRelease", "DistributedRelease",
            "make_release",
@@ -86,7 +87,7 @@ class Release:
     def __init__(self, mechanism: Mechanism, engine: Engine, sigma, clip, client_rate, groups=None, sizes=None):
         self.mech, self.engine = mechanism, engine
         R, N = engine.R, engine.N
-        vec = lambda v: np.broadcast_to(np.asarray(v, dtype=float), (R,)).copy()  # noqa: E731
+        vec = lambda v: per_replica(v, R)  # noqa: E731
         self.sigma, self.clip, self.client_rate = vec(sigma), vec(clip), vec(client_rate)
         self.sizes = np.asarray(engine.client_n.cpu().numpy() if sizes is None else sizes, dtype=float)
         if self.sizes.shape != (N,) or np.any(~(self.sizes > 0)):
@@ -335,9 +336,9 @@ class GradientRelease(Release):
                  batch_divisor=None):
         super().__init__(mechanism, engine, sigma, clip, client_rate, groups, sizes)
         R = engine.R
-        self.batch_rate = np.broadcast_to(np.asarray(batch_rate, dtype=float), (R,)).copy()
+        self.batch_rate = per_replica(batch_rate, R)
         self.batch_divisor = None if batch_divisor is None else \
-            np.broadcast_to(np.asarray(batch_divisor, dtype=float), (R,)).copy()
+            per_replica(batch_divisor, R)
 
     def charges(self, steps=None) -> list:
         """(q_b, σ) per local step, every round, selected or not (conservative)."""

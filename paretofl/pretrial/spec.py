@@ -61,10 +61,15 @@ class _Checker:
             self.bad(str(exc))
 
     def _value(self, name, v, lo, hi, integer, lo_open, grid):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (
+                integer and isinstance(v, float) and not v.is_integer()):
             kind = ("integers" if integer else "numbers") if grid else ("an integer" if integer else "a number")
             self.bad(f"{name} must {'hold' if grid else 'be'} {kind}, got {v!r}")
-        if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
+        try:
+            fv = float(v)
+        except OverflowError:             # an integer past what a float holds: out of range below
+            fv = math.inf
+        if not math.isfinite(fv) or (v <= lo if lo_open else v < lo) or v > hi:
             self.bad(f"{name}{' values' if grid else ''} must lie in {'(' if lo_open else '['}{lo}, {hi}], got {v!r}")
         return int(v) if integer else float(v)
 

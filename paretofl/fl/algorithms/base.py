@@ -14,7 +14,7 @@ from ...progress import Progress
 from ...theory.float_noise import float_delta
 from ...theory.ledger import Ledger
 from ..engine import Engine
-from ..options import options_of
+from ..options import options_of, per_replica
 
 
 class History:
@@ -142,7 +142,7 @@ class Policy:
 
     def vec(self, v, dtype=float):
         """A setting (scalar or per replica) as an (R,) numpy array."""
-        return np.broadcast_to(np.asarray(v, dtype=dtype), (self.engine.R,)).copy()
+        return per_replica(v, self.engine.R, dtype)
 
 
 #: bytes a replica's two random generators hold (its own and its CPU one:
