@@ -661,8 +661,9 @@ def _options_with_budgets(algorithm: str, options: dict) -> dict:
         raise ValueError("per-client budgets apply to client-level dpfedavg: leave the algorithm out")
     chosen = [k for k in ("sigma", "client_rate") if options.get(k) is not None]
     if chosen:
-        raise ValueError(f"{' and '.join(chosen)} {'is' if len(chosen) == 1 else 'are'} designed for each group "
-                         "with budgets: leave them out (or design --budgets, then train --design)")
+        one = len(chosen) == 1
+        raise ValueError(f"{' and '.join(chosen)} {'is' if one else 'are'} designed for each group with budgets: "
+                         f"leave {'it' if one else 'them'} out (or design --budgets, then train --design)")
     from .mechanisms import names as mechanism_names
 
     mech, takes = options.get("mechanism", DEFAULT), mechanism_names(groups=True)
