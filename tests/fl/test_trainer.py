@@ -693,8 +693,9 @@ def test_policies_adapt_every_round_whatever_the_eval_interval(digits):
 def test_adap_dpfl_reported_epsilon_is_opacus_rdp_of_the_sigmas_it_used(digits):
     """The trainer's own accounting with a σ that changes between rounds,
     against an independent composition: Opacus's RDP of the exact sequence
-    of (σ_t, q_b) steps the run charged (τ local steps + the clipped-norm
-    statistic per round)."""
+    of (σ_t, q_b) steps the run charged: per round τ − 1 steps at σ_t, and
+    the last step with the clipped-norm statistic of its batch as one step
+    at σ_t/√2."""
     from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
     from paretofl.theory.privacy import DEFAULT_ORDERS
@@ -719,17 +720,21 @@ def test_adap_dpfl_reported_epsilon_is_opacus_rdp_of_the_sigmas_it_used(digits):
     for r in range(2):
         sig = [u[0][r] for u in used]
         assert len(set(sig)) >= 2                                # σ really changed during the run
-        rdp = sum(np.array(compute_rdp(q=0.1, noise_multiplier=s, steps=3, orders=grid)) for s in sig)
-        theirs, _ = get_privacy_spent(orders=grid, rdp=rdp, delta=1e-5)
+        def opacus_rdp(orders):
+            return sum(np.array(compute_rdp(q=0.1, noise_multiplier=s_, steps=1, orders=orders))
+                       + np.array(compute_rdp(q=0.1, noise_multiplier=s_ / math.sqrt(2), steps=1, orders=orders))
+                       for s_ in sig)
+
+        theirs, _ = get_privacy_spent(orders=grid, rdp=opacus_rdp(grid), delta=1e-5)
         assert fin["epsilon"][r] <= theirs * (1 + 1e-9)         # the order search only improves on the grid
         acc = RDPAccountant()
         for s_ in sig:
-            acc.step(s_, 0.1, 3)
+            acc.step(s_, 0.1, 1)
+            acc.step(s_ / math.sqrt(2), 0.1, 1)
         eps, order = acc.epsilon_and_order(1e-5)
         assert eps == pytest.approx(fin["epsilon"][r], rel=1e-12)
         # ... and at the order it picked, Opacus's own RDP gives the same ε
-        rdp = sum(np.array(compute_rdp(q=0.1, noise_multiplier=s_, steps=3, orders=[order])) for s_ in sig)
-        at_order, _ = get_privacy_spent(orders=[order], rdp=rdp, delta=1e-5)
+        at_order, _ = get_privacy_spent(orders=[order], rdp=opacus_rdp([order]), delta=1e-5)
         assert fin["epsilon"][r] == pytest.approx(at_order, rel=1e-6)
 
 
