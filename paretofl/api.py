@@ -318,7 +318,13 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     clips = check_grid(CLIPS if clips is None else clips, "clip")
     lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
     spec = _tunable(d, store, by, epochs)
-    measured_at = (d.clip, d.lr) if d.clip is not None else None   # the pair the pre-trial behind kappa used
+    # the pair the pre-trial behind kappa used: the fit's, carried forward by a tuning (a second tuning keeps it;
+    # a tuning that did not record it leaves it unknown)
+    if d.tuning:
+        prior = d.tuning.get("measured_at")
+        measured_at = (prior["clip"], prior["lr"]) if isinstance(prior, dict) and "clip" in prior else None
+    else:
+        measured_at = (d.clip, d.lr) if d.clip is not None else None
     if epochs is None and d.local_epochs is not None:
         epochs = (d.local_epochs,)
     t = run_tune(store, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, seeds=seeds, progress=progress,
@@ -896,13 +902,13 @@ def train_problems(final: dict, asked: int | None, budget, by: str = "rounds") -
     out = []
     budget_text = "" if budget is None else f" epsilon {float(budget):g}"
     design = by == "the design"
-    if ((done == 0) & ~limited).any():
-        out.append(f"no round was trained{of((done == 0) & ~limited)}: the first round would spend more than the "
+    if (done == 0).any():          # even where the algorithm's limit stopped it: that limit was the budget's (R_c = 0)
+        out.append(f"no round was trained{of(done == 0)}: the first round would spend more than the "
                    f"budget{budget_text}" + ("; the design (a group's q or sigma, or the clients) was changed after "
                                              "it was made: design again" if design else
                                              "; raise epsilon, sigma or the clients, or lower q"))
-    if asked is not None and ((done < int(asked)) & limited).any():
-        lim = (done < int(asked)) & limited
+    if asked is not None and ((done > 0) & (done < int(asked)) & limited).any():
+        lim = (done > 0) & (done < int(asked)) & limited
         out.append(f"trained {_rounds_text(done[lim])} of the {int(asked)} rounds asked{of(lim)}: stopped first by "
                    f"{final.get('limit_text', 'the algorithm')} (spent {float(eps[lim].max()):.4g} of the "
                    f"budget{budget_text})")

@@ -160,7 +160,8 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
         if param in _SAID_AS_OPTION:
             # a family's one-word knob (bits, bands) is also a plain word: a flag only where the
             # message names the option ("bits must be ...", "give dim ...", "lower the bands or q")
-            pat = rf"(?<![-\w])(?:(?<=give )|(?<=the )|(?<=^)){param}\b(?=$| must\b| \(| or\b| ≥| >=)"
+            pat = (rf"(?<![-\w])(?:(?<=give )|(?<=the )|(?<=use )|(?<=uses )|(?<=option )|(?<=^)){param}\b"
+                   r"(?=$|[:;,]| must\b| \(| or\b| ≥| >=)")
             if error:
                 parts = [p if p.startswith('"') else re.sub(pat, mapping[param], p) for p in parts]
         elif error or param not in _IN_ERRORS_ONLY:

@@ -372,6 +372,7 @@ def test_an_option_of_another_algorithm_is_named_as_a_flag(capsys):
     (["--mechanism", "bandmf", "--bands", "0"], "--bands must be a whole number"),
     (["--mechanism", "distributed", "--bits", "99"], "--bits must be a whole number"),
     (["--mechanism", "distributed", "--dropout", "3"], "--dropout must be a number"),
+    (["--mechanism", "client-aggregate", "--bits", "8"], "takes no option --bits;"),
 ])
 def test_a_familys_one_word_knob_is_named_by_its_flag(args, flag, capsys):
     """A mechanism's own knob of one word (bits, bands) is refused in the
@@ -412,3 +413,9 @@ def test_a_flag_in_the_wrong_place_is_said_so_not_misspelt(argv, said, capsys):
         main(argv)
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and said in err and "did you mean" not in err
+
+
+def test_train_names_a_one_word_knob_its_mechanism_does_not_use(capsys):
+    assert main(["train", "--mechanism", "client-aggregate", "--bits", "8", "--dataset", "digits",
+                 "--rounds", "1"]) == 2
+    assert "does not use --bits:" in capsys.readouterr().err

@@ -431,6 +431,9 @@ def test_a_tuning_that_moves_the_learning_rate_leaves_the_prediction_behind(lrs,
     out = {}
     _predicted_lines(d, run, out)
     assert "prediction_error" in out
+    # a second tuning keeps the fit's pair, not the first tuning's (an attack)
+    paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), clips=(0.3,), lrs=lrs, seeds=1)
+    assert d.predicted_at()["lr"] == 0.1 and d.prediction_applies() is applies
 
 
 def test_the_prediction_is_of_the_fits_pair_not_the_tuning_stores(tmp_path, capsys):
