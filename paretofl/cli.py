@@ -1243,6 +1243,9 @@ def main(argv=None) -> int:
     if not argv:
         parser.print_help()
         return 0
+    if argv[0].startswith("-") and argv[0].split("=")[0] not in ("-h", "--help", "--version"):
+        parser.error(f"the command comes first: paretofl COMMAND [options] (got {argv[0]} before it; see paretofl "
+                     "--help)")
     args, extra = parser.parse_known_args(argv)
     if args.command is None:
         if extra:

@@ -405,7 +405,9 @@ def test_an_unknown_flag_is_one_line_naming_the_flag_meant(argv, said, capsys):
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["--json", "design", "--clients", "10", "--budget", "2"], "give it after the command"),
+    (["--json", "design", "--clients", "10", "--budget", "2"], "the command comes first"),
+    (["--epsilon", "2", "train"], "the command comes first"),
+    (["train", "--", "--rounds", "2"], "give it after the command"),
     (["train", "--version"], "paretofl --version"),
 ])
 def test_a_flag_in_the_wrong_place_is_said_so_not_misspelt(argv, said, capsys):
