@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +50,6 @@ from kappa_error import label
 import paretofl
 from paretofl.fl.algorithms import train
 from paretofl.fl.build import assemble
-from paretofl.fl.data import partition_shards
 from paretofl.pretrial import sweep
 from paretofl.pretrial.fit import fit
 from paretofl.pretrial.spec import Spec
@@ -78,14 +76,10 @@ def fit_for(partition: str, out: Path, q: float = 0.5, model: str = "lr") -> str
     store, fit_path = out / f"{stem}.sqlite", out / f"{stem}_fit.json"
     if fit_path.exists():
         return str(fit_path)
-    fields = dict(PRETRIAL, model=model, partition=kind, q=[q],
+    # "shards:K": K label shards a client, a partition the spec (and so the store, and a tuning on it) names
+    fields = dict(PRETRIAL, model=model, partition=partition if kind == "shards" else kind, q=[q],
                   **({"beta": float(arg)} if kind == "dirichlet" else {}))
     spec = Spec.from_dict(fields)
-    if kind == "shards":            # k shards a client (the spec's shards partition cuts 400 in all)
-        setup = sweep.prepared(spec)
-        parts = partition_shards(setup.data.y_train.numpy(), spec.clients, int(arg) * spec.clients, seed=0)
-        key = next(iter(sweep._SETUP_CACHE))
-        sweep._SETUP_CACHE[key] = replace(setup, parts=parts)
     t0 = time.perf_counter()
     sweep.run_sweep(spec, str(store), progress=False)
     fit(str(store)).save(fit_path)

@@ -536,8 +536,8 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     "package.module:function" factory, a factory ``(in_shape, n_classes) ->
     nn.Module`` or an ``nn.Module`` (trained through ``torch.func``;
     ``strategy`` "loop", "vmap" or "auto" batches its clients); default lr.
-    ``partition``: iid (default), dirichlet, dirichlet-capped, shards, or
-    given (the data's own clients; the default when the data has them, and
+    ``partition``: iid (default), dirichlet, dirichlet-capped, shards (400
+    label shards in all), shards:K (K a client), or given (the data's own clients; the default when the data has them, and
     then ``clients`` defaults to their number; 10 otherwise).  Where the
     data marks its public samples, the clients train on the others (the
     public share is the pre-trial's).
@@ -812,10 +812,10 @@ def _config(cls, algorithm: str, options: dict):
 
 def _partition_of(partition, ds) -> str:
     """The partition asked, or the data's own clients where it has them (else iid)."""
-    from .fl.data import PARTITIONS
+    from .fl.names import check_partition_name
 
-    if partition is not None and partition not in PARTITIONS:
-        raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}")
+    if partition is not None:
+        check_partition_name(partition)
     if partition is None:
         partition = "given" if ds.clients is not None else "iid"
     if partition == "given" and ds.clients is None:

@@ -104,7 +104,7 @@ COMMANDS = {
         "--replicas": nums("0", "-2") + tag("too large to fit", "3000000", "20000000"),
         "--eval-every": nums("0", "-1"), "--local-steps": nums("0", "-1"), "--dataset": names("imagenet", ""),
         "--model": names("resnet", ""), "--algorithm": names("fedprox", ""),
-        "--budgets": files("fit.json", "figs"), "--partition": names("zipf"), "--device": names("tpu"),
+        "--budgets": files("fit.json", "figs"), "--partition": names("zipf", "shards:0", "shards:x", "shards:", "dirichlet:0.5"), "--device": names("tpu"),
         "--data-dir": files("hist.csv"), "--history": outs("hist.txt", "nofolder/h.csv", "", "figs"),
         "--design": files("fit.json", "junk.sqlite", "figs"),
         # options of another algorithm than the one run (dpfedavg here): refused, not ignored
@@ -131,6 +131,7 @@ COMMANDS = {
         "--local-epochs": nums("0"), "--chunk": nums("0", "-1"), "--beta": nums("0", "-1"),
         "--dataset": names("imagenet") + tag("labels that skip a class", "onebased:data", "gapped:data"),
         "--model": names("resnet"), "--executor": names("dask"), "--device": names("tpu"),
+        "--partition": names("zipf", "shards:0", "shards:-2", "shards:1.5"),
         "--out": outs("new.txt", "nofolder/new.sqlite", "", "figs") + files("junk.sqlite")}),
     "fit": (["store.sqlite", "--out", "new_fit.json", "--bootstrap", "10"], {
         "--bootstrap": nums("-1", "1e12"), "--reference": names("median", ""), "--epsilon": names("approx"),

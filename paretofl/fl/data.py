@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .names import DATASETS, PARTITIONS  # noqa: F401  (re-exported)
+from .names import DATASETS, PARTITIONS, shards_per_client  # noqa: F401  (re-exported)
 
 DEBIAN_DIRS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist", "mnist": "/usr/share/datasets/mnist"}
 _MEAN_STD = {"fashion-mnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
@@ -347,7 +347,9 @@ def make_partition(kind: str, labels, n_clients: int, seed: int = 0, beta: float
         return partition_dirichlet(labels, n_clients, beta, seed, capped=kind == "dirichlet-capped")
     if kind == "shards":
         return partition_shards(labels, n_clients, shards, seed)
-    raise ValueError(f"unknown partition {kind!r}; use iid, dirichlet, dirichlet-capped, shards or given")
+    if shards_per_client(kind) is not None:          # "shards:K": K shards a client, K·N in all
+        return partition_shards(labels, n_clients, shards_per_client(kind) * n_clients, seed)
+    raise ValueError(f"unknown partition {kind!r}; use iid, dirichlet, dirichlet-capped, shards, shards:K or given")
 
 
 

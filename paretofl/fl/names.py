@@ -6,14 +6,32 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["DATASETS", "MODELS", "PARTITIONS", "is_reference"]
+__all__ = ["DATASETS", "MODELS", "PARTITIONS", "check_partition_name", "is_reference"]
 
 #: built-in data sets (fl.data loads them)
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
 #: built-in models with hand-written kernels (fl.models builds them)
 MODELS = ("lr", "lenet", "cnn", "fedavg-cnn", "cifar-cnn")
-#: how the training data is split over the clients (fl.data.make_partition)
+#: how the training data is split over the clients (fl.data.make_partition); also "shards:K", K label
+#: shards a client (about K labels each), where plain "shards" cuts 400 in all
 PARTITIONS = ("iid", "dirichlet", "dirichlet-capped", "shards", "given")
+
+
+def shards_per_client(name) -> int | None:
+    """K of a "shards:K" partition; None for any other name."""
+    if isinstance(name, str) and name.startswith("shards:"):
+        k = name.split(":", 1)[1]
+        if k.isascii() and k.isdigit() and int(k) >= 1:
+            return int(k)
+    return None
+
+
+def check_partition_name(name) -> str:
+    """A partition the trainer splits by: one of PARTITIONS or "shards:K"; one line otherwise."""
+    if name in PARTITIONS or shards_per_client(name) is not None:
+        return name
+    raise ValueError(f"partition must be one of {', '.join(PARTITIONS)} or shards:K (K label shards a client), "
+                     f"got {name!r}")
 
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 

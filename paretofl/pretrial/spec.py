@@ -12,7 +12,7 @@ import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 
-from ..fl.names import DATASETS, MODELS, PARTITIONS, is_reference  # noqa: F401  (torch-free; re-exported)
+from ..fl.names import DATASETS, MODELS, PARTITIONS, check_partition_name, is_reference  # noqa: F401  (re-exported)
 from ..mechanisms import DEFAULT
 
 #: what every pre-trial runs: the registry's default, client-level DP-FedAvg in the aggregate view (Gu et al.'s
@@ -166,7 +166,7 @@ class Spec:
             if v not in known and not is_reference(v):
                 check.bad(f"{name} must be one of {', '.join(known)} or your {what} as package.module:function, "
                           f"got {v!r}")
-        check.choice("partition", PARTITIONS)
+        check.refusal(check_partition_name, self.partition)
         check.choice("device", ("cpu", "cuda"))
         check.choice("subset", SUBSETS)
         if self.data_dir is not None and not isinstance(self.data_dir, str):
