@@ -537,8 +537,9 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     nn.Module`` or an ``nn.Module`` (trained through ``torch.func``;
     ``strategy`` "loop", "vmap" or "auto" batches its clients); default lr.
     ``partition``: iid (default), dirichlet, dirichlet-capped, shards (400
-    label shards in all), shards:K (K a client), or given (the data's own clients; the default when the data has them, and
-    then ``clients`` defaults to their number; 10 otherwise).  Where the
+    label shards in all), shards:K (K a client), or given (the data's own
+    clients; the default when the data has them, and then ``clients``
+    defaults to their number; 10 otherwise).  Where the
     data marks its public samples, the clients train on the others (the
     public share is the pre-trial's).
 
