@@ -318,6 +318,7 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     clips = check_grid(CLIPS if clips is None else clips, "clip")
     lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
     spec = _tunable(d, store, by, epochs)
+    said = set((d.tuning or {}).get("notes_said", []))          # an earlier tuning's notes, replaced below
     # the pair the pre-trial behind kappa used: the fit's, carried forward by a tuning (a second tuning keeps it;
     # a tuning that did not record it leaves it unknown)
     if d.tuning:
@@ -342,7 +343,8 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     kept = d.sources.get("local_epochs", f"the pre-trial {store}")
     d.sources.update(clip=where, lr=where, batch_size=f"the pre-trial {store}",
                      local_epochs=where if len(t["epochs"]) > 1 else kept)
-    d.notes += _tuning_notes(t, by, spec.get("local_epochs"), measured_at)
+    t["notes_said"] = _tuning_notes(t, by, spec.get("local_epochs"), measured_at)
+    d.notes = [n for n in d.notes if n not in said] + t["notes_said"]   # a second tuning's notes replace the first's
     return d
 
 
@@ -377,6 +379,11 @@ def _tunable(d, store, by, epochs) -> dict:
         # the design's kappa, prediction and rounds are of its fit's model and data: a tuning of another is not its
         raise ValueError(f"tune: {store} trains another model or data than the design's fit ({'; '.join(differ)}): "
                          "tune on a public pre-trial of the fit's model and data")
+    fit_split = ((d.local_work or {}).get("dissimilarity") or {}).get("partition")
+    store_split = spec_.partition if spec_.partition != "dirichlet" else f"dirichlet:{spec_.beta:g}"
+    if fit_split is not None and store_split != fit_split:
+        raise ValueError(f"tune: {store} splits its public clients {store_split}, the fit's pre-trial {fit_split}: "
+                         "tune on a public pre-trial partitioned as the fit's (the local epochs were chosen there)")
     if d.local_work and epochs is not None and tuple(epochs) != (d.local_epochs,):
         # one chooser of the local epochs per design: the bound (4.E.2) chose them over what the pre-trial measured,
         # and its T and sigma are for them
@@ -816,7 +823,7 @@ def _partition_of(partition, ds) -> str:
     from .fl.names import check_partition_name
 
     if partition is not None:
-        check_partition_name(partition)
+        partition = check_partition_name(partition)
     if partition is None:
         partition = "given" if ds.clients is not None else "iid"
     if partition == "given" and ds.clients is None:

@@ -459,3 +459,39 @@ def test_the_prediction_is_of_the_fits_pair_not_the_tuning_stores(tmp_path, caps
                  "--rounds", "2", "--seeds", "1", "--q", "1", "--out", str(digits)]) in (0, None)
     with pytest.raises(ValueError, match="another model or data than the design's fit"):
         paretofl.api.tune(paretofl.design(N, EPS, DELTA, max_rounds=TMAX), str(digits), seeds=1)
+
+
+def test_the_partition_measured_is_the_one_named(tmp_path, capsys):
+    """Plain "shards" (400 in all: near IID over a pre-trial's 10 clients) is
+    not "shards:2", and a tuning store split otherwise than the fit's
+    pre-trial is refused (the third attack: both passed silently); a
+    partition has one name (shards:02 is shards:2)."""
+    from types import SimpleNamespace
+
+    from paretofl.cli import main
+    from paretofl.fl.names import check_partition_name
+    from paretofl.recommendation import _say_partition, check_partition
+
+    assert check_partition_name("shards:02") == check_partition("shards:02") == "shards:2"
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
+    d.notes = []
+    _say_partition(d, SimpleNamespace(dissimilarity={"partition": "shards", "b2": 1.65}), "shards:2")
+    assert any("partitioned shards (B^2 1.65), yours are shards:2" in n for n in d.notes)
+    d.notes = []
+    _say_partition(d, SimpleNamespace(dissimilarity={"partition": "shards:2"}), "shards:2")
+    assert not d.notes
+    store = tmp_path / "shards.sqlite"
+    assert main(["pretrial", "--dataset", "fashion-mnist", "--model", "lr", "--clients", "4", "--sigmas", "1",
+                 "--rounds", "2", "--seeds", "1", "--q", "1", "--public-fraction", "0.02", "--partition", "shards:2",
+                 "--out", str(store)]) in (0, None)
+    with pytest.raises(ValueError, match="splits its public clients shards:2, the fit's pre-trial iid"):
+        paretofl.api.tune(paretofl.design(N, EPS, DELTA, max_rounds=TMAX), str(store), seeds=1)
+
+
+def test_a_second_tuning_replaces_the_first_tunings_notes():
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
+    store = str(ROOT_PRETRIALS / "lr_fmnist.sqlite")
+    paretofl.api.tune(d, store, clips=(1.0,), lrs=(0.5,), seeds=1)
+    assert any("C = 1, lr = 0.5" in n for n in d.notes)
+    paretofl.api.tune(d, store, clips=(0.1,), lrs=(0.03,), seeds=1)
+    assert not any("C = 1, lr = 0.5" in n for n in d.notes) and any("C = 0.1, lr = 0.03" in n for n in d.notes)

@@ -27,9 +27,12 @@ def shards_per_client(name) -> int | None:
 
 
 def check_partition_name(name) -> str:
-    """A partition the trainer splits by: one of PARTITIONS or "shards:K"; one line otherwise."""
-    if name in PARTITIONS or shards_per_client(name) is not None:
+    """A partition the trainer splits by, as its one name: one of PARTITIONS
+    or "shards:K" (written shards:2, never shards:02); one line otherwise."""
+    if name in PARTITIONS:
         return name
+    if shards_per_client(name) is not None:
+        return f"shards:{shards_per_client(name)}"
     raise ValueError(f"partition must be one of {', '.join(PARTITIONS)} or shards:K (K label shards a client), "
                      f"got {name!r}")
 

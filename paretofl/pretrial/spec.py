@@ -167,6 +167,7 @@ class Spec:
                 check.bad(f"{name} must be one of {', '.join(known)} or your {what} as package.module:function, "
                           f"got {v!r}")
         check.refusal(check_partition_name, self.partition)
+        self.partition = check_partition_name(self.partition)          # its one name (shards:2, not shards:02)
         check.choice("device", ("cpu", "cuda"))
         check.choice("subset", SUBSETS)
         if self.data_dir is not None and not isinstance(self.data_dir, str):
