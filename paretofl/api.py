@@ -609,6 +609,8 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
         clients, epsilon, delta, rounds = run_of["clients"], run_of["epsilon"], run_of["delta"], run_of["rounds"]
         dataset = run_of["dataset"] if dataset is None else dataset
         model = run_of["model"] if model is None else model
+        if partition is None and design.details.get("partition"):     # the clients the design was made for
+            partition, beta = _trainer_partition(design.details["partition"], beta)
     algorithm = TRAIN_DEFAULTS["algorithm"] if algorithm is None else algorithm
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
@@ -816,6 +818,15 @@ def _config(cls, algorithm: str, options: dict):
     if sigma is not None and np.any(np.asarray(sigma, dtype=float) == 0):
         raise ValueError("sigma = 0 adds no noise: epsilon would be infinite; give sigma > 0")
     return config
+
+
+def _trainer_partition(described: str, beta: float) -> tuple[str, float]:
+    """A design's partition ("dirichlet:ALPHA", "shards:K", "iid", "given")
+    as the trainer's (partition, beta)."""
+    kind, _, arg = str(described).partition(":")
+    if kind == "dirichlet" and arg:
+        return "dirichlet", float(arg)
+    return described, beta
 
 
 def _partition_of(partition, ds) -> str:

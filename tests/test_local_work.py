@@ -495,3 +495,13 @@ def test_a_second_tuning_replaces_the_first_tunings_notes():
     assert any("C = 1, lr = 0.5" in n for n in d.notes)
     paretofl.api.tune(d, store, clips=(0.1,), lrs=(0.03,), seeds=1)
     assert not any("C = 1, lr = 0.5" in n for n in d.notes) and any("C = 0.1, lr = 0.03" in n for n in d.notes)
+
+
+@pytest.mark.parametrize("described, trained", [("shards:2", "shards:2"), ("dirichlet:0.5", "dirichlet")])
+def test_train_design_splits_the_clients_as_the_design_describes_them(described, trained):
+    """A design made for clients partitioned so trains them so unless told
+    otherwise (the third attack: it trained iid)."""
+    d = paretofl.design(10, 2.0, max_rounds=20, partition=described)
+    r = paretofl.train(d, dataset="digits")
+    assert r.partition == trained
+    assert paretofl.train(d, dataset="digits", partition="iid").partition == "iid"
