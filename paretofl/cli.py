@@ -1225,6 +1225,8 @@ def _did_you_mean(extra: list, sub) -> str:
 
     flags = [f for a in sub._actions for f in a.option_strings if f.startswith("--")]
     for word in extra:
+        if not word.startswith("-") and f"--{word}" in flags:      # a flag's name without its dashes
+            return f" (did you mean --{word}? see {sub.prog} --help)"
         if not word.startswith("--"):
             continue
         opt = word.split("=", 1)[0]

@@ -421,3 +421,9 @@ def test_train_names_a_one_word_knob_its_mechanism_does_not_use(capsys):
     assert main(["train", "--mechanism", "client-aggregate", "--bits", "8", "--dataset", "digits",
                  "--rounds", "1"]) == 2
     assert "does not use --bits:" in capsys.readouterr().err
+
+
+def test_a_flags_name_without_its_dashes_is_pointed_at(capsys):
+    with pytest.raises(SystemExit):
+        main(["design", "--clients", "10", "--budget", "1", "tune"])
+    assert "did you mean --tune?" in capsys.readouterr().err

@@ -104,7 +104,8 @@ COMMANDS = {
         "--replicas": nums("0", "-2") + tag("too large to fit", "3000000", "20000000"),
         "--eval-every": nums("0", "-1"), "--local-steps": nums("0", "-1"), "--dataset": names("imagenet", ""),
         "--model": names("resnet", ""), "--algorithm": names("fedprox", ""),
-        "--budgets": files("fit.json", "figs"), "--partition": names("zipf", "shards:0", "shards:x", "shards:", "dirichlet:0.5"), "--device": names("tpu"),
+        "--budgets": files("fit.json", "figs"), "--partition": names("zipf", "shards:0", "shards:x", "shards:", "dirichlet:0.5", "shards:100000"),
+        "--device": names("tpu"),
         "--data-dir": files("hist.csv"), "--history": outs("hist.txt", "nofolder/h.csv", "", "figs"),
         "--design": files("fit.json", "junk.sqlite", "figs"),
         # options of another algorithm than the one run (dpfedavg here): refused, not ignored

@@ -315,6 +315,9 @@ def partition_shards(labels, n_clients: int, n_shards: int = 400, seed: int = 0)
     shards, give each client n_shards/n_clients of them at random."""
     if n_shards % n_clients:
         raise ValueError(f"{n_shards} shards do not divide among {n_clients} clients")
+    if n_shards > len(labels):
+        raise ValueError(f"{n_shards} label shards of {len(labels)} samples leave shards empty (the split would be "
+                         "near random, not by label): give fewer shards a client or fewer clients")
     labels = np.asarray(labels)
     rng = np.random.default_rng(seed)
     order = np.argsort(labels, kind="stable")
