@@ -372,17 +372,16 @@ def _tunable(d, store, by, epochs) -> dict:
                          "Flower's) with one budget for all")
     if by not in SELECT:
         raise ValueError(f"by must be one of {', '.join(SELECT)}, got {by!r}")
-    theirs = {k: spec_.to_dict().get(k) for k in ("model", "dataset")}
-    differ = [f"{k} {d_v!r} (the design's) against {theirs[k]!r}" for k in ("model", "dataset")
-              if (d_v := getattr(d, k)) is not None and theirs[k] is not None and d_v != theirs[k]]
+    differ = [f"{k} {getattr(d, k)!r} (the design's) against {getattr(spec_, k)!r}" for k in ("model", "dataset")
+              if getattr(d, k) is not None and getattr(d, k) != getattr(spec_, k)]
     if differ:
         # the design's kappa, prediction and rounds are of its fit's model and data: a tuning of another is not its
         raise ValueError(f"tune: {store} trains another model or data than the design's fit ({'; '.join(differ)}): "
                          "tune on a public pre-trial of the fit's model and data")
     fit_split = ((d.local_work or {}).get("dissimilarity") or {}).get("partition")
-    store_split = spec_.partition if spec_.partition != "dirichlet" else f"dirichlet:{spec_.beta:g}"
-    if fit_split is not None and store_split != fit_split:
-        raise ValueError(f"tune: {store} splits its public clients {store_split}, the fit's pre-trial {fit_split}: "
+    if fit_split is not None and spec_.partition_name != fit_split:
+        raise ValueError(f"tune: {store} splits its public clients {spec_.partition_name}, the fit's pre-trial "
+                         f"{fit_split}: "
                          "tune on a public pre-trial partitioned as the fit's (the local epochs were chosen there)")
     if d.local_work and epochs is not None and tuple(epochs) != (d.local_epochs,):
         # one chooser of the local epochs per design: the bound (4.E.2) chose them over what the pre-trial measured,

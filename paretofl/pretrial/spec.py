@@ -243,6 +243,11 @@ class Spec:
         return {k: v for k, v in asdict(self).items()
                 if k not in _NOT_BASE and not (k in _NEW_DEFAULTS and v == _NEW_DEFAULTS[k])}
 
+    @property
+    def partition_name(self) -> str:
+        """The partition as a design names it: dirichlet with its beta ("dirichlet:0.5"), else as given."""
+        return self.partition if self.partition != "dirichlet" else f"dirichlet:{self.beta:g}"
+
     def seed_list(self) -> list[int]:
         return list(range(self.seeds))
 

@@ -193,7 +193,7 @@ def _record_dissimilarity(spec: Spec, store: Store) -> None:
     from .dissimilarity import dissimilarity
 
     d = dissimilarity(prepared(spec))
-    d["partition"] = spec.partition if spec.partition != "dirichlet" else f"dirichlet:{spec.beta:g}"
+    d["partition"] = spec.partition_name
     store.set_meta("dissimilarity", json.dumps(d))
 
 
