@@ -1212,14 +1212,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: what users of other tools call a flag of ours (Opacus's target_epsilon, a budget in train's words)
-_SYNONYMS = {"--epsilon": ("--budget", "--epsilon"), "--target-epsilon": ("--budget", "--epsilon"),
-             "--eps": ("--budget", "--epsilon"), "--budget": ("--epsilon", "--budget"),
+_SYNONYMS = {"--epsilon": ("--budget",), "--target-epsilon": ("--budget", "--epsilon"),
+             "--eps": ("--budget", "--epsilon"), "--budget": ("--epsilon",),
              "--noise-multiplier": ("--sigma",), "--max-grad-norm": ("--clip",), "--rounds": ("--max-rounds",),
              "--n-clients": ("--clients",), "--num-clients": ("--clients",)}
 
 
 def _did_you_mean(extra: list, sub) -> str:
-    """'; did you mean --budget?' for the first unknown option a close flag
+    """' (did you mean --budget? ...)' for the first unknown option a close flag
     of this command (or a synonym from another tool's words) matches."""
     import difflib
 
@@ -1230,7 +1230,7 @@ def _did_you_mean(extra: list, sub) -> str:
         if not word.startswith("--"):
             continue
         opt = word.split("=", 1)[0]
-        if opt in flags:        # before the command (paretofl --json design) or after a "--"
+        if opt in flags:        # after a "--" (one before the command is refused before parsing)
             return f" ({opt} is an option of {sub.prog}: give it after the command, before any --)"
         if opt == "--version":
             return " (the version is paretofl --version)"
@@ -1252,8 +1252,6 @@ def main(argv=None) -> int:
                      "--help)")
     args, extra = parser.parse_known_args(argv)
     if args.command is None:
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         parser.print_help()
         return 0
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
