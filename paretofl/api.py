@@ -318,12 +318,15 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     clips = check_grid(CLIPS if clips is None else clips, "clip")
     lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
     spec = _tunable(d, store, by, epochs)
-    said = set((d.tuning or {}).get("notes_said", []))          # an earlier tuning's notes, replaced below
+    said = (d.tuning or {}).get("notes_said", [])                # an earlier tuning's notes, replaced below
+    said = {n for n in said if isinstance(n, str)} if isinstance(said, list) else set()
     # the pair the pre-trial behind kappa used: the fit's, carried forward by a tuning (a second tuning keeps it;
     # a tuning that did not record it leaves it unknown)
     if d.tuning:
         prior = d.tuning.get("measured_at")
-        measured_at = (prior["clip"], prior["lr"]) if isinstance(prior, dict) and "clip" in prior else None
+        ok = isinstance(prior, dict) and all(
+            isinstance(prior.get(k), (int, float)) and not isinstance(prior.get(k), bool) for k in ("clip", "lr"))
+        measured_at = (float(prior["clip"]), float(prior["lr"])) if ok else None      # unknown where not numbers
     else:
         measured_at = (d.clip, d.lr) if d.clip is not None else None
     if epochs is None and d.local_epochs is not None:
@@ -501,6 +504,8 @@ def check_out_path(path, suffixes):
 
 #: what :func:`train` uses where neither its caller nor a design says (rounds: at most, a run stops at its
 #: budget before them); the command line's defaults are these too
+#: the Dirichlet concentration train uses where none is given
+TRAIN_BETA = 0.05
 TRAIN_DEFAULTS = {"algorithm": "dpfedavg", "dataset": "fashion-mnist", "model": "lr", "epsilon": 2.0, "delta": 1e-5,
                   "rounds": 100}
 #: what a design fixes: given beside it to :func:`train` (or ``paretofl train --design``) each is refused; the
@@ -529,7 +534,7 @@ def train_defaults() -> dict:
 
 def train(algorithm: str | Design | None = None, /, dataset=None, model=None, clients: int | None = None,
           epsilon: float | None = None, delta: float | None = None, rounds: int | None = None,
-          partition: str | None = None, beta: float = 0.05, replicas: int = 1, seed: int = 0, device: str = "cpu",
+          partition: str | None = None, beta: float = TRAIN_BETA, replicas: int = 1, seed: int = 0, device: str = "cpu",
           data_dir: str | None = None, eval_every: int = 1, history: str | None = None, progress: bool = False,
           design: Design | None = None, strategy: str = "auto", budgets=None, secure: bool = False,
           **options) -> TrainResult:
@@ -609,7 +614,11 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
         dataset = run_of["dataset"] if dataset is None else dataset
         model = run_of["model"] if model is None else model
         if partition is None and design.details.get("partition"):     # the clients the design was made for
-            partition, beta = _trainer_partition(design.details["partition"], beta)
+            partition, alpha = _trainer_partition(design.details["partition"], beta)
+            if alpha != beta and beta != TRAIN_BETA:
+                raise ValueError(f"the design's clients are {design.details['partition']}, not beta {beta:g}: give "
+                                 "partition dirichlet with the beta to train others")
+            beta = alpha
     algorithm = TRAIN_DEFAULTS["algorithm"] if algorithm is None else algorithm
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")

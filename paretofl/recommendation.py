@@ -211,7 +211,8 @@ class Design:
         if not tuning:
             return {"clip": self.clip, "lr": self.lr, "local_epochs": self.local_work.get("epochs")}
         # the fit's pair, kept by the tuning (not the tuning store's own C and lr)
-        at = tuning.get("measured_at") or {}
+        at = tuning.get("measured_at")
+        at = at if isinstance(at, dict) else {}         # an edited file's record that is no record: unknown
         return {"clip": at.get("clip"), "lr": at.get("lr"), "local_epochs": self.local_work.get("epochs")}
 
     def prediction_applies(self, clip=None, lr=None, local_epochs=None) -> bool:

@@ -505,3 +505,27 @@ def test_train_design_splits_the_clients_as_the_design_describes_them(described,
     r = paretofl.train(d, dataset="digits")
     assert r.partition == trained
     assert paretofl.train(d, dataset="digits", partition="iid").partition == "iid"
+
+
+@pytest.mark.parametrize("edit", [{"measured_at": "xx"}, {"measured_at": [1, 2]}, {"notes_said": 5},
+                                  {"measured_at": {"clip": "abc", "lr": None}}])
+def test_an_edited_tuning_record_is_unknown_not_a_crash(tmp_path, edit):
+    """A design file's tuning record edited into something that is no record
+    (the final attack: a traceback after training): the prediction's pair is
+    unknown, so it is not compared; a tuning of such a design still runs."""
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    data["tuning"] = {**(data.get("tuning") or {}), **edit}
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    e = paretofl.Design.load(tmp_path / "e.json")
+    if "measured_at" in edit:
+        assert e.prediction_applies() is False
+    paretofl.api.tune(e, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), clips=(0.3,), lrs=(0.1,), seeds=1)
+
+
+def test_a_beta_beside_a_design_of_dirichlet_clients_is_refused_not_dropped():
+    d = paretofl.design(10, 2.0, max_rounds=20, partition="dirichlet:0.5")
+    with pytest.raises(ValueError, match="the design's clients are dirichlet:0.5, not beta 100"):
+        paretofl.train(d, dataset="digits", beta=100.0)
+    assert paretofl.train(d, dataset="digits", partition="dirichlet", beta=100.0).partition == "dirichlet"
