@@ -547,8 +547,9 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     "package.module:function" factory, a factory ``(in_shape, n_classes) ->
     nn.Module`` or an ``nn.Module`` (trained through ``torch.func``;
     ``strategy`` "loop", "vmap" or "auto" batches its clients); default lr.
-    ``partition``: iid (default), dirichlet, dirichlet-capped, shards (400
-    label shards in all), shards:K (K a client), or given (the data's own
+    ``partition``: iid (default), dirichlet (at concentration ``beta``),
+    dirichlet:ALPHA (at ALPHA, as ``design`` names it), dirichlet-capped,
+    shards (400 label shards in all), shards:K (K a client), or given (the data's own
     clients; the default when the data has them, and then ``clients``
     defaults to their number; 10 otherwise).  Where the
     data marks its public samples, the clients train on the others (the
@@ -597,6 +598,7 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     from .fl.algorithms import train as run
     from .fl.build import assemble, prepare
     from .fl.data import load_dataset
+    from .fl.names import partition_label
 
     if history is not None:
         check_out_path(history, (".csv",))
@@ -614,11 +616,7 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
         dataset = run_of["dataset"] if dataset is None else dataset
         model = run_of["model"] if model is None else model
         if partition is None and design.details.get("partition"):     # the clients the design was made for
-            partition, alpha = _trainer_partition(design.details["partition"], beta)
-            if alpha != beta and beta != TRAIN_BETA:
-                raise ValueError(f"the design's clients are {design.details['partition']}, not beta {beta:g}: give "
-                                 "partition dirichlet with the beta to train others")
-            beta = alpha
+            partition = _design_partition(design.details["partition"], beta)
     algorithm = TRAIN_DEFAULTS["algorithm"] if algorithm is None else algorithm
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
@@ -634,7 +632,7 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     cls = ALGORITHMS[algorithm]
     config = _config(cls, algorithm, options)
     ds = load_dataset(dataset, data_dir)
-    partition = _partition_of(partition, ds)
+    partition, beta = _partition_of(partition, beta, ds)
     if clients is None and budgets is not None:      # the budgets' own clients (a share file needs the number)
         from .budgets import clients_in
 
@@ -663,7 +661,8 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
         hist.close()
     problems = train_problems(fin, asked, epsilon, "the design" if design is not None or groups is not None
                               else "rounds")
-    return _train_result(fin, problems, algorithm, dataset, setup, config, partition, hist, epsilon, secure, cls)
+    return _train_result(fin, problems, algorithm, dataset, setup, config, partition_label(partition, beta), hist,
+                         epsilon, secure, cls)
 
 
 def _torch(what: str):
@@ -828,26 +827,31 @@ def _config(cls, algorithm: str, options: dict):
     return config
 
 
-def _trainer_partition(described: str, beta: float) -> tuple[str, float]:
-    """A design's partition ("dirichlet:ALPHA", "shards:K", "iid", "given")
-    as the trainer's (partition, beta)."""
-    kind, _, arg = str(described).partition(":")
-    if kind == "dirichlet" and arg:
-        return "dirichlet", float(arg)
-    return described, beta
+def _design_partition(described: str, beta: float) -> str:
+    """The clients a design was made for, as :func:`train` splits them; a
+    beta beside it that would be dropped is refused."""
+    from .fl.names import split_partition
+
+    try:
+        split_partition(described, beta, TRAIN_BETA)
+    except ValueError:
+        raise ValueError(f"the design's clients are split {described}; beta {beta:g} beside it would be dropped: give "
+                         "partition dirichlet:BETA to train other clients") from None
+    return described
 
 
-def _partition_of(partition, ds) -> str:
-    """The partition asked, or the data's own clients where it has them (else iid)."""
-    from .fl.names import check_partition_name
+def _partition_of(partition, beta: float, ds) -> tuple[str, float]:
+    """The split asked, as the trainer's (name, beta) (one vocabulary with
+    the design's: dirichlet:ALPHA is dirichlet at beta ALPHA), or the data's
+    own clients where it has them (else iid)."""
+    from .fl.names import split_partition
 
-    if partition is not None:
-        partition = check_partition_name(partition)
     if partition is None:
         partition = "given" if ds.clients is not None else "iid"
+    partition, beta = split_partition(partition, beta, TRAIN_BETA)
     if partition == "given" and ds.clients is None:
         raise ValueError("partition given needs a data set with a client id per training sample (clients)")
-    return partition
+    return partition, beta
 
 
 def _check_population(cls, config, setup, delta) -> None:

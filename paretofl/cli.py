@@ -1042,9 +1042,12 @@ def _add_train(sub, known, DATA, MODEL):
     s.add_argument("--clients", type=INT, default=None,
                    help="number of clients N (default: the data's own clients with --partition given, else 10)")
     s.add_argument("--partition", default=None,
-                   help=f"how the data is split: {', '.join(known['partitions'])} or shards:K (K label shards a "
-                        "client) (default: given when the data has client ids, else iid)")
-    s.add_argument("--beta", type=FLOAT, default=D["beta"], help="Dirichlet concentration (dirichlet partitions)")
+                   help=f"how the data is split: {', '.join(known['partitions'])}, dirichlet:ALPHA (concentration "
+                        "ALPHA) or shards:K (K label shards a client) (default: given when the data has client ids, "
+                        "else iid)")
+    s.add_argument("--beta", type=FLOAT, default=D["beta"],
+                   help=f"Dirichlet concentration of --partition dirichlet (default {D['beta']:g}); the same as "
+                        "--partition dirichlet:BETA")
     s.add_argument("--epsilon", type=FLOAT,
                    help=f"privacy budget; a replica stops when it is spent (default {D['epsilon']:g})")
     s.add_argument("--budgets", metavar="FILE", help="clients with budgets of their own (CSV: client,epsilon or "
@@ -1098,9 +1101,10 @@ def _spec_flags(s, known, DATA, MODEL):
                    help=f"data set: {', '.join(known['datasets'])}, or your loader as package.module:function")
     s.add_argument("--data-dir", help="folder with the IDX files, or a torchvision root")
     s.add_argument("--public-fraction", type=FLOAT, help="share of the training set the pre-trial uses")
-    s.add_argument("--partition", help=f"how the data is split: {', '.join(known['partitions'])} or shards:K (K "
-                                        "label shards a client)")
-    s.add_argument("--beta", type=FLOAT, help="Dirichlet concentration")
+    s.add_argument("--partition", help=f"how the data is split: {', '.join(known['partitions'])}, dirichlet:ALPHA "
+                                        "(concentration ALPHA) or shards:K (K label shards a client)")
+    s.add_argument("--beta", type=FLOAT, help="Dirichlet concentration of --partition dirichlet (the same as "
+                                              "--partition dirichlet:BETA)")
     s.add_argument("--clients", type=INT, help="number of clients N")
     s.add_argument("--model", type=MODEL,
                    help=f"model: {', '.join(known['models'])}, or your factory as package.module:function")

@@ -497,7 +497,7 @@ def test_a_second_tuning_replaces_the_first_tunings_notes():
     assert not any("C = 1, lr = 0.5" in n for n in d.notes) and any("C = 0.1, lr = 0.03" in n for n in d.notes)
 
 
-@pytest.mark.parametrize("described, trained", [("shards:2", "shards:2"), ("dirichlet:0.5", "dirichlet")])
+@pytest.mark.parametrize("described, trained", [("shards:2", "shards:2"), ("dirichlet:0.5", "dirichlet:0.5")])
 def test_train_design_splits_the_clients_as_the_design_describes_them(described, trained):
     """A design made for clients partitioned so trains them so unless told
     otherwise (the third attack: it trained iid)."""
@@ -526,6 +526,38 @@ def test_an_edited_tuning_record_is_unknown_not_a_crash(tmp_path, edit):
 
 def test_a_beta_beside_a_design_of_dirichlet_clients_is_refused_not_dropped():
     d = paretofl.design(10, 2.0, max_rounds=20, partition="dirichlet:0.5")
-    with pytest.raises(ValueError, match="the design's clients are dirichlet:0.5, not beta 100"):
+    with pytest.raises(ValueError, match="the design's clients are split dirichlet:0.5; beta 100 beside it would be "
+                                         "dropped"):
         paretofl.train(d, dataset="digits", beta=100.0)
-    assert paretofl.train(d, dataset="digits", partition="dirichlet", beta=100.0).partition == "dirichlet"
+    assert paretofl.train(d, dataset="digits", partition="dirichlet", beta=100.0).partition == "dirichlet:100"
+    assert paretofl.train(d, dataset="digits", partition="dirichlet:100").partition == "dirichlet:100"
+
+
+def test_one_partition_vocabulary_for_design_specs_and_train():
+    """dirichlet:ALPHA, as design --partition names it, is the trainer's
+    dirichlet at beta ALPHA in train and in a pre-trial spec: the same split,
+    so the same seeded run and the same store; a beta that would be dropped
+    (beside another ALPHA, or beside a split with no concentration) is
+    refused in one line."""
+    from paretofl.pretrial.spec import Spec
+
+    kw = dict(dataset="digits", clients=5, rounds=2, sigma=1.0)
+    named = paretofl.train(partition="dirichlet:0.3", **kw)
+    spelled = paretofl.train(partition="dirichlet", beta=0.3, **kw)
+    other = paretofl.train(partition="dirichlet", beta=3.0, **kw)
+    assert named.partition == spelled.partition == "dirichlet:0.3"
+    assert named.accuracy == spelled.accuracy and named.test_loss == spelled.test_loss
+    assert other.test_loss != named.test_loss                       # the concentration reached the split
+    for bad, match in ((dict(partition="dirichlet:0.3", beta=0.2), "sets the Dirichlet concentration to 0.3"),
+                       (dict(partition="iid", beta=0.2), "applies to the dirichlet partitions only"),
+                       (dict(partition="shards:2", beta=0.2), "applies to the dirichlet partitions only"),
+                       (dict(partition="dirichlet:0"), "must be a number > 0"),
+                       (dict(partition="dirichlet", beta="x"), "beta .* must be a number > 0")):
+        with pytest.raises(ValueError, match=match):
+            paretofl.train(**{**kw, **bad})
+    a, b = Spec(partition="dirichlet:0.1"), Spec(partition="dirichlet", beta=0.1)
+    a.validate(grid=False), b.validate(grid=False)
+    assert (a.partition, a.beta, a.partition_name) == ("dirichlet", 0.1, "dirichlet:0.1")
+    assert a.base() == b.base()
+    with pytest.raises(ValueError, match="spec: .*beta 0.2 beside it would be dropped"):
+        Spec(partition="dirichlet:0.1", beta=0.2).validate(grid=False)

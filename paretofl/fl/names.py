@@ -4,9 +4,11 @@ command line alike."""
 
 from __future__ import annotations
 
+import math
 import re
 
-__all__ = ["DATASETS", "MODELS", "PARTITIONS", "check_partition_name", "is_reference"]
+__all__ = ["DATASETS", "MODELS", "PARTITIONS", "check_partition_name", "is_reference", "partition_label",
+           "split_partition"]
 
 #: built-in data sets (fl.data loads them)
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
@@ -33,8 +35,45 @@ def check_partition_name(name) -> str:
         return name
     if shards_per_client(name) is not None:
         return f"shards:{shards_per_client(name)}"
-    raise ValueError(f"partition must be one of {', '.join(PARTITIONS)} or shards:K (K label shards a client), "
-                     f"got {name!r}")
+    raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}, dirichlet:ALPHA (the Dirichlet split at "
+                     f"concentration ALPHA) or shards:K (K label shards a client), got {name!r}")
+
+
+def split_partition(name, beta: float, default: float) -> tuple[str, float]:
+    """The clients' split in the one vocabulary that ``design --partition``,
+    pre-trial specs and ``train`` share, as the trainer's (name, Dirichlet
+    concentration): the names of :func:`check_partition_name`, and
+    "dirichlet:ALPHA" (or "dirichlet-capped:ALPHA"), the Dirichlet split at
+    concentration ALPHA.  ``beta`` is the concentration given apart and
+    ``default`` the caller's default for it: a ``beta`` that is not the
+    default, beside a name that fixes another or beside a split that has no
+    concentration, would be dropped, so it is refused in one line."""
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < math.inf:
+        raise ValueError(f"beta (the Dirichlet concentration) must be a number > 0, got {beta!r}")
+    kind, sep, arg = name.partition(":") if isinstance(name, str) else (name, "", "")
+    if sep and kind in ("dirichlet", "dirichlet-capped"):
+        try:
+            alpha = float(arg) if arg.strip() == arg else math.nan
+        except ValueError:
+            alpha = math.nan
+        if not 0 < alpha < math.inf:
+            raise ValueError(f"partition {name!r}: the Dirichlet concentration after {kind}: must be a number > 0, "
+                             "e.g. dirichlet:0.5")
+        if beta != default and beta != alpha:
+            raise ValueError(f"partition {name} sets the Dirichlet concentration to {alpha:g}; beta {beta:g} beside it "
+                             "would be dropped: give one of them")
+        return kind, alpha
+    name = check_partition_name(name)
+    if beta != default and not name.startswith("dirichlet"):
+        raise ValueError(f"beta (the Dirichlet concentration) applies to the dirichlet partitions only, not {name}: "
+                         "drop it, or give partition dirichlet:BETA")
+    return name, beta
+
+
+def partition_label(name: str, beta: float) -> str:
+    """A split as one name, its concentration with it ("dirichlet:0.5"), as
+    :func:`split_partition` reads it back."""
+    return f"{name}:{beta:g}" if name in ("dirichlet", "dirichlet-capped") else name
 
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 

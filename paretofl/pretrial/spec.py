@@ -12,12 +12,14 @@ import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 
-from ..fl.names import DATASETS, MODELS, PARTITIONS, check_partition_name, is_reference  # noqa: F401  (re-exported)
+from ..fl.names import DATASETS, MODELS, PARTITIONS, is_reference, partition_label, split_partition  # noqa: F401
 from ..mechanisms import DEFAULT
 
 #: what every pre-trial runs: the registry's default, client-level DP-FedAvg in the aggregate view (Gu et al.'s
 #: mechanism)
 MECHANISM = DEFAULT
+#: the Dirichlet concentration of a spec that names none
+BETA = 0.5
 
 #: fields that do not change what a run computes (grid, seeds, where it runs)
 _NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk", "local_work")
@@ -105,7 +107,7 @@ class Spec:
     data_seed: int = 0                # which subset, which partition
     subset: str = "public"            # the public share, the rest (the clients' private data), or all of it
     partition: str = "iid"
-    beta: float = 0.5                 # Dirichlet concentration (partition = dirichlet)
+    beta: float = BETA                # Dirichlet concentration (partition = dirichlet; or dirichlet:ALPHA)
     clients: int = 10
     model: str = "lr"                 # a built-in name, or a factory "package.module:function"
     q: list = field(default_factory=lambda: [0.5])
@@ -166,15 +168,18 @@ class Spec:
             if v not in known and not is_reference(v):
                 check.bad(f"{name} must be one of {', '.join(known)} or your {what} as package.module:function, "
                           f"got {v!r}")
-        check.refusal(check_partition_name, self.partition)
-        self.partition = check_partition_name(self.partition)          # its one name (shards:2, not shards:02)
+        check.num("beta", 0, 1e6)
+        # one vocabulary with design --partition and train: dirichlet:ALPHA is dirichlet at beta ALPHA; its one name
+        # (shards:2, not shards:02); a beta that would be dropped is refused
+        check.refusal(split_partition, self.partition, self.beta, BETA)
+        self.partition, self.beta = split_partition(self.partition, self.beta, BETA)
+        check.num("beta", 0, 1e6)
         check.choice("device", ("cpu", "cuda"))
         check.choice("subset", SUBSETS)
         if self.data_dir is not None and not isinstance(self.data_dir, str):
             check.bad(f"data_dir must be a path, got {self.data_dir!r}")
         check.num("public_fraction", 0, 1)
         check.num("data_seed", 0, 2**31, integer=True, lo_open=False)
-        check.num("beta", 0, 1e6)
         check.num("clients", 1, 100_000, integer=True)
         check.grid("q", 0, 1)
         check.grid("sigmas", 0, 1e4)
@@ -246,7 +251,7 @@ class Spec:
     @property
     def partition_name(self) -> str:
         """The partition as a design names it: dirichlet with its beta ("dirichlet:0.5"), else as given."""
-        return self.partition if self.partition != "dirichlet" else f"dirichlet:{self.beta:g}"
+        return partition_label(self.partition, self.beta)
 
     def seed_list(self) -> list[int]:
         return list(range(self.seeds))
