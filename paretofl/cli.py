@@ -1231,7 +1231,7 @@ def _did_you_mean(extra: list, sub) -> str:
     for word in extra:
         if not word.startswith("-") and f"--{word}" in flags:      # a flag's name without its dashes
             return f" (did you mean --{word}? see {sub.prog} --help)"
-        if not word.startswith("--"):
+        if not word.startswith("--") or word == "--":
             continue
         opt = word.split("=", 1)[0]
         if opt in flags:        # after a "--" (one before the command is refused before parsing)
@@ -1245,6 +1245,19 @@ def _did_you_mean(extra: list, sub) -> str:
     return f" (see {sub.prog} --help)"
 
 
+def _unknown_flags(words: list, sub) -> list:
+    """The words of a command line that are written as flags (--name, before
+    any lone --) and are none of this command's."""
+    flags = {f for a in sub._actions for f in a.option_strings}
+    out = []
+    for w in words:
+        if w == "--":
+            break
+        if w.startswith("--") and w.split("=", 1)[0] not in flags:
+            out.append(w.split("=", 1)[0])
+    return out
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -1254,6 +1267,11 @@ def main(argv=None) -> int:
     if argv[0].startswith("-") and argv[0].split("=")[0] not in ("-h", "--help", "--version"):
         parser.error(f"the command comes first: paretofl COMMAND [options] (got {argv[0]} before it; see paretofl "
                      "--help)")
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    if argv[0] in subs:         # an unknown flag is named before argparse reads its value as a positional or
+        unknown = _unknown_flags(argv[1:], subs[argv[0]])      # reports the required flags it stands for missing
+        if unknown:
+            subs[argv[0]].error(f"unknown flag {' '.join(unknown)}{_did_you_mean(unknown, subs[argv[0]])}")
     args, extra = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help()
