@@ -412,9 +412,11 @@ def _tuning_notes(t: dict, by: str, k0, measured_at) -> list[str]:
     if (other["clip"], other["lr"], other["local_epochs"]) != (t["clip"], t["lr"], t["local_epochs"]):
         notes.append(f"by public {other_by} the best would be C = {other['clip']:g}, lr = {other['lr']:g}"
                      + (f", {other['local_epochs']} local epoch(s)" if len(t["epochs"]) > 1 else "") + " "
-                     f"(tune by {other_by}; docs/results.md section 9 measures both)")
+                     f"(to choose by it: by='{other_by}'; docs/results.md section 9 measures both)")
+    grid = {"clip": "clips=", "lr": "lrs=", "local_epochs": "epochs="}        # tune's keywords, the CLI's flags
     for axis in t["on_grid_edge"]:
-        notes.append(f"the best {axis.replace('_', ' ')} lies on the edge of its grid: widen the grid past it")
+        notes.append(f"the best {axis.replace('_', ' ')} lies on the edge of its grid: widen the grid past it "
+                     f"({grid[axis]})")
     if len(t["epochs"]) > 1 and k0 is not None and t["local_epochs"] != k0:
         notes.append(f"kappa was measured at the pre-trial's {k0} local epoch(s), not at the {t['local_epochs']} the "
                      "tuning chose: its T and sigma are for the pre-trial's; measure the local work in the pre-trial "

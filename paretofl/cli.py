@@ -129,12 +129,15 @@ def _emit(obj, as_json, text):
 _ALIASES = {
     "*": {"n_clients": "clients"},
     "account": {"noise_multiplier": "sigma", "sample_rate": "q", "steps": "steps", "delta": "delta"},
-    "design": {"kappa": "kappa", "fit": "fit", "tune": "tune", "clips": "clips", "lrs": "lrs", "by": "tune_by"},
+    "design": {"kappa": "kappa", "fit": "fit", "tune": "tune", "clips": "clips", "lrs": "lrs", "by": "tune_by",
+               "epochs": "tune_epochs"},
     "train": {"mechanism": "mechanism"},
 }
 #: the aliases that are plain words are said as flags in a command's errors,
 #: never in its notes (where "kappa" or "fit" is the thing, not the flag)
 _IN_ERRORS_ONLY = {"kappa", "fit", "tune", "clips", "lrs", "by", "steps", "delta", "mechanism"}
+#: aliases that are flags only where a message writes them as a keyword (epochs='4' or epochs=): plain words else
+_AS_KEYWORD_ONLY = {"epochs"}
 #: the mechanisms' own knobs of one word (bits, bands): flags in errors, where the message names the option
 _SAID_AS_OPTION = frozenset(o for o in api.names()["mechanism_option_flags"] if "_" not in o)
 
@@ -155,8 +158,14 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
     """A library message in the command line's words (its flags); plain
     words only in an ``error``; what the message quotes ("...": a fit's own
     words, say) is left as it is."""
+    # a keyword as the library's advice writes it (by='loss', lrs=): the flag, in notes and errors alike
+    text = re.sub(r"(?<![-\w])([a-z_]+)=(?:'([^']*)')?",
+                  lambda m: (mapping[m[1]] + (f" {m[2]}" if m[2] is not None else "")) if m[1] in mapping else m[0],
+                  text)
     parts = re.split(r'("[^"]*")', text)
     for param in sorted(mapping, key=len, reverse=True):
+        if param in _AS_KEYWORD_ONLY:
+            continue
         if param in _SAID_AS_OPTION:
             # a family's one-word knob (bits, bands) is also a plain word: a flag only where the
             # message names the option ("bits must be ...", "give dim ...", "lower the bands or q")

@@ -431,3 +431,19 @@ def test_a_flags_name_without_its_dashes_is_pointed_at(capsys):
     with pytest.raises(SystemExit):
         main(["design", "--clients", "10", "--budget", "1", "tune"])
     assert "did you mean --tune?" in capsys.readouterr().err
+
+
+def test_the_tunings_advice_names_the_flags_to_give(capsys):
+    """A tuning's notes give their advice as the command line's flags (the
+    API's keywords by='loss', lrs= as --tune-by loss, --lrs): here η 0.1 on
+    the edge of a two-point grid, and the loss preferring the other η."""
+    from pathlib import Path
+
+    store = Path(__file__).resolve().parents[1] / "pretrials" / "lr_fmnist.sqlite"
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "50", "--tune", str(store),
+                 "--clips", "0.3", "--lrs", "0.03", "0.1", "--json"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    edge = [n for n in notes if "edge of its grid" in n]
+    assert edge and all(n.endswith("(--lrs)") for n in edge), notes
+    other = [n for n in notes if n.startswith("by public loss")]
+    assert other and "--tune-by loss" in other[0] and "by=" not in other[0], notes
