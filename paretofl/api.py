@@ -1049,7 +1049,7 @@ def spec(path=None, **fields):
 
     data = read_toml(path) if path is not None else {}
     data.update({k: v for k, v in fields.items() if v is not None})
-    return Spec.from_dict(data, where=str(path) if path is not None else "pretrial flags")
+    return Spec.from_dict(data, where=str(path) if path is not None else "the command line")
 
 
 def pretrial(spec, results, executor: str = "local", ray_address: str | None = None, progress: bool = True,

@@ -144,8 +144,9 @@ class Spec:
             raise ValueError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         absent = [k for k in ("dataset", "model") if d.get(k) is None]
         if absent:
-            raise ValueError(f"{where} does not say what the pre-trial trains: give {' and '.join(absent)} (e.g. "
-                             f"dataset = \"fashion-mnist\", model = \"lr\", or your own as package.module:function)")
+            raise ValueError(f"{where}: it does not say what the pre-trial trains: give {' and '.join(absent)} "
+                             "(a built-in name, e.g. the data set fashion-mnist and the model lr, or your own as "
+                             "package.module:function)")
         d = dict(d)
         for k in ("q", "sigmas", "rounds", "local_work"):
             if k in d and not isinstance(d[k], (list, tuple)):
