@@ -159,7 +159,7 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
     words only in an ``error``; what the message quotes ("...": a fit's own
     words, say) is left as it is."""
     # a keyword as the library's advice writes it (by='loss', lrs=): the flag, in notes and errors alike
-    text = re.sub(r"(?<![-\w])([a-z_]+)=(?:'([^']*)')?",
+    text = re.sub(r"(?<![-\w])([a-z_]+)=(?:'([^']*)'|(?=[\s),;]|$))",
                   lambda m: (mapping[m[1]] + (f" {m[2]}" if m[2] is not None else "")) if m[1] in mapping else m[0],
                   text)
     parts = re.split(r'("[^"]*")', text)
