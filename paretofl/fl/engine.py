@@ -631,10 +631,10 @@ class Engine:
 
     # ------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def evaluate(self, glob, n=None):
+    def evaluate(self, glob, rows: slice = slice(None)):
         """Test (loss, accuracy), each (R,), of every replica's global model,
-        on the first ``n`` test samples (all by default)."""
-        x, y = self.x_test[:n], self.y_test[:n]
+        on the test samples ``rows`` (all by default)."""
+        x, y = self.x_test[rows], self.y_test[rows]
         tot_loss = torch.zeros(self.R, device=self.device, dtype=torch.float64)
         correct = torch.zeros(self.R, device=self.device, dtype=torch.float64)
         group, chunk = self.eval_blocks(len(y))

@@ -514,7 +514,7 @@ def test_evaluation_in_blocks_equals_each_replica_on_the_whole_test_set(name, de
         logits = net.forward([p[r:r + 1] for p in glob], xt.unsqueeze(0))[0]
         assert loss[r].item() == pytest.approx(F.cross_entropy(logits, yt).item(), rel=1e-5)
         assert acc[r].item() == pytest.approx((logits.argmax(1) == yt).float().mean().item())
-    vl, _ = eng.evaluate(glob, 12)                       # the validation loss: the first 12 samples
+    vl, _ = eng.evaluate(glob, slice(0, 12))             # a slice of the test samples: the first 12
     ref = [F.cross_entropy(net.forward([p[r:r + 1] for p in glob], xt[None, :12])[0], yt[:12]).item()
            for r in range(3)]
     assert vl.tolist() == pytest.approx(ref, rel=1e-5)
@@ -688,6 +688,39 @@ def test_policies_adapt_every_round_whatever_the_eval_interval(digits):
 
     train(Spy(eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.05), rounds=6, epsilon=20.0, eval_every=100)
     assert calls == [(t, True) for t in range(6)]
+
+
+def test_a_policy_that_validates_is_reported_on_other_test_samples(digits):
+    """Adap DP-FL decays its noise by the server's validation loss: the
+    samples that loss is taken on are held out of the accuracy and loss the
+    run reports (they were read for its choices), checked by evaluating the
+    returned models by hand; a policy that does not validate reports on the
+    whole test set."""
+    import torch.nn.functional as F
+
+    parts = D.partition_iid(digits.y_train.numpy(), 4)
+    n = len(digits.y_test)
+    seen = []
+
+    class Spy(ALGORITHMS["adap-dpfl"]):
+        def after_round(self, t, glob, val_loss):
+            seen.append(val_loss.copy())
+            super().after_round(t, glob, val_loss)
+
+    for cls, val_size, held in ((Spy, 100, 100), (Spy, 10**6, n // 2), (ALGORITHMS["dpfedavg"], 100, 0)):
+        eng = Engine(build_model("lr", digits.shape), digits, parts, 2, seeds=[0, 1])
+        seen.clear()
+        glob, _, fin = train(cls(eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.1), rounds=3, epsilon=50.0,
+                             val_size=val_size)
+        xt, yt = eng.x_test, eng.y_test
+        for r in range(2):
+            logits = eng.net.forward([p[r:r + 1] for p in glob], xt[None, :n - held])[0]
+            assert fin["test_loss"][r] == pytest.approx(F.cross_entropy(logits, yt[:n - held]).item(), rel=1e-5)
+            assert fin["accuracy"][r] == pytest.approx((logits.argmax(1) == yt[:n - held]).float().mean().item())
+            if held:                 # the last round's validation loss: the held-out samples, not the reported
+                v = eng.net.forward([p[r:r + 1] for p in glob], xt[None, n - held:])[0]
+                assert seen[-1][r] == pytest.approx(F.cross_entropy(v, yt[n - held:]).item(), rel=1e-5)
+        assert bool(seen) == bool(held)
 
 
 def test_adap_dpfl_reported_epsilon_is_opacus_rdp_of_the_sigmas_it_used(digits):

@@ -12,6 +12,10 @@ adaptive noise.
   that trained), weighted by declared sizes.
 * noise: σ_{t+1} = β·σ_t after ``patience`` consecutive drops of the
   server's validation loss (Eq. 9); the counter restarts after each decay.
+  The validation loss is taken on the last 2000 test samples (at most
+  half), which the run's reported accuracy and loss leave out
+  (:func:`paretofl.fl.algorithms.base.held_out`): they were read for its
+  choices.
 * accounting with a different σ_t each round (Eq. 10) — the ledger composes
   the RDP of each round's own σ.
 """

@@ -257,10 +257,22 @@ class _Books:
         return {} if self.names is None else {f"epsilon_{n}": float(e) for n, e in zip(self.names, eps_r)}
 
 
-def _final(eng: Engine, glob, fresh, books: _Books, done_rounds, delta: float) -> dict:
-    """The run's last evaluation and what it spent, with the noise sampler's
-    truncation added to δ where it is not negligible (docs/theory.md §5.4)."""
-    test_loss, acc = fresh if fresh is not None else eng.evaluate(glob)
+def held_out(policy: Policy, val_size: int) -> tuple[slice, slice]:
+    """The test samples a run reports on, and those the server validates on:
+    a policy that adapts to a validation loss (Adap DP-FL's noise decay)
+    validates on the last ``val_size`` test samples (at most half of them),
+    and its accuracy and loss are reported on the others only, never on the
+    samples its choices were made on."""
+    n = len(policy.engine.y_test)
+    held = min(int(val_size), n // 2) if policy.needs_validation else 0
+    return slice(0, n - held), slice(n - held, n)
+
+
+def _final(eng: Engine, glob, fresh, books: _Books, done_rounds, delta: float, test: slice = slice(None)) -> dict:
+    """The run's last evaluation (on the ``test`` rows) and what it spent,
+    with the noise sampler's truncation added to δ where it is not
+    negligible (docs/theory.md §5.4)."""
+    test_loss, acc = fresh if fresh is not None else eng.evaluate(glob, test)
     eps = books.spent()
     final = {"accuracy": acc.cpu().numpy(), "test_loss": test_loss.cpu().numpy(), "epsilon": eps.max(1),
              "rounds": done_rounds, "delta": delta}
@@ -282,7 +294,8 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     when its next round would spend more than ``epsilon`` (RDP accountant,
     charged every round before the round runs) or when its policy says so.
 
-    The test set is evaluated every ``eval_every`` rounds, or exactly after
+    The test set (less a validating policy's held-out samples:
+    :func:`held_out`) is evaluated every ``eval_every`` rounds, or exactly after
     the rounds listed in ``eval_at`` (a pre-trial's T grid: a run of T rounds
     is the first T rounds of a longer run with the same seed).  ``on_round(t)``
     is called after each round (progress of an outer sweep).  ``history``
@@ -296,6 +309,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     eng = policy.engine
     check_memory(policy)
     books = _Books(policy, delta, epsilon, spent)
+    test, val = held_out(policy, val_size)
     glob = eng.init_global()
     active = np.ones(eng.R, dtype=bool)
     done_rounds = np.zeros(eng.R, dtype=int)
@@ -326,12 +340,12 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
             done_rounds[active] += 1
             # the policy adapts every round (ALI-DPFL's τ*, Adap DP-FL's C and σ);
             # the server's validation loss is computed only for those that use it
-            val_loss = eng.evaluate(glob, val_size)[0].cpu().numpy() if policy.needs_validation else None
+            val_loss = eng.evaluate(glob, val)[0].cpu().numpy() if policy.needs_validation else None
             policy.after_round(t, glob, val_loss)
             due = (t + 1) in eval_at if eval_at is not None else (t + 1) % eval_every == 0
             if due or t == rounds - 1:
                 with torch.no_grad():
-                    test_loss, acc = fresh = eng.evaluate(glob)
+                    test_loss, acc = fresh = eng.evaluate(glob, test)
                     last_acc = float(acc.max())
                 eps = books.spent()
                 for r in range(eng.R):
@@ -344,7 +358,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
             bar.update(1)
     finally:
         bar.close()
-    final = _final(eng, glob, fresh, books, done_rounds, delta)
+    final = _final(eng, glob, fresh, books, done_rounds, delta, test)
     final["limited"], final["limit_text"] = limited, policy.limit_text
     final["seconds"] = time.perf_counter() - t0
     return glob, hist, final
