@@ -1040,29 +1040,24 @@ def _design_budgets(r: Request, n: int, t_cap: int, mech, utility, lw, spec) -> 
     return d
 
 
-#: how a user describes the clients' partition (design --partition)
-PARTITION_KINDS = ("iid", "dirichlet", "shards", "given")
 
 
 def check_partition(partition) -> str | None:
-    """"iid", "dirichlet:ALPHA" (ALPHA > 0), "shards:K" (K a whole number >= 1) or "given"; one line otherwise."""
+    """"iid", "dirichlet:ALPHA" (ALPHA > 0), "shards:K" (K a whole number >= 1) or "given", in its one name
+    (the trainer's reader, :func:`paretofl.fl.names.split_partition`); one line otherwise.  A design describes the
+    clients, so a split named without its concentration or its shards (plain dirichlet, shards) is refused."""
+    from .fl.names import partition_label, split_partition
+
     if partition is None:
         return None
-    kind, _, arg = str(partition).partition(":") if isinstance(partition, str) else ("", "", "")
-    ok = kind in ("iid", "given") and not arg and arg.isascii()
-    if kind == "dirichlet":
+    kind, sep, _ = partition.partition(":") if isinstance(partition, str) else ("", "", "")
+    if partition in ("iid", "given") or (sep and kind in ("dirichlet", "shards")):
         try:
-            ok = 0 < float(arg) < math.inf
+            return partition_label(*split_partition(partition, 1.0, 1.0))
         except ValueError:
-            ok = False
-    elif kind == "shards":
-        ok = arg.isascii() and arg.isdigit() and int(arg) >= 1
-    if not ok:
-        raise ValueError(f"partition must be iid, dirichlet:ALPHA (ALPHA > 0), shards:K (labels' shards a client) or "
-                         f"given, got {partition!r}")
-    if kind in ("iid", "given"):
-        return kind
-    return f"dirichlet:{float(arg):g}" if kind == "dirichlet" else f"shards:{int(arg)}"
+            pass
+    raise ValueError(f"partition must be iid, dirichlet:ALPHA (ALPHA > 0), shards:K (labels' shards a client) or "
+                     f"given, got {partition!r}")
 
 
 def _say_partition(d: Design, lw, partition: str) -> None:
