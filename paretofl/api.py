@@ -634,7 +634,7 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     cls = ALGORITHMS[algorithm]
     config = _config(cls, algorithm, options)
     ds = load_dataset(dataset, data_dir)
-    partition, beta = _partition_of(partition, beta, ds)
+    partition, beta = _partition_of(partition, beta, ds, None if design is None else design.details.get("partition"))
     if clients is None and budgets is not None:      # the budgets' own clients (a share file needs the number)
         from .budgets import clients_in
 
@@ -842,17 +842,21 @@ def _design_partition(described: str, beta: float) -> str:
     return described
 
 
-def _partition_of(partition, beta: float, ds) -> tuple[str, float]:
+def _partition_of(partition, beta: float, ds, designed=None) -> tuple[str, float]:
     """The split asked, as the trainer's (name, beta) (one vocabulary with
     the design's: dirichlet:ALPHA is dirichlet at beta ALPHA), or the data's
-    own clients where it has them (else iid)."""
+    own clients where it has them (else iid).  ``designed``: the partition
+    the design was made for."""
     from .fl.names import split_partition
 
     if partition is None:
         partition = "given" if ds.clients is not None else "iid"
     partition, beta = split_partition(partition, beta, TRAIN_BETA)
     if partition == "given" and ds.clients is None:
-        raise ValueError("partition given needs a data set with a client id per training sample (clients)")
+        raise ValueError("partition given needs a data set with a client id per training sample (clients)"
+                         + ("; the design was made for clients of their own (its partition given): give data that "
+                            "has them, or partition iid, dirichlet:ALPHA or shards:K to split this data"
+                            if designed == "given" else ""))
     return partition, beta
 
 

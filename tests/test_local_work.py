@@ -561,3 +561,10 @@ def test_one_partition_vocabulary_for_design_specs_and_train():
     assert a.base() == b.base()
     with pytest.raises(ValueError, match="spec: .*beta 0.2 beside it would be dropped"):
         Spec(partition="dirichlet:0.1", beta=0.2).validate(grid=False)
+
+
+def test_a_design_for_the_datas_own_clients_says_so_where_the_data_has_none():
+    d = paretofl.design(10, 2.0, max_rounds=20, partition="given")
+    with pytest.raises(ValueError, match="the design was made for clients of their own .*partition iid"):
+        paretofl.train(d, dataset="digits")
+    assert paretofl.train(d, dataset="digits", partition="iid").partition == "iid"
