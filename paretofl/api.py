@@ -381,7 +381,8 @@ def _tunable(d, store, by, epochs) -> dict:
         # the design's kappa, prediction and rounds are of its fit's model and data: a tuning of another is not its
         raise ValueError(f"tune: {store} trains another model or data than the design's fit ({'; '.join(differ)}): "
                          "tune on a public pre-trial of the fit's model and data")
-    fit_split = ((d.local_work or {}).get("dissimilarity") or {}).get("partition")
+    fit_split = ((d.local_work or {}).get("dissimilarity") or {}).get("partition") or \
+        (d.details or {}).get("pretrial_partition")          # a fit without local work, or a store (from_store)
     if fit_split is not None and spec_.partition_name != fit_split:
         raise ValueError(f"tune: {store} splits its public clients {spec_.partition_name}, the fit's pre-trial "
                          f"{fit_split}: "
@@ -506,8 +507,6 @@ def check_out_path(path, suffixes):
 
 #: what :func:`train` uses where neither its caller nor a design says (rounds: at most, a run stops at its
 #: budget before them); the command line's defaults are these too
-#: the Dirichlet concentration train uses where none is given
-TRAIN_BETA = 0.05
 TRAIN_DEFAULTS = {"algorithm": "dpfedavg", "dataset": "fashion-mnist", "model": "lr", "epsilon": 2.0, "delta": 1e-5,
                   "rounds": 100}
 #: what a design fixes: given beside it to :func:`train` (or ``paretofl train --design``) each is refused; the
@@ -536,7 +535,8 @@ def train_defaults() -> dict:
 
 def train(algorithm: str | Design | None = None, /, dataset=None, model=None, clients: int | None = None,
           epsilon: float | None = None, delta: float | None = None, rounds: int | None = None,
-          partition: str | None = None, beta: float = TRAIN_BETA, replicas: int = 1, seed: int = 0, device: str = "cpu",
+          partition: str | None = None, beta: float | None = None,
+          replicas: int = 1, seed: int = 0, device: str = "cpu",
           data_dir: str | None = None, eval_every: int = 1, history: str | None = None, progress: bool = False,
           design: Design | None = None, strategy: str = "auto", budgets=None, secure: bool = False,
           **options) -> TrainResult:
@@ -549,8 +549,9 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     "package.module:function" factory, a factory ``(in_shape, n_classes) ->
     nn.Module`` or an ``nn.Module`` (trained through ``torch.func``;
     ``strategy`` "loop", "vmap" or "auto" batches its clients); default lr.
-    ``partition``: iid (default), dirichlet (at concentration ``beta``),
-    dirichlet:ALPHA (at ALPHA, as ``design`` names it), dirichlet-capped,
+    ``partition``: iid (default), dirichlet (at concentration ``beta``,
+    default 0.5), dirichlet:ALPHA (at ALPHA, as ``design`` names it),
+    dirichlet-capped,
     shards (400 label shards in all), shards:K (K a client), or given (the data's own
     clients; the default when the data has them, and then ``clients``
     defaults to their number; 10 otherwise).  Where the
@@ -829,16 +830,20 @@ def _config(cls, algorithm: str, options: dict):
     return config
 
 
-def _design_partition(described: str, beta: float) -> str:
+def _design_partition(described: str, beta) -> str:
     """The clients a design was made for, as :func:`train` splits them; a
     beta beside it that would be dropped is refused."""
-    from .fl.names import split_partition
+    from .fl.names import concentration_text, split_partition
 
     try:
-        split_partition(described, beta, TRAIN_BETA)
+        split_partition(described, None)
+    except ValueError as exc:
+        raise ValueError(f"the design's partition: {exc}") from None
+    try:
+        split_partition(described, beta)
     except ValueError:
-        raise ValueError(f"the design's clients are split {described}; beta {beta:g} beside it would be dropped: give "
-                         "partition dirichlet:BETA to train other clients") from None
+        raise ValueError(f"the design's clients are split {described}; beta {concentration_text(beta)} beside it "
+                         "would be dropped: give partition dirichlet:BETA to train other clients") from None
     return described
 
 
@@ -851,7 +856,7 @@ def _partition_of(partition, beta: float, ds, designed=None) -> tuple[str, float
 
     if partition is None:
         partition = "given" if ds.clients is not None else "iid"
-    partition, beta = split_partition(partition, beta, TRAIN_BETA)
+    partition, beta = split_partition(partition, beta)
     if partition == "given" and ds.clients is None:
         raise ValueError("partition given needs a data set with a client id per training sample (clients)"
                          + ("; the design was made for clients of their own (its partition given): give data that "
@@ -1053,7 +1058,7 @@ def spec(path=None, **fields):
 
     data = read_toml(path) if path is not None else {}
     data.update({k: v for k, v in fields.items() if v is not None})
-    return Spec.from_dict(data, where=str(path) if path is not None else "the command line")
+    return Spec.from_dict(data, where=str(path) if path is not None else "the spec's fields")
 
 
 def pretrial(spec, results, executor: str = "local", ray_address: str | None = None, progress: bool = True,

@@ -158,11 +158,14 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
     """A library message in the command line's words (its flags); plain
     words only in an ``error``; what the message quotes ("...": a fit's own
     words, say) is left as it is."""
-    # a keyword as the library's advice writes it (by='loss', lrs=): the flag, in notes and errors alike
-    text = re.sub(r"(?<![-\w])([a-z_]+)=(?:'([^']*)'|(?=[\s),;]|$))",
-                  lambda m: (mapping[m[1]] + (f" {m[2]}" if m[2] is not None else "")) if m[1] in mapping else m[0],
-                  text)
+    import shlex
+
     parts = re.split(r'("[^"]*")', text)
+    # a keyword as the library's advice writes it (by='loss', lrs=): the flag, in notes and errors alike
+    parts = [p if p.startswith('"') else re.sub(
+        r"(?<![-\w])([a-z_]+)=(?:'([^']*)'|(?=[\s),;]|$))",
+        lambda m: (mapping[m[1]] + (f" {shlex.quote(m[2])}" if m[2] is not None else "")) if m[1] in mapping
+        else m[0], p) for p in parts]
     for param in sorted(mapping, key=len, reverse=True):
         if param in _AS_KEYWORD_ONLY:
             continue
@@ -477,7 +480,8 @@ def _local_work_lines(d) -> list[str]:
     if not d.prediction_applies():
         at = d.predicted_at()
         out.append(f"                      of the pre-trial's {_pair(at)}: the tuning moved them to C = {d.clip:g}, "
-                   f"lr = {d.lr:g}, whose loss the fit does not predict (the tuning's public accuracy ranked them)")
+                   f"lr = {d.lr:g}, whose loss the fit does not predict (the tuning's public "
+                   f"{(d.tuning or {}).get('select', 'accuracy')} ranked them)")
     if dis:
         b2, z2 = dis.get("b2", float("nan")), dis.get("zeta2", float("nan"))
         out.append(f"  dissimilarity       B^2 {b2:.3g}, zeta^2 {z2:.3g}  "
@@ -1055,8 +1059,8 @@ def _add_train(sub, known, DATA, MODEL):
                         "ALPHA) or shards:K (K label shards a client) (default: given when the data has client ids, "
                         "else iid)")
     s.add_argument("--beta", type=FLOAT, default=D["beta"],
-                   help=f"Dirichlet concentration of --partition dirichlet (default {D['beta']:g}); the same as "
-                        "--partition dirichlet:BETA")
+                   help="Dirichlet concentration of --partition dirichlet (default 0.5); the same as --partition "
+                        "dirichlet:BETA")
     s.add_argument("--epsilon", type=FLOAT,
                    help=f"privacy budget; a replica stops when it is spent (default {D['epsilon']:g})")
     s.add_argument("--budgets", metavar="FILE", help="clients with budgets of their own (CSV: client,epsilon or "
@@ -1228,7 +1232,8 @@ def build_parser() -> argparse.ArgumentParser:
 _SYNONYMS = {"--epsilon": ("--budget",), "--target-epsilon": ("--budget", "--epsilon"),
              "--eps": ("--budget", "--epsilon"), "--budget": ("--epsilon",),
              "--noise-multiplier": ("--sigma",), "--max-grad-norm": ("--clip",), "--rounds": ("--max-rounds",),
-             "--n-clients": ("--clients",), "--num-clients": ("--clients",)}
+             "--n-clients": ("--clients",), "--num-clients": ("--clients",),
+             "--beta": ("--partition",)}       # design names a Dirichlet split dirichlet:ALPHA
 
 
 def _did_you_mean(extra: list, sub) -> str:

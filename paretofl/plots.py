@@ -237,7 +237,7 @@ def _check_fit_matches(fr: dict, base: dict, fit_file):
     spec = fr.get("spec")
     if not isinstance(spec, dict):
         return
-    keys = ("dataset", "model", "clients", "public_fraction", "partition")
+    keys = ("dataset", "model", "clients", "public_fraction", "partition", "beta")
     diff = [k for k in keys if k in spec and k in base and spec[k] != base[k]]
     if diff:
         raise ValueError(f"fit file {fit_file} was fitted on another pre-trial (differs in {', '.join(diff)}); "

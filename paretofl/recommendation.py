@@ -1040,24 +1040,24 @@ def _design_budgets(r: Request, n: int, t_cap: int, mech, utility, lw, spec) -> 
     return d
 
 
-
-
 def check_partition(partition) -> str | None:
-    """"iid", "dirichlet:ALPHA" (ALPHA > 0), "shards:K" (K a whole number >= 1) or "given", in its one name
-    (the trainer's reader, :func:`paretofl.fl.names.split_partition`); one line otherwise.  A design describes the
-    clients, so a split named without its concentration or its shards (plain dirichlet, shards) is refused."""
+    """"iid", "dirichlet:ALPHA" (ALPHA > 0; or dirichlet-capped:ALPHA),
+    "shards:K" (K a whole number >= 1) or "given", in its one name (the
+    trainer's reader, :func:`paretofl.fl.names.split_partition`); one line
+    otherwise.  A design describes the clients, so a split named without its
+    concentration or its shards (plain dirichlet, shards) is refused."""
     from .fl.names import partition_label, split_partition
 
     if partition is None:
         return None
     kind, sep, _ = partition.partition(":") if isinstance(partition, str) else ("", "", "")
-    if partition in ("iid", "given") or (sep and kind in ("dirichlet", "shards")):
+    if partition in ("iid", "given") or (sep and kind in ("dirichlet", "dirichlet-capped", "shards")):
         try:
-            return partition_label(*split_partition(partition, 1.0, 1.0))
+            return partition_label(*split_partition(partition))
         except ValueError:
             pass
-    raise ValueError(f"partition must be iid, dirichlet:ALPHA (ALPHA > 0), shards:K (labels' shards a client) or "
-                     f"given, got {partition!r}")
+    raise ValueError(f"partition must be iid, dirichlet:ALPHA (ALPHA > 0; or dirichlet-capped:ALPHA), shards:K "
+                     f"(labels' shards a client) or given, got {partition!r}")
 
 
 def _say_partition(d: Design, lw, partition: str) -> None:
@@ -1385,6 +1385,11 @@ def recipe_from_spec(d: Design, q_given, spec: dict | None) -> None:
         d.clip, d.lr = float(spec["clip"]), float(spec["lr"])
         d.local_epochs, d.batch_size = int(spec["local_epochs"]), int(spec["batch_size"])
         d.model, d.dataset = spec.get("model"), spec.get("dataset")
+        if spec.get("partition") is not None:         # the split kappa was measured on: a tuning's must match it
+            from .fl.names import partition_label, split_partition
+
+            d.details = dict(d.details, pretrial_partition=partition_label(
+                *split_partition(spec["partition"], spec.get("beta"), strict=False)))
         where = f"the {spec.get('model')} pre-trial on {spec.get('dataset')} that kappa came from"
         d.sources.update(clip=where, lr=where, local_epochs=where, batch_size=where)
     else:

@@ -108,7 +108,7 @@ COMMANDS = {
                                                                   "dirichlet:x", "dirichlet:", "dirichlet:-1", "iid:2"),
         # a Dirichlet concentration the run would drop: beside the valid call's iid clients (issue 46's partition
         # vocabulary: dirichlet:ALPHA is the one name with --beta)
-        "--beta": nums("0", "-1") + tag("an option the run would ignore", "0.3", "5"),
+        "--beta": nums("0", "-1") + tag("an option the run would ignore", "0.3", "5", "0.5"),   # 0.5: the default
         "--device": names("tpu"),
         "--data-dir": files("hist.csv"), "--history": outs("hist.txt", "nofolder/h.csv", "", "figs"),
         "--design": files("fit.json", "junk.sqlite", "figs"),
@@ -133,10 +133,11 @@ COMMANDS = {
         "--seeds": nums("0", "-1"), "--q": nums("0", "1.5", "0.1"), "--clip": nums("0", "-1"), "--lr": nums("0"),
         "--public-fraction": nums("0", "1.5", "-0.5", "0.0001"), "--batch-size": nums("0"),
         "--delta": nums("0", "1") + deltas("0.25", "0.4"),
-        "--local-epochs": nums("0"), "--chunk": nums("0", "-1"), "--beta": nums("0", "-1") + tag("an option the run would ignore", "0.3"),
+        "--local-epochs": nums("0"), "--chunk": nums("0", "-1"), "--beta": nums("0", "-1"),
         "--dataset": names("imagenet") + tag("labels that skip a class", "onebased:data", "gapped:data"),
         "--model": names("resnet"), "--executor": names("dask"), "--device": names("tpu"),
-        "--partition": names("zipf", "shards:0", "shards:-2", "shards:1.5", "dirichlet:0", "dirichlet:nan"),
+        "--partition": names("zipf", "shards:0", "shards:-2", "shards:1.5", "dirichlet:0", "dirichlet:nan",
+                             "dirichlet:1e400", "dirichlet-capped:x"),
         "--out": outs("new.txt", "nofolder/new.sqlite", "", "figs") + files("junk.sqlite")}),
     "fit": (["store.sqlite", "--out", "new_fit.json", "--bootstrap", "10"], {
         "--bootstrap": nums("-1", "1e12"), "--reference": names("median", ""), "--epsilon": names("approx"),

@@ -486,6 +486,11 @@ def test_the_partition_measured_is_the_one_named(tmp_path, capsys):
                  "--out", str(store)]) in (0, None)
     with pytest.raises(ValueError, match="splits its public clients shards:2, the fit's pre-trial iid"):
         paretofl.api.tune(paretofl.design(N, EPS, DELTA, max_rounds=TMAX), str(store), seeds=1)
+    # a design from a store (no fit, no dissimilarity record) knows its pre-trial's split too (the attack: unchecked)
+    empirical = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, from_store=str(ROOT_PRETRIALS / "lr_fmnist.sqlite"))
+    assert empirical.details["pretrial_partition"] == "iid"
+    with pytest.raises(ValueError, match="splits its public clients shards:2, the fit's pre-trial iid"):
+        paretofl.api.tune(empirical, str(store), seeds=1)
 
 
 def test_a_second_tuning_replaces_the_first_tunings_notes():
@@ -551,8 +556,11 @@ def test_one_partition_vocabulary_for_design_specs_and_train():
     for bad, match in ((dict(partition="dirichlet:0.3", beta=0.2), "sets the Dirichlet concentration to 0.3"),
                        (dict(partition="iid", beta=0.2), "applies to the dirichlet partitions only"),
                        (dict(partition="shards:2", beta=0.2), "applies to the dirichlet partitions only"),
-                       (dict(partition="dirichlet:0"), "must be a number > 0"),
-                       (dict(partition="dirichlet", beta="x"), "beta .* must be a number > 0")):
+                       (dict(partition="dirichlet:0"), "must be a finite number > 0"),
+                       (dict(partition="dirichlet", beta="x"), "beta .* must be a finite number > 0"),
+                       # a beta equal to a default is still a beta given (the attack: dropped silently)
+                       (dict(partition="dirichlet:0.3", beta=0.5), "sets the Dirichlet concentration to 0.3"),
+                       (dict(partition="iid", beta=0.5), "applies to the dirichlet partitions only")):
         with pytest.raises(ValueError, match=match):
             paretofl.train(**{**kw, **bad})
     a, b = Spec(partition="dirichlet:0.1"), Spec(partition="dirichlet", beta=0.1)
@@ -568,3 +576,59 @@ def test_a_design_for_the_datas_own_clients_says_so_where_the_data_has_none():
     with pytest.raises(ValueError, match="the design was made for clients of their own .*partition iid"):
         paretofl.train(d, dataset="digits")
     assert paretofl.train(d, dataset="digits", partition="iid").partition == "iid"
+
+
+def test_plain_dirichlet_is_one_split_and_a_numpy_beta_is_a_number():
+    """Plain "dirichlet" is Dirichlet(0.5) in train and in specs alike (it
+    was 0.05 in train); numpy's numbers are numbers; a spec keeps a beta
+    beside iid clients, as the stores it names recorded it."""
+    import numpy as np
+
+    from paretofl.fl.names import DIRICHLET_BETA, partition_label
+    from paretofl.pretrial.spec import Spec
+
+    kw = dict(dataset="digits", clients=5, rounds=1, sigma=1.0)
+    assert paretofl.train(partition="dirichlet", **kw).partition == f"dirichlet:{DIRICHLET_BETA:g}" == "dirichlet:0.5"
+    plain = Spec(partition="dirichlet")
+    plain.validate(grid=False)
+    assert plain.partition_name == "dirichlet:0.5"
+    assert paretofl.train(partition="dirichlet", beta=np.float32(0.25), **kw).partition == "dirichlet:0.25"
+    assert paretofl.train(partition="dirichlet", beta=np.int64(1), **kw).partition == "dirichlet:1"
+    old = Spec(partition="iid", beta=0.3)              # an old store's record: loads, its identity kept
+    old.validate(grid=False)
+    assert (old.partition, old.beta) == ("iid", 0.3)
+    assert partition_label("dirichlet", 0.1234567) == "dirichlet:0.1234567"      # no two splits share a label
+
+
+def test_a_stores_split_is_named_from_its_spec_not_its_record(tmp_path):
+    """The dissimilarity record is written once, by whatever code made the
+    store (older code named a capped split without its beta): the fit names
+    the split from the store's spec (the attack: a store refused against its
+    own fit)."""
+    from paretofl.pretrial.fit import fit
+    from paretofl.pretrial.spec import Spec
+    from paretofl.pretrial.store import Store
+    from paretofl.pretrial.sweep import run_sweep
+
+    store = tmp_path / "s.sqlite"
+    spec = dict(SPEC, partition="dirichlet-capped:3", sigmas=[0.5], rounds=[2, 4], local_work=[1, 2])
+    run_sweep(Spec.from_dict(spec), store, progress=False)
+    st = Store(store)
+    try:
+        rec = json.loads(st.meta["dissimilarity"])
+        assert rec["partition"] == "dirichlet-capped:3"
+        st.set_meta("dissimilarity", json.dumps(dict(rec, partition="dirichlet-capped")))
+    finally:
+        st.close()
+    f = fit(store)
+    f.save(tmp_path / "f.json")
+    assert read_fit(tmp_path / "f.json")["local_work"]["dissimilarity"]["partition"] == "dirichlet-capped:3"
+
+
+def test_a_fit_of_another_concentration_is_not_drawn_over_a_store():
+    from paretofl.plots import _check_fit_matches
+
+    spec = dict(dataset="digits", model="lr", clients=4, public_fraction=0.5, partition="dirichlet")
+    _check_fit_matches({"spec": dict(spec, beta=0.3)}, dict(spec, beta=0.3), "f.json")
+    with pytest.raises(ValueError, match="differs in beta"):
+        _check_fit_matches({"spec": dict(spec, beta=0.3)}, dict(spec, beta=0.31), "f.json")

@@ -5,10 +5,11 @@ command line alike."""
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
 __all__ = ["DATASETS", "MODELS", "PARTITIONS", "check_partition_name", "is_reference", "partition_label",
-           "split_partition"]
+           "split_partition", "DIRICHLET_BETA", "concentration_text"]
 
 #: built-in data sets (fl.data loads them)
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
@@ -39,41 +40,61 @@ def check_partition_name(name) -> str:
                      f"concentration ALPHA) or shards:K (K label shards a client), got {name!r}")
 
 
-def split_partition(name, beta: float, default: float) -> tuple[str, float]:
+#: the Dirichlet concentration of a split named plain "dirichlet", in train and in specs alike
+DIRICHLET_BETA = 0.5
+
+
+def concentration_text(beta: float) -> str:
+    """A concentration as the shortest text that reads back as the same float
+    (0.3, 1, 0.1234567): a label that two different splits cannot share."""
+    text = repr(float(beta))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _concentration(beta) -> float | None:
+    if beta is None:
+        return None
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0 < float(beta) < math.inf:
+        raise ValueError(f"beta (the Dirichlet concentration) must be a finite number > 0, got {beta!r}")
+    return float(beta)
+
+
+def split_partition(name, beta=None, strict: bool = True) -> tuple[str, float]:
     """The clients' split in the one vocabulary that ``design --partition``,
     pre-trial specs and ``train`` share, as the trainer's (name, Dirichlet
     concentration): the names of :func:`check_partition_name`, and
     "dirichlet:ALPHA" (or "dirichlet-capped:ALPHA"), the Dirichlet split at
-    concentration ALPHA.  ``beta`` is the concentration given apart and
-    ``default`` the caller's default for it: a ``beta`` that is not the
-    default, beside a name that fixes another or beside a split that has no
-    concentration, would be dropped, so it is refused in one line."""
-    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta < math.inf:
-        raise ValueError(f"beta (the Dirichlet concentration) must be a number > 0, got {beta!r}")
+    concentration ALPHA.  ``beta``: the concentration given apart (None: not
+    given; plain dirichlet then means :data:`DIRICHLET_BETA`).  A ``beta``
+    given beside a name that sets another would be dropped, and is refused;
+    so is one beside a split with no concentration where ``strict`` (a
+    training; a spec keeps it, as the stores it names always have)."""
+    beta = _concentration(beta)
     kind, sep, arg = name.partition(":") if isinstance(name, str) else (name, "", "")
     if sep and kind in ("dirichlet", "dirichlet-capped"):
         try:
-            alpha = float(arg) if arg.strip() == arg else math.nan
+            alpha = float(arg) if arg.isascii() and arg.strip() == arg else math.nan
         except ValueError:
             alpha = math.nan
         if not 0 < alpha < math.inf:
-            raise ValueError(f"partition {name!r}: the Dirichlet concentration after {kind}: must be a number > 0, "
-                             "e.g. dirichlet:0.5")
-        if beta != default and beta != alpha:
-            raise ValueError(f"partition {name} sets the Dirichlet concentration to {alpha:g}; beta {beta:g} beside it "
-                             "would be dropped: give one of them")
+            raise ValueError(f"partition {name!r}: the Dirichlet concentration after {kind}: must be a finite number "
+                             "> 0, e.g. dirichlet:0.5")
+        if beta is not None and beta != alpha:
+            raise ValueError(f"partition {name} sets the Dirichlet concentration to {concentration_text(alpha)}; beta "
+                             f"{concentration_text(beta)} beside it would be dropped: give one of them")
         return kind, alpha
     name = check_partition_name(name)
-    if beta != default and not name.startswith("dirichlet"):
+    if beta is not None and strict and not name.startswith("dirichlet"):
         raise ValueError(f"beta (the Dirichlet concentration) applies to the dirichlet partitions only, not {name}: "
-                         "drop it, or give partition dirichlet:BETA")
-    return name, beta
+                         "drop it, or name the split dirichlet:BETA")
+    return name, DIRICHLET_BETA if beta is None else beta
 
 
 def partition_label(name: str, beta: float) -> str:
     """A split as one name, its concentration with it ("dirichlet:0.5"), as
     :func:`split_partition` reads it back."""
-    return f"{name}:{beta:g}" if name in ("dirichlet", "dirichlet-capped") else name
+    return f"{name}:{concentration_text(beta)}" if name in ("dirichlet", "dirichlet-capped") else name
+
 
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 

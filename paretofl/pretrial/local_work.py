@@ -74,5 +74,9 @@ def fit_local_work(path, bootstrap: int = DRAWS, seed: int = 0) -> tuple[LocalWo
             draws_A.append(a)
             draws_c.append(cc)
     dis = json.loads(meta["dissimilarity"]) if "dissimilarity" in meta else {}
+    if dis:             # its split named from the store's spec, not from the record (written once, by older code too)
+        from .spec import Spec
+
+        dis["partition"] = Spec.from_dict(base, where=str(path), grid=False).partition_name
     return LocalWork(epochs=epochs, A=A, c=c, reference_epochs=k0, rounds=[rounds[0], rounds[-1]], draws_A=draws_A,
                      draws_c=draws_c, seeds=len(seeds), dissimilarity=dis, q=q), None

@@ -18,8 +18,6 @@ from ..mechanisms import DEFAULT
 #: what every pre-trial runs: the registry's default, client-level DP-FedAvg in the aggregate view (Gu et al.'s
 #: mechanism)
 MECHANISM = DEFAULT
-#: the Dirichlet concentration of a spec that names none
-BETA = 0.5
 
 #: fields that do not change what a run computes (grid, seeds, where it runs)
 _NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk", "local_work")
@@ -107,7 +105,7 @@ class Spec:
     data_seed: int = 0                # which subset, which partition
     subset: str = "public"            # the public share, the rest (the clients' private data), or all of it
     partition: str = "iid"
-    beta: float = BETA                # Dirichlet concentration (partition = dirichlet; or dirichlet:ALPHA)
+    beta: float | None = None         # Dirichlet concentration (partition dirichlet; default 0.5; or dirichlet:ALPHA)
     clients: int = 10
     model: str = "lr"                 # a built-in name, or a factory "package.module:function"
     q: list = field(default_factory=lambda: [0.5])
@@ -169,11 +167,10 @@ class Spec:
             if v not in known and not is_reference(v):
                 check.bad(f"{name} must be one of {', '.join(known)} or your {what} as package.module:function, "
                           f"got {v!r}")
-        check.num("beta", 0, 1e6)
         # one vocabulary with design --partition and train: dirichlet:ALPHA is dirichlet at beta ALPHA; its one name
-        # (shards:2, not shards:02); a beta that would be dropped is refused
-        check.refusal(split_partition, self.partition, self.beta, BETA)
-        self.partition, self.beta = split_partition(self.partition, self.beta, BETA)
+        # (shards:2, not shards:02); a beta beside another ALPHA is refused (one beside iid is kept, as stores have it)
+        check.refusal(split_partition, self.partition, self.beta, False)
+        self.partition, self.beta = split_partition(self.partition, self.beta, False)
         check.num("beta", 0, 1e6)
         check.choice("device", ("cpu", "cuda"))
         check.choice("subset", SUBSETS)
