@@ -718,7 +718,7 @@ def cmd_train(a):
               f"{_plural(a.replicas, 'replica')}, {r.seconds:.1f} s" + (f", the design {a.design}" if design else "")
               + ":",
               f"  test accuracy {r.accuracy:.4f}   test loss {r.test_loss:.4f}",
-              f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {r.delta:g} ({r.unit}) after "
+              f"  privacy spent epsilon = {r.epsilon:.4g}, delta = {r.delta:g} ({_flagged(r.unit, a.flags)}) after "
               f"{_plural(r.rounds, 'round')}"
               + (" - no guarantee: at this epsilon the noise sampler's floating-point delta reaches 1"
                  if r.delta >= 1 else "")
