@@ -15,18 +15,18 @@ NB = dict(delta=1e-2, C=1.0, m=1000, N=50, constants=dict(rho=1.0, B=0.5, mu=5.0
 
 def test_ali_tau0_below_one_and_h_increasing_from_one():
     """Lemma 1: the vertex τ₀ < 1, so h grows for τ >= 1 and τ = 1 is best."""
-    t0 = cv.ali_tau0(ALI["mu"], ALI["eta"], ALI["C"], ALI["sigma"], ALI["d"], ALI["B"], delta1=5.0)
+    t0 = cv.ali_tau0(cv.ALIStep(**ALI), delta1=5.0)
     assert t0 < 1
     tau = np.arange(1, 60)
-    h = cv.ali_h(tau, T=1000, L=2.0, delta1=5.0, **ALI)
+    h = cv.ali_h(tau, 1000, cv.ALIStep(**ALI), L=2.0, delta1=5.0)
     assert np.all(np.diff(h) > 0)
 
 
 def test_ali_tau_star_minimises_G_by_scan():
-    a, b, c = cv.ali_G_coefficients(L=2.0, delta1=5.0, **ALI)
+    a, b, c = cv.ali_G_coefficients(cv.ALIStep(**ALI), L=2.0, delta1=5.0)
     tau = np.linspace(0.5, 200, 400_000)
     G = a * tau + b + c / tau
-    ts = cv.ali_tau_star(**ALI)
+    ts = cv.ali_tau_star(cv.ALIStep(**ALI))
     assert ts == pytest.approx(tau[np.argmin(G)], rel=1e-3)
     assert ts == pytest.approx(math.sqrt(c / a))
 
@@ -34,18 +34,21 @@ def test_ali_tau_star_minimises_G_by_scan():
 @pytest.mark.parametrize("T", [10, 100, 1000])
 def test_ali_eq9_equals_general_form_when_eta_is_one_over_mu_T(T):
     kw = {k: v for k, v in ALI.items() if k != "eta"}
-    eq9 = cv.ali_tau_star_eq9(T=T, **kw)
-    general = cv.ali_tau_star(eta=1 / (ALI["mu"] * T), **kw)
+    eq9 = cv.ali_tau_star_eq9(cv.ALIStep(**kw), T)
+    general = cv.ali_tau_star(cv.ALIStep(eta=1 / (ALI["mu"] * T), **kw))
     assert eq9 == pytest.approx(general, rel=1e-12)
     # and differ for another η (the published form is a special case)
-    assert cv.ali_tau_star(eta=0.5, **kw) != pytest.approx(eq9, rel=1e-3)
+    assert cv.ali_tau_star(cv.ALIStep(eta=0.5, **kw)) != pytest.approx(eq9, rel=1e-3)
 
 
 def test_ali_server_rules():
     kw = {k: v for k, v in ALI.items() if k != "eta"}
-    assert cv.ali_next_tau(R_s=100, R_c=50, tau_prev=3, **kw) == 1        # R_s >= R_c
-    t = cv.ali_next_tau(R_s=10, R_c=500, tau_prev=2, **kw)
-    assert t == max(1, round(cv.ali_tau_star_eq9(T=20, **kw)))             # T = min(R_s τ, R_c)
+    step = cv.ALIStep(**kw)
+    assert cv.ali_next_tau(R_s=100, R_c=50, s=step, tau_prev=3) == 1        # R_s >= R_c
+    t = cv.ali_next_tau(R_s=10, R_c=500, s=step, tau_prev=2)
+    assert t == max(1, round(cv.ali_tau_star_eq9(step, T=20)))             # T = min(R_s τ, R_c)
+    # with η given, √(c/a) for it (the general minimiser), not Eq. (9)
+    assert cv.ali_next_tau(10, 500, cv.ALIStep(eta=0.05, **kw), 2) == max(1, round(cv.ali_tau_star(cv.ALIStep(**ALI))))
     assert cv.ali_server_rounds(10, 500, 2) == 20 and cv.ali_server_rounds(10, 15, 2) == 15
     assert cv.ali_batch_hat(0.015, [600, 4000, 1200]) == pytest.approx(9.0)
     # μ estimate: for a quadratic F_i = μ_i/2‖w‖², the ratio is exactly μ_i

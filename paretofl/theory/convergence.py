@@ -17,12 +17,13 @@ L√N), and are tested for that and for monotonicity in ε.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import optimize
 
 __all__ = [
-    "ali_noise_term", "ali_h", "ali_G_coefficients", "ali_tau0", "ali_tau_star",
+    "ALIStep", "ali_noise_term", "ali_h", "ali_G_coefficients", "ali_tau0", "ali_tau_star",
     "ali_tau_star_eq9", "ali_estimate_mu", "ali_server_rounds", "ali_batch_hat", "ali_next_tau",
     "gaussian_c", "nbafl_sigma_uplink", "nbafl_sigma_downlink", "nbafl_sigma_aggregate",
     "nbafl_lambdas", "nbafl_theorem2_bound", "nbafl_optimal_rounds", "nbafl_b", "nbafl_gamma",
@@ -33,49 +34,69 @@ __all__ = [
 # --------------------------------------------------------------------------
 # ALI-DPFL (Ling et al.)
 # --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ALIStep:
+    """The clipped, noised DP-SGD step ALI-DPFL's bounds are of (Ling et
+    al., Theorem 1): strong convexity ``mu``, clip ``C``, noise multiplier
+    ``sigma``, model dimension ``d``, batch ``B`` (the divisor of the noised
+    sum), the clients' heterogeneity ``gamma`` (Γ) and the learning rate
+    ``eta`` (None: Eq. (9)'s η = 1/(μT))."""
+
+    mu: float
+    C: float
+    sigma: float
+    d: int
+    B: float
+    gamma: float
+    eta: float | None = None
+
+
 def ali_noise_term(C, sigma, d, B):
     """V = C² + σ²C²d/B²: second moment of one clipped, noised DP-SGD step."""
     return C**2 + sigma**2 * C**2 * d / B**2
 
 
-def ali_G_coefficients(L, mu, eta, C, sigma, d, B, delta1, gamma):
+def _noise(s: ALIStep):
+    return ali_noise_term(s.C, s.sigma, s.d, s.B)
+
+
+def ali_G_coefficients(s: ALIStep, L, delta1):
     """(a, b, c) of G(τ) = aτ + b + c/τ, ALI-DPFL Eq. (11); h(τ) = τ/T · G(τ)."""
-    V = ali_noise_term(C, sigma, d, B)
-    K = 2 + eta * mu
+    V = _noise(s)
+    K = 2 + s.eta * s.mu
     a = L * K * V / 2
     b = (L * delta1 - 2 * L * K * V) / 2
-    c = L * (K * V + 4 / mu**2 + 3 * C**2 + 2 * gamma / eta + sigma**2 * C**2 * d / B**2) / 2
+    c = L * (K * V + 4 / s.mu**2 + 3 * s.C**2 + 2 * s.gamma / s.eta + s.sigma**2 * s.C**2 * s.d / s.B**2) / 2
     return a, b, c
 
 
-def ali_h(tau, T, L, mu, eta, C, sigma, d, B, delta1, gamma):
+def ali_h(tau, T, s: ALIStep, L, delta1):
     """Convergence bound h(τ) of ALI-DPFL, Theorem 1, Eq. (8):
     E[F(w_T)] - F* <= h(τ), a quadratic in τ divided by 2T."""
-    a, b, c = ali_G_coefficients(L, mu, eta, C, sigma, d, B, delta1, gamma)
+    a, b, c = ali_G_coefficients(s, L, delta1)
     tau = np.asarray(tau, dtype=float)
     return (a * tau**2 + b * tau + c) / T
 
 
-def ali_tau0(mu, eta, C, sigma, d, B, delta1):
+def ali_tau0(s: ALIStep, delta1):
     """Vertex of h(τ) (ALI-DPFL, Lemma 1): τ₀ = 1 - Δ₁/(2(2+ημ)V) < 1,
     so without a round limit τ = 1 is best."""
-    return 1 - delta1 / (2 * (2 + eta * mu) * ali_noise_term(C, sigma, d, B))
+    return 1 - delta1 / (2 * (2 + s.eta * s.mu) * _noise(s))
 
 
-def ali_tau_star(mu, eta, C, sigma, d, B, gamma):
-    """General minimiser of G(τ) for a given η: τ* = √(c/a)
+def ali_tau_star(s: ALIStep):
+    """General minimiser of G(τ) for the step's η: τ* = √(c/a)
     = √(1 + (4/μ² + 3C² + 2Γ/η + σ²C²d/B²) / ((2+ημ)V))."""
-    V = ali_noise_term(C, sigma, d, B)
-    return math.sqrt(1 + (4 / mu**2 + 3 * C**2 + 2 * gamma / eta + sigma**2 * C**2 * d / B**2)
-                     / ((2 + eta * mu) * V))
+    return math.sqrt(1 + (4 / s.mu**2 + 3 * s.C**2 + 2 * s.gamma / s.eta + s.sigma**2 * s.C**2 * s.d / s.B**2)
+                     / ((2 + s.eta * s.mu) * _noise(s)))
 
 
-def ali_tau_star_eq9(mu, C, sigma, d, B, gamma, T):
+def ali_tau_star_eq9(s: ALIStep, T):
     """τ* exactly as published, ALI-DPFL Eq. (9): the general minimiser
-    after substituting η = 1/(μT) (so ημ = 1/T and 2Γ/η = 2ΓTμ)."""
-    V = ali_noise_term(C, sigma, d, B)
-    return math.sqrt(1 + (4 / mu**2 + 3 * C**2 + 2 * gamma * T * mu + sigma**2 * C**2 * d / B**2)
-                     / ((2 + 1 / T) * V))
+    after substituting η = 1/(μT) (so ημ = 1/T and 2Γ/η = 2ΓTμ); the
+    step's own η is not read."""
+    return math.sqrt(1 + (4 / s.mu**2 + 3 * s.C**2 + 2 * s.gamma * T * s.mu + s.sigma**2 * s.C**2 * s.d / s.B**2)
+                     / ((2 + 1 / T) * _noise(s)))
 
 
 def ali_estimate_mu(grad_diff_norms, weight_diff_norms, p):
@@ -95,15 +116,15 @@ def ali_batch_hat(q, dataset_sizes):
     return float(q * np.min(dataset_sizes))
 
 
-def ali_next_tau(R_s, R_c, mu, C, sigma, d, B, gamma, tau_prev, eta=None):
+def ali_next_tau(R_s, R_c, s: ALIStep, tau_prev):
     """τ* for the next round: 1 when R_s >= R_c (Lemma 1), otherwise Eq. (9)
-    with T = min(R_s τ*_prev, R_c); with ``eta`` given, √(c/a) for that η
-    instead.  Rounded to an integer number of local iterations (>= 1)."""
+    with T = min(R_s τ*_prev, R_c); with the step's ``eta`` given, √(c/a)
+    for that η instead.  Rounded to an integer number of local iterations
+    (>= 1)."""
     if R_s >= R_c:
         return 1
     T = ali_server_rounds(R_s, R_c, tau_prev)
-    t = ali_tau_star(mu, eta, C, sigma, d, B, gamma) if eta is not None else \
-        ali_tau_star_eq9(mu, C, sigma, d, B, gamma, T)
+    t = ali_tau_star(s) if s.eta is not None else ali_tau_star_eq9(s, T)
     return max(1, int(round(t)))
 
 

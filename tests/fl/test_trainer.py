@@ -554,7 +554,7 @@ def test_ali_dpfl_tau_uses_the_batch_the_noise_is_divided_by(digits):
     divided by: q·min|D_i| by default, the fixed divisor when one is given
     (ALI-DPFL's code divides by 64).  After the first round (μ still its
     default) τ* is Eq. (9)'s for that B̂."""
-    from paretofl.theory.convergence import ali_next_tau
+    from paretofl.theory.convergence import ALIStep, ali_next_tau
 
     parts = D.partition_iid(digits.y_train.numpy(), 4)
     q, sigma, C = 0.05, 2.0, 1.0
@@ -567,7 +567,8 @@ def test_ali_dpfl_tau_uses_the_batch_the_noise_is_divided_by(digits):
         glob = pol.round(0, eng.init_global(), np.ones(1, bool))
         pol.after_round(0, glob, np.array([1.0]))
         taus[div] = int(pol.tau[0])
-        assert taus[div] == ali_next_tau(8, int(pol.R_c[0]), 1.0, C, sigma, eng.net.n_params, B, 10.0, 1)
+        assert taus[div] == ali_next_tau(8, int(pol.R_c[0]), ALIStep(mu=1.0, C=C, sigma=sigma, d=eng.net.n_params,
+                                                                     B=B, gamma=10.0), 1)
     assert taus[None] != taus[64.0]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...theory.convergence import ali_batch_hat, ali_next_tau
+from ...theory.convergence import ALIStep, ali_batch_hat, ali_next_tau
 from ...theory.privacy import max_steps
 from ..options import ALIDPFLConfig
 from .dpfedavg import DPFedAvg
@@ -82,8 +82,9 @@ class ALIDPFL(DPFedAvg):
         self._prev = (w.clone(), g.clone())
         d = eng.net.n_params
         for r in range(eng.R):
-            nt = ali_next_tau(self.R_s[r], self.R_c[r], self.mu[r], self.clip[r], self.sigma[r], d,
-                              max(self.B_hat[r], 1.0), self.gamma, int(self.tau[r]))
+            step = ALIStep(mu=self.mu[r], C=self.clip[r], sigma=self.sigma[r], d=d, B=max(self.B_hat[r], 1.0),
+                           gamma=self.gamma)
+            nt = ali_next_tau(self.R_s[r], self.R_c[r], step, int(self.tau[r]))
             self.tau[r] = int(min(self.tau_max, nt))
 
     def info_row(self, r):
