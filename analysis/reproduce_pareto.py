@@ -74,7 +74,7 @@ def part_cases(lines):
     for t_max in (2 * tb, math.sqrt(max(ta, 1) * tb), max(ta / 2, 1.5)):
         ps = pareto.theorem3(q, n, kappa, smin, smax, t_max, n_points=100)
         path = OUT / f"theorem3_case_{ps.case}.png"
-        plots.pareto_figure(ps, q, n, kappa, smin, smax, t_max, 1e-5, path)
+        plots.pareto_figure(ps, 1e-5, path)
         lines.append(f"| {t_max:.3g} | {ps.case} | {', '.join(p.kind for p in ps.pieces)} ({path.name}) |")
     lines.append("")
 

@@ -431,14 +431,11 @@ def _tuning_notes(t: dict, by: str, k0, measured_at) -> list[str]:
 
 
 def pareto_set(n_clients: int, q: float, kappa: float, sigma_min: float, sigma_max: float, max_rounds: float,
-               integer: bool = False, points: int = 50, delta: float | None = None) -> ParetoSet:
+               integer: bool = False, points: int = 50) -> ParetoSet:
     """The closed-form Pareto set in the (σ, T) plane for a fixed q
-    (Theorem 3 of Gu et al., docs/theory.md §3): its case, T_a, T_b and
-    labelled pieces.  ``integer``: T takes integer values, each with the
-    interval of σ that is Pareto optimal there.  ``delta`` (for a figure's
-    ε axis) is only checked."""
-    if delta is not None:
-        check_delta(delta)
+    (Theorem 3 of Gu et al., docs/theory.md §3): its case, T_a, T_b,
+    labelled pieces and the box they lie in.  ``integer``: T takes integer
+    values, each with the interval of σ that is Pareto optimal there."""
     return theorem3(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, integer=integer, n_points=points)
 
 
@@ -1161,14 +1158,17 @@ def design_figure(d: Design, path) -> None:
     plots.design_figure(d, path)
 
 
-def pareto_figure(ps, q, n_clients, kappa, sigma_min, sigma_max, max_rounds, delta, path) -> None:
-    """Theorem 3's pieces in the σ–T plane and the front in objective space
+def pareto_figure(ps: ParetoSet, delta: float, path) -> None:
+    """Theorem 3's pieces in the σ–T plane (the box ``ps`` was drawn in) and
+    the front in objective space, ε at ``delta``
     (:func:`paretofl.plots.pareto_figure`)."""
     check_out_path(path, (".png", ".pdf", ".svg"))
     check_delta(delta)
+    if not isinstance(ps, ParetoSet) or ps.box is None:
+        raise ValueError("pareto_figure draws a ParetoSet of paretofl.pareto_set (it knows the box it was drawn in)")
     from . import plots
 
-    plots.pareto_figure(ps, q, n_clients, kappa, sigma_min, sigma_max, max_rounds, delta, path)
+    plots.pareto_figure(ps, delta, path)
 
 
 def pretrial_figures(results, fit=None, outdir=None, fmt: str = "png", max_rounds=None,

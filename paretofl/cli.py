@@ -207,11 +207,13 @@ def cmd_account(a):
 def cmd_pareto(a):
     if a.plot is not None:
         api.check_out_path(a.plot, (".png", ".pdf", ".svg"))
+    if a.delta is not None:
+        api.check_delta(a.delta)
     ps = api.pareto_set(a.clients, a.q, a.kappa, a.sigma_min, a.sigma_max, a.max_rounds, integer=a.integer,
-                        points=a.points, delta=a.delta)
+                        points=a.points)
     out = ps.to_dict()
     if a.plot:
-        api.pareto_figure(ps, a.q, a.clients, a.kappa, a.sigma_min, a.sigma_max, a.max_rounds, a.delta, a.plot)
+        api.pareto_figure(ps, a.delta, a.plot)
         out["plot"] = a.plot
     lines = [f"Theorem 3, case {ps.case}: T_a = {ps.T_a:.4g}, T_b = {ps.T_b:.4g}, "
              f"kappa' = qN/kappa = {ps.kappa_prime:.4g}" + (" (integer T)" if a.integer else "")]

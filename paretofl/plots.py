@@ -79,9 +79,12 @@ def _save(fig, path):
     fig.savefig(path, dpi=130, bbox_inches="tight")
 
 
-def pareto_figure(ps, q, n, kappa, smin, smax, t_max, delta, path):
-    """σ–T plane with the labelled pieces of Theorem 3, and the same set in
-    the (ε_u, ε_p) plane with ε_p from the exact accountant."""
+def pareto_figure(ps, delta, path):
+    """σ–T plane with the labelled pieces of Theorem 3 (over the box the set
+    was drawn in, ``ps.box``), and the same set in the (ε_u, ε_p) plane with
+    ε_p from the exact accountant at ``delta``."""
+    b = ps.box
+    q, n, kappa, smin, smax, t_max = b.q, b.n_clients, b.kappa, b.sigma_min, b.sigma_max, b.max_rounds
     fig = Figure(figsize=(11.5, 5.2))
     a1, a2 = fig.subplots(1, 2)
     _sigma_t_axes(a1, smin, smax, t_max, q, n, kappa)
@@ -368,8 +371,7 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
     t_max = float(max_rounds) if max_rounds is not None else float(res.rounds.max())
     ps = pareto.theorem3(q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max, n_points=200)
     paths.append(str(outdir / f"{stem}_theorem3.{fmt}"))
-    pareto_figure(ps, q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max,
-                  float(res.base["delta"]), paths[-1])
+    pareto_figure(ps, float(res.base["delta"]), paths[-1])
     if fr.get("local_work"):
         paths.append(str(outdir / f"{stem}_local_work.{fmt}"))
         local_work_figure(results, fr["local_work"], paths[-1])

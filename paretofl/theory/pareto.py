@@ -17,7 +17,7 @@ space (:func:`objective_space`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -29,6 +29,7 @@ __all__ = [
     "relation_sigma",
     "theorem2_front",
     "Piece",
+    "Box",
     "ParetoSet",
     "theorem3",
     "integer_pareto_intervals",
@@ -118,6 +119,20 @@ class Piece:
         return {"kind": self.kind, "points": [[float(s), float(t)] for s, t in self.points]}
 
 
+@dataclass(frozen=True)
+class Box:
+    """What a Pareto set was drawn over: q, N, κ, the σ range and the
+    rounds T ∈ [T_min, T̃] (docs/theory.md §3)."""
+
+    q: float
+    n_clients: int
+    kappa: float
+    sigma_min: float
+    sigma_max: float
+    max_rounds: float
+    min_rounds: float = 1.0
+
+
 @dataclass
 class ParetoSet:
     case: str
@@ -127,6 +142,7 @@ class ParetoSet:
     integer: bool
     pieces: list[Piece] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)
+    box: Box | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -137,6 +153,7 @@ class ParetoSet:
             "integer_rounds": self.integer,
             "pieces": [p.to_dict() for p in self.pieces],
             "empty_pieces": list(self.empty),
+            **({"box": asdict(self.box)} if self.box is not None else {}),
         }
 
 
@@ -226,7 +243,8 @@ def theorem3(
                 pieces.append(Piece(k, pts))
     pieces.sort(key=lambda p: PIECE_KINDS.index(p.kind))
     present = {p.kind for p in pieces}
-    return ParetoSet(case, T_a, T_b, kp, integer, pieces, [k for k in PIECE_KINDS if k not in present])
+    return ParetoSet(case, T_a, T_b, kp, integer, pieces, [k for k in PIECE_KINDS if k not in present],
+                     Box(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rounds))
 
 
 def integer_pareto_intervals(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rounds=1):
