@@ -72,7 +72,7 @@ def part_cases(lines):
               f"κ = {kappa:.3g}, q = {q}, N = {n}, σ ∈ [{smin:.3g}, {smax:.3g}]: T_a = {ta:.3g}, T_b = {tb:.3g}.", "",
               "| T̃ | case | pieces |", "|---|---|---|"]
     for t_max in (2 * tb, math.sqrt(max(ta, 1) * tb), max(ta / 2, 1.5)):
-        ps = pareto.theorem3(q, n, kappa, smin, smax, t_max, n_points=100)
+        ps = pareto.theorem3(pareto.Box(q, n, kappa, smin, smax, t_max), n_points=100)
         path = OUT / f"theorem3_case_{ps.case}.png"
         plots.pareto_figure(ps, 1e-5, path)
         lines.append(f"| {t_max:.3g} | {ps.case} | {', '.join(p.kind for p in ps.pieces)} ({path.name}) |")

@@ -16,7 +16,7 @@ from .mechanisms import DEFAULT
 from .mechanisms import get as mechanism_of
 from .recommendation import FIT_FRONT_ONLY, Design, InfeasibleBudget, Request, nbafl_design  # noqa: F401  (re-exported)
 from .theory import privacy
-from .theory.pareto import ParetoSet, theorem3
+from .theory.pareto import Box, ParetoSet, theorem3
 from .theory.privacy import SAMPLINGS, Charge, check_delta, check_step
 
 __version__ = "0.2.0"
@@ -436,7 +436,7 @@ def pareto_set(n_clients: int, q: float, kappa: float, sigma_min: float, sigma_m
     (Theorem 3 of Gu et al., docs/theory.md §3): its case, T_a, T_b,
     labelled pieces and the box they lie in.  ``integer``: T takes integer
     values, each with the interval of σ that is Pareto optimal there."""
-    return theorem3(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, integer=integer, n_points=points)
+    return theorem3(Box(q, n_clients, kappa, sigma_min, sigma_max, max_rounds), integer=integer, n_points=points)
 
 
 def fit(store, epsilon: str = "exact", reference: str = "best", bootstrap: int = 1000, seed: int = 0):

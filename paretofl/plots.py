@@ -197,7 +197,7 @@ def design_figure(d, path):
     q, n, kappa, smin, smax = d.q, d.n_clients, d.kappa, d.sigma_min, d.sigma_max
     unit = mechanism_of(d.mechanism).charge(q, 1.0, n)      # the charge is linear in sigma
     sampling, zf = unit.sampling, float(unit.noise_multiplier)
-    ps = pareto.theorem3(q, n, kappa, smin, smax, d.max_rounds, n_points=200)
+    ps = pareto.theorem3(pareto.Box(q, n, kappa, smin, smax, d.max_rounds), n_points=200)
     s = np.geomspace(smin, smax, 300)
     prior = _prior(d)          # a private pre-trial's charges come first: the frontier is what the budget leaves
     tm = np.minimum(d.max_rounds, max_steps(d.budget, q, s * zf, d.delta, sampling=sampling,
@@ -369,7 +369,7 @@ def pretrial_figures(results, fit_file, outdir, fmt="png", max_rounds=None, epsi
     # Theorem 3 for the fitted κ
     q = float(qs[0])
     t_max = float(max_rounds) if max_rounds is not None else float(res.rounds.max())
-    ps = pareto.theorem3(q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max, n_points=200)
+    ps = pareto.theorem3(pareto.Box(q, n, kappa, float(res.sigma.min()), float(res.sigma.max()), t_max), n_points=200)
     paths.append(str(outdir / f"{stem}_theorem3.{fmt}"))
     pareto_figure(ps, float(res.base["delta"]), paths[-1])
     if fr.get("local_work"):

@@ -1335,7 +1335,7 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
     if p.ratios is None:                   # Theorem 3's map: Gu et al.'s bound as it is
         cf = _closed_form_for_q(qb, n, epsilon, job.delta, job.t_cap, job.sigma_min, job.sigma_max, kappa,
                                 job.orders, acct=acct)
-        case = pareto.theorem3(qb, n, kappa, job.sigma_min, job.sigma_max, job.t_cap).case
+        case = pareto.theorem3(pareto.Box(qb, n, kappa, job.sigma_min, job.sigma_max, job.t_cap)).case
         relation = float(pareto.relation_sigma(T, qb, n, kappa))
     if cf is not None:
         distance = {"sigma_rel": sig / cf["sigma"] - 1.0, "rounds_rel": T / cf["rounds"] - 1.0,
@@ -1546,7 +1546,7 @@ def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct)
     private end, where the utility bound is worst, and stop where the exact
     ε reaches the budget.  Along the set ε rises and u falls, so this is a
     bisection on the position along the concatenated pieces."""
-    ps = pareto.theorem3(q, n, kappa, s_lo, s_hi, t_cap, n_points=400)
+    ps = pareto.theorem3(pareto.Box(q, n, kappa, s_lo, s_hi, t_cap), n_points=400)
     pts = np.vstack([p.points for p in ps.pieces])
     def epsilon(i):
         s, tt = pts[i]

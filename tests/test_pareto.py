@@ -44,7 +44,7 @@ def instances(n, seed=0):
     while len(out) < n:
         want = ("I", "II", "III")[len(out) % 3]
         inst = random_instance(rng, want)
-        if inst is None or pareto.theorem3(**inst).case != want:
+        if inst is None or pareto.theorem3(pareto.Box(**inst)).case != want:
             continue
         kp = inst["q"] * inst["n_clients"] / inst["kappa"]
         if kp / inst["sigma_min"] ** 2 > 1e5:  # keep the brute-force grid finite
@@ -76,7 +76,7 @@ def test_continuous_front_matches_brute_force(inst):
     """No point of a dense (σ, T) grid beats the closed-form front, the
     grid's non-dominated points lie on it, and the pieces span the whole
     privacy range of the box."""
-    ps = pareto.theorem3(**inst)
+    ps = pareto.theorem3(pareto.Box(**inst))
     assert ps.case in ("I", "II", "III")
     s = np.geomspace(inst["sigma_min"], inst["sigma_max"], 300)
     T = np.geomspace(1.0, inst["max_rounds"], 300)
@@ -104,18 +104,18 @@ def test_cases_and_pieces_as_stated():
     """The pieces each case is made of (docs/theory.md §3)."""
     base = dict(q=0.1, n_clients=100, kappa=0.5, sigma_min=0.5, sigma_max=3.0)  # T_a=2.22, T_b=80
     kinds = lambda s: [p.kind for p in s.pieces]
-    s1 = pareto.theorem3(**base, max_rounds=500)
+    s1 = pareto.theorem3(pareto.Box(**base, max_rounds=500))
     assert s1.case == "I" and kinds(s1) == ["sigma_max", "relation", "sigma_min"]
-    s2 = pareto.theorem3(**base, max_rounds=50)
+    s2 = pareto.theorem3(pareto.Box(**base, max_rounds=50))
     assert s2.case == "II" and kinds(s2) == ["sigma_max", "relation", "rounds_max"]
     rm = s2.pieces[-1].points
     assert np.allclose(rm[:, 1], 50) and math.isclose(rm[0, 0], math.sqrt(s2.kappa_prime / 50))
     assert math.isclose(rm[-1, 0], 0.5)
-    s3 = pareto.theorem3(**base, max_rounds=2)
+    s3 = pareto.theorem3(pareto.Box(**base, max_rounds=2))
     assert s3.case == "III" and kinds(s3) == ["sigma_max", "rounds_max"]
     assert math.isclose(s3.pieces[-1].points[0, 0], 3.0)
     # curve reaches T_min inside the box: the front starts on T = T_min
-    s4 = pareto.theorem3(q=0.1, n_clients=10, kappa=2.0, sigma_min=0.1, sigma_max=3.0, max_rounds=100)
+    s4 = pareto.theorem3(pareto.Box(q=0.1, n_clients=10, kappa=2.0, sigma_min=0.1, sigma_max=3.0, max_rounds=100))
     assert s4.T_a < 1 and kinds(s4)[0] == "rounds_min"
     assert math.isclose(s4.pieces[0].points[-1, 0], math.sqrt(s4.kappa_prime))
     assert "sigma_max" in s4.empty
@@ -129,7 +129,7 @@ def test_integer_front_matches_brute_force(inst):
     σ' reaching the same privacy, max(σ_min, σ√(T'/T)), since the utility
     bound grows with σ'."""
     inst = dict(inst, max_rounds=min(inst["max_rounds"], 200.0))
-    T, lo, hi = pareto.integer_pareto_intervals(**inst)
+    T, lo, hi = pareto.integer_pareto_intervals(pareto.Box(**inst))
     kp = inst["q"] * inst["n_clients"] / inst["kappa"]
     smin, smax = inst["sigma_min"], inst["sigma_max"]
     Ts = np.arange(1, int(inst["max_rounds"]) + 1, dtype=float)
@@ -152,8 +152,8 @@ def test_integer_front_matches_brute_force(inst):
 
 
 def test_integer_pieces_are_labelled_and_report_empty():
-    s = pareto.theorem3(q=0.1, n_clients=100, kappa=0.5, sigma_min=0.5, sigma_max=3.0,
-                        max_rounds=50, integer=True)
+    s = pareto.theorem3(pareto.Box(q=0.1, n_clients=100, kappa=0.5, sigma_min=0.5, sigma_max=3.0, max_rounds=50),
+                        integer=True)
     assert [p.kind for p in s.pieces] == ["sigma_max", "relation", "rounds_max"]
     assert set(s.empty) == {"rounds_min", "sigma_min"}
     assert np.all(s.pieces[-1].points[:, 1] == 50)
@@ -253,4 +253,4 @@ def test_bad_boxes_raise(bad):
     args = dict(q=0.1, n_clients=100, kappa=0.5, sigma_min=0.5, sigma_max=3.0, max_rounds=50)
     args.update(bad)
     with pytest.raises(ValueError):
-        pareto.theorem3(**args)
+        pareto.theorem3(pareto.Box(**args))

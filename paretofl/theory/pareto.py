@@ -132,6 +132,15 @@ class Box:
     max_rounds: float
     min_rounds: float = 1.0
 
+    def __post_init__(self):
+        _validate_box(self.q, self.n_clients, self.kappa, self.sigma_min, self.sigma_max, self.max_rounds,
+                      self.min_rounds)
+
+    @property
+    def kappa_prime(self) -> float:
+        """κ' = qN/κ."""
+        return self.q * self.n_clients / self.kappa
+
 
 @dataclass
 class ParetoSet:
@@ -174,17 +183,7 @@ def _validate_box(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rou
         raise ValueError(f"empty rounds range: min-rounds {min_rounds:g} > max-rounds {max_rounds:g}")
 
 
-def theorem3(
-    q: float,
-    n_clients: int,
-    kappa: float,
-    sigma_min: float,
-    sigma_max: float,
-    max_rounds: float,
-    min_rounds: float = 1.0,
-    integer: bool = False,
-    n_points: int = 50,
-) -> ParetoSet:
+def theorem3(box: Box, integer: bool = False, n_points: int = 50) -> ParetoSet:
     """Pareto set in the (σ, T) plane with q fixed and T ≤ T̃ (docs/theory.md §3).
 
     Paper 001, Theorem 3 (Cases I–III), with the lower box edge T = T_min of
@@ -201,7 +200,10 @@ def theorem3(
     the continuous piece their T falls in.  ``empty`` lists the kinds that
     have no point.
     """
-    _validate_box(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rounds)
+    if not isinstance(box, Box):
+        raise ValueError(f"theorem3 draws a Box (q, n_clients, kappa, sigma_min, sigma_max, max_rounds), got {box!r}")
+    q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rounds = (
+        box.q, box.n_clients, box.kappa, box.sigma_min, box.sigma_max, box.max_rounds, box.min_rounds)
     if int(n_points) != n_points or not (2 <= n_points <= 100_000):
         raise ValueError(f"points per piece must be an integer in 2..100000, got {n_points}")
     kp = q * n_clients / kappa
@@ -231,7 +233,7 @@ def theorem3(
             seg_s("rounds_max", min(sigma_max, math.sqrt(kp / Tt)), sigma_min, Tt)
         seg_T("sigma_min", max(T_b, Tm), Tt, lambda T: np.full_like(T, sigma_min))
     else:
-        T, lo, hi = integer_pareto_intervals(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rounds)
+        T, lo, hi = integer_pareto_intervals(box)
         Ti = T.astype(float)
         kind = np.where(Ti <= T_a, "sigma_max", np.where(Ti <= T_b, "relation", "sigma_min"))
         kind = np.where((Ti == Ti[-1]) & (Ti < T_b), "rounds_max", kind)
@@ -243,11 +245,10 @@ def theorem3(
                 pieces.append(Piece(k, pts))
     pieces.sort(key=lambda p: PIECE_KINDS.index(p.kind))
     present = {p.kind for p in pieces}
-    return ParetoSet(case, T_a, T_b, kp, integer, pieces, [k for k in PIECE_KINDS if k not in present],
-                     Box(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rounds))
+    return ParetoSet(case, T_a, T_b, kp, integer, pieces, [k for k in PIECE_KINDS if k not in present], box)
 
 
-def integer_pareto_intervals(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rounds=1):
+def integer_pareto_intervals(box: Box):
     """Exact Pareto set for integer T: for each integer T, an interval of σ.
 
     Returns ``(T, sigma_lo, sigma_hi)`` for the T whose interval is non-empty.
@@ -257,8 +258,8 @@ def integer_pareto_intervals(q, n_clients, kappa, sigma_min, sigma_max, max_roun
     σ' = max(σ_min, rσ), which improves utility once
     σ² > σ_min² + κ'(1/T' - 1/T) (while rσ < σ_min) or σ² > κ'/T' (after).
     """
-    _validate_box(q, n_clients, kappa, sigma_min, sigma_max, max_rounds, min_rounds)
-    kp = q * n_clients / kappa
+    sigma_min, sigma_max, max_rounds, min_rounds = box.sigma_min, box.sigma_max, box.max_rounds, box.min_rounds
+    kp = box.kappa_prime
     t0, t1 = int(math.ceil(min_rounds)), int(math.floor(max_rounds))
     if t1 < t0:
         raise ValueError("no integer number of rounds lies in [min-rounds, max-rounds]")
@@ -278,11 +279,10 @@ def integer_pareto_intervals(q, n_clients, kappa, sigma_min, sigma_max, max_roun
     return T[keep].astype(np.int64), lo[keep], np.maximum(hi[keep], lo[keep])
 
 
-def objective_space(sigma, rounds, q, n_clients, kappa, delta, A: float = 1.0, D: float = 0.0,
-                    c_p: float = 1.0):
-    """Map (σ, T) points to (ε_u bound, ε_p by (1.1))."""
+def objective_space(sigma, rounds, box: Box, delta, A: float = 1.0, D: float = 0.0, c_p: float = 1.0):
+    """Map (σ, T) points of a set drawn over ``box`` to (ε_u bound, ε_p by (1.1))."""
     from .privacy import asymptotic_epsilon
 
-    eu = utility_bound(sigma, rounds, q, n_clients, kappa, A, D)
-    ep = asymptotic_epsilon(sigma, rounds, q, n_clients, delta, c_p)
+    eu = utility_bound(sigma, rounds, box.q, box.n_clients, box.kappa, A, D)
+    ep = asymptotic_epsilon(sigma, rounds, box.q, box.n_clients, delta, c_p)
     return eu, ep
