@@ -171,3 +171,18 @@ def test_nbafl_design_answers_are_the_bounds_minima_and_its_guarantees_re_accoun
     assert f"rounds T*           {r['rounds']}" in out and "stated defaults" in out
     assert main(["design", "--mechanism", "nbafl", "--clients", "50", "--budget", "60", "--delta", "0.01"]) == 2
     assert "needs --clip" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("eps", [20.0, 60.0, 100.0])
+def test_the_golden_section_search_finds_scipys_minimiser(eps):
+    """NbAFL's T search (no scipy at design time) against scipy's bounded
+    Brent on the same log-T objective."""
+    from scipy import optimize
+
+    def h(logt):
+        return float(cv.nbafl_theorem2_bound(math.exp(logt), eps, **NB))
+
+    mine = cv._golden_min(h, 0.0, math.log(100_000), 1e-10)
+    ref = optimize.minimize_scalar(h, bounds=(0.0, math.log(100_000)), method="bounded", options={"xatol": 1e-10}).x
+    assert math.exp(mine) == pytest.approx(math.exp(ref), rel=1e-6)
+    assert h(mine) <= h(ref) * (1 + 1e-12)
