@@ -384,9 +384,9 @@ def _tunable(d, store, by, epochs) -> dict:
     fit_split = ((d.local_work or {}).get("dissimilarity") or {}).get("partition") or \
         (d.details or {}).get("pretrial_partition")          # a fit without local work, or a store (from_store)
     if fit_split is not None and spec_.partition_name != fit_split:
-        raise ValueError(f"tune: {store} splits its public clients {spec_.partition_name}, the fit's pre-trial "
-                         f"{fit_split}: "
-                         "tune on a public pre-trial partitioned as the fit's (the local epochs were chosen there)")
+        raise ValueError(f"tune: {store} splits its public clients {spec_.partition_name}, the design's own "
+                         f"pre-trial {fit_split}: tune on a public pre-trial partitioned as that one"
+                         + (" (the local epochs were chosen there)" if d.local_work else ""))
     if d.local_work and epochs is not None and tuple(epochs) != (d.local_epochs,):
         # one chooser of the local epochs per design: the bound (4.E.2) chose them over what the pre-trial measured,
         # and its T and sigma are for them
@@ -1054,7 +1054,10 @@ def spec(path=None, **fields):
     from .pretrial.spec import Spec, read_toml
 
     data = read_toml(path) if path is not None else {}
-    data.update({k: v for k, v in fields.items() if v is not None})
+    given = {k: v for k, v in fields.items() if v is not None}
+    if "partition" in given and "beta" not in given:     # a split given whole (dirichlet:0.3) replaces the file's beta
+        data.pop("beta", None)
+    data.update(given)
     return Spec.from_dict(data, where=str(path) if path is not None else "the spec's fields")
 
 

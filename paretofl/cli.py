@@ -131,11 +131,12 @@ _ALIASES = {
     "account": {"noise_multiplier": "sigma", "sample_rate": "q", "steps": "steps", "delta": "delta"},
     "design": {"kappa": "kappa", "fit": "fit", "tune": "tune", "clips": "clips", "lrs": "lrs", "by": "tune_by",
                "epochs": "tune_epochs"},
-    "train": {"mechanism": "mechanism"},
+    "train": {"mechanism": "mechanism", "beta": "beta", "partition": "partition"},
+    "pretrial": {"beta": "beta", "partition": "partition"},
 }
 #: the aliases that are plain words are said as flags in a command's errors,
 #: never in its notes (where "kappa" or "fit" is the thing, not the flag)
-_IN_ERRORS_ONLY = {"kappa", "fit", "tune", "clips", "lrs", "by", "steps", "delta", "mechanism"}
+_IN_ERRORS_ONLY = {"kappa", "fit", "tune", "clips", "lrs", "by", "steps", "delta", "mechanism", "beta", "partition"}
 #: aliases that are flags only where a message writes them as a keyword (epochs='4' or epochs=): plain words else
 _AS_KEYWORD_ONLY = {"epochs"}
 #: the mechanisms' own knobs of one word (bits, bands): flags in errors, where the message names the option

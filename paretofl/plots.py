@@ -235,13 +235,24 @@ def design_figure(d, path):
 # --------------------------------------------------------------------------
 # pre-trial figures (Gu et al. Fig. 2–3 and 6): read the store, never a model
 # --------------------------------------------------------------------------
+def _split(spec: dict) -> str:
+    from .fl.names import partition_label, split_partition
+
+    try:
+        return partition_label(*split_partition(spec["partition"], spec.get("beta"), strict=False))
+    except ValueError:
+        return repr((spec.get("partition"), spec.get("beta")))
+
+
 def _check_fit_matches(fr: dict, base: dict, fit_file):
     """A fit drawn over a store must come from a store of the same pre-trial."""
     spec = fr.get("spec")
     if not isinstance(spec, dict):
         return
-    keys = ("dataset", "model", "clients", "public_fraction", "partition", "beta")
+    keys = ("dataset", "model", "clients", "public_fraction")
     diff = [k for k in keys if k in spec and k in base and spec[k] != base[k]]
+    if "partition" in spec and "partition" in base and _split(spec) != _split(base):   # a beta only where it splits
+        diff.append("partition")
     if diff:
         raise ValueError(f"fit file {fit_file} was fitted on another pre-trial (differs in {', '.join(diff)}); "
                          "fit this store with `paretofl fit` or give its own fit")

@@ -1102,6 +1102,14 @@ def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> Local
                              f"[{spec['local_epochs']}, {local_epochs}] and fit it again")
         return None
     lw = LocalWork.from_dict(data, f"fit {path}")
+    fit_spec = _spec_of(read_fit(path))
+    if lw.dissimilarity and fit_spec is not None and fit_spec.get("partition") is not None:
+        # the split named from the fit's spec, not its record (older code wrote dirichlet-capped without its beta,
+        # and concentrations to six digits)
+        from .fl.names import partition_label, split_partition
+
+        lw.dissimilarity["partition"] = partition_label(*split_partition(fit_spec["partition"], fit_spec.get("beta"),
+                                                                         strict=False))
     if local_epochs is not None:
         lw.ratio(int(local_epochs))           # measured, or one clear line
     return lw

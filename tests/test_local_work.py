@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -484,12 +485,12 @@ def test_the_partition_measured_is_the_one_named(tmp_path, capsys):
     assert main(["pretrial", "--dataset", "fashion-mnist", "--model", "lr", "--clients", "4", "--sigmas", "1",
                  "--rounds", "2", "--seeds", "1", "--q", "1", "--public-fraction", "0.02", "--partition", "shards:2",
                  "--out", str(store)]) in (0, None)
-    with pytest.raises(ValueError, match="splits its public clients shards:2, the fit's pre-trial iid"):
+    with pytest.raises(ValueError, match="splits its public clients shards:2, the design's own pre-trial iid"):
         paretofl.api.tune(paretofl.design(N, EPS, DELTA, max_rounds=TMAX), str(store), seeds=1)
     # a design from a store (no fit, no dissimilarity record) knows its pre-trial's split too (the attack: unchecked)
     empirical = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, from_store=str(ROOT_PRETRIALS / "lr_fmnist.sqlite"))
     assert empirical.details["pretrial_partition"] == "iid"
-    with pytest.raises(ValueError, match="splits its public clients shards:2, the fit's pre-trial iid"):
+    with pytest.raises(ValueError, match="splits its public clients shards:2, the design's own pre-trial iid"):
         paretofl.api.tune(empirical, str(store), seeds=1)
 
 
@@ -625,10 +626,50 @@ def test_a_stores_split_is_named_from_its_spec_not_its_record(tmp_path):
     assert read_fit(tmp_path / "f.json")["local_work"]["dissimilarity"]["partition"] == "dirichlet-capped:3"
 
 
-def test_a_fit_of_another_concentration_is_not_drawn_over_a_store():
+def test_a_fit_of_another_split_is_not_drawn_over_a_store():
+    """Another concentration is another split; a beta beside iid clients
+    splits nothing (the final attack: refused)."""
     from paretofl.plots import _check_fit_matches
 
     spec = dict(dataset="digits", model="lr", clients=4, public_fraction=0.5, partition="dirichlet")
     _check_fit_matches({"spec": dict(spec, beta=0.3)}, dict(spec, beta=0.3), "f.json")
-    with pytest.raises(ValueError, match="differs in beta"):
+    _check_fit_matches({"spec": dict(spec, partition="iid", beta=0.3)}, dict(spec, partition="iid", beta=0.5), "f")
+    with pytest.raises(ValueError, match="differs in partition"):
         _check_fit_matches({"spec": dict(spec, beta=0.3)}, dict(spec, beta=0.31), "f.json")
+
+
+def test_an_old_fits_split_is_named_from_its_spec(tmp_path):
+    """A fit file written by older code (a capped split without its beta,
+    concentrations to six digits) names its split from its spec when a
+    design reads it (the final attack: refused against its own store)."""
+    from paretofl.recommendation import shipped_fit
+
+    data = json.loads(Path(shipped_fit()).read_text())
+    data["local_work"]["dissimilarity"]["partition"] = "dirichlet-capped"
+    data["spec"] = dict(data["spec"], partition="dirichlet-capped", beta=0.1234567)
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=str(tmp_path / "old.json"),
+                        partition="dirichlet-capped:0.1234567")
+    assert d.local_work["dissimilarity"]["partition"] == "dirichlet-capped:0.1234567"
+    assert not any("the local work was measured on public clients partitioned" in n for n in d.notes)
+
+
+def test_the_lower_levels_speak_the_same_vocabulary(tmp_path):
+    """prepare takes dirichlet:ALPHA; make_partition's plain dirichlet is
+    Dirichlet(0.5); a spec's split given whole on top of a file replaces the
+    file's beta; a Pareto set's record is JSON whatever numbers it was given."""
+    import numpy as np
+
+    from paretofl.fl.build import prepare
+    from paretofl.fl.data import make_partition
+
+    a = prepare("digits", "lr", 4, partition="dirichlet:0.3")
+    b = prepare("digits", "lr", 4, partition="dirichlet", beta=0.3)
+    assert [p.tolist() for p in a.parts] == [p.tolist() for p in b.parts]
+    y = a.data.y_train.numpy()
+    assert [p.tolist() for p in make_partition("dirichlet", y, 4)] == \
+        [p.tolist() for p in make_partition("dirichlet", y, 4, beta=0.5)]
+    (tmp_path / "s.toml").write_text('dataset = "digits"\nmodel = "lr"\npartition = "dirichlet"\nbeta = 0.7\n')
+    s = paretofl.api.spec(tmp_path / "s.toml", partition="dirichlet:0.3")
+    assert (s.partition, s.beta) == ("dirichlet", 0.3)
+    json.dumps(paretofl.pareto_set(np.int64(100), 0.3, 2, 0.5, 5, 200).to_dict())

@@ -56,15 +56,21 @@ class Setup:
     model: Model
 
 
-def prepare(dataset, model, clients: int | None, partition: str = "iid", beta: float = 0.5, seed: int = 0,
+def prepare(dataset, model, clients: int | None, partition: str = "iid", beta: float | None = None, seed: int = 0,
             data_dir: str | None = None, public_fraction: float = 1.0, subset: str = "all",
             strategy: str = "auto") -> Setup:
     """Load the data, keep its public share (``subset`` "public"), the rest
     ("rest") or all of it ("all": a random ``public_fraction`` of the whole
     training set, any public mask of the data's own ignored), split it over
     ``clients`` clients (None with partition "given": the data's own
-    clients), build the model."""
+    clients; ``partition`` in the vocabulary of
+    :func:`paretofl.fl.names.split_partition`: dirichlet:ALPHA, or dirichlet
+    at ``beta``, default 0.5), build the model."""
     from dataclasses import replace
+
+    from .names import split_partition
+
+    partition, beta = split_partition(partition, beta, strict=False)
 
     ds = load_dataset(dataset, data_dir)
     if subset not in ("all", "public", "rest"):

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .names import DATASETS, PARTITIONS, shards_per_client  # noqa: F401  (re-exported)
+from .names import DATASETS, DIRICHLET_BETA, PARTITIONS, shards_per_client  # noqa: F401  (re-exported)
 
 DEBIAN_DIRS = {"fashion-mnist": "/usr/share/datasets/fashion-mnist", "mnist": "/usr/share/datasets/mnist"}
 _MEAN_STD = {"fashion-mnist": (0.2860, 0.3530), "mnist": (0.1307, 0.3081)}
@@ -338,8 +338,8 @@ def partition_given(clients, n_clients: int | None = None) -> list[np.ndarray]:
     return np.split(order, np.cumsum(np.bincount(clients, minlength=k))[:-1])
 
 
-def make_partition(kind: str, labels, n_clients: int, seed: int = 0, beta: float = 0.05, shards: int = 400,
-                   clients=None):
+def make_partition(kind: str, labels, n_clients: int, seed: int = 0, beta: float = DIRICHLET_BETA,
+                   shards: int = 400, clients=None):
     """Split the training samples over ``n_clients`` clients; ``kind``
     "given" takes the data set's own client ids (``clients``)."""
     if kind == "given":

@@ -162,7 +162,8 @@ class ParetoSet:
             "integer_rounds": self.integer,
             "pieces": [p.to_dict() for p in self.pieces],
             "empty_pieces": list(self.empty),
-            **({"box": asdict(self.box)} if self.box is not None else {}),
+            **({"box": {k: (int(v) if k == "n_clients" else float(v)) for k, v in asdict(self.box).items()}}
+               if self.box is not None else {}),
         }
 
 

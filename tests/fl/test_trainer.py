@@ -724,6 +724,18 @@ def test_a_policy_that_validates_is_reported_on_other_test_samples(digits):
         assert bool(seen) == bool(held)
 
 
+def test_a_policy_that_validates_needs_samples_to_hold_out(digits):
+    """With one test sample nothing can be held out: refused, not a noise
+    decay that silently never happens (the final attack)."""
+    ds = D.Dataset("one", digits.x_train[:200], digits.y_train[:200], digits.x_test[:1], digits.y_test[:1])
+    eng = Engine(build_model("lr", digits.shape), ds, D.partition_iid(ds.y_train.numpy(), 4), 1, seeds=[0])
+    with pytest.raises(ValueError, match="at least 2 test samples"):
+        train(ALGORITHMS["adap-dpfl"](eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.1), rounds=2, epsilon=50.0)
+    with pytest.raises(ValueError, match="val_size of at least 1"):
+        train(ALGORITHMS["adap-dpfl"](eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.1), rounds=2, epsilon=50.0,
+              val_size=0)
+
+
 def test_adap_dpfl_reported_epsilon_is_opacus_rdp_of_the_sigmas_it_used(digits):
     """The trainer's own accounting with a σ that changes between rounds,
     against an independent composition: Opacus's RDP of the exact sequence

@@ -265,6 +265,9 @@ def held_out(policy: Policy, val_size: int) -> tuple[slice, slice]:
     samples its choices were made on."""
     n = len(policy.engine.y_test)
     held = min(int(val_size), n // 2) if policy.needs_validation else 0
+    if policy.needs_validation and held < 1:
+        raise ValueError(f"{policy.name} adapts to a validation loss on held-out test samples: it needs at least 2 "
+                         f"test samples and a val_size of at least 1 (has {n} and {val_size})")
     return slice(0, n - held), slice(n - held, n)
 
 
