@@ -1055,8 +1055,8 @@ def spec(path=None, **fields):
 
     data = read_toml(path) if path is not None else {}
     given = {k: v for k, v in fields.items() if v is not None}
-    if "partition" in given and "beta" not in given:     # a split given whole (dirichlet:0.3) replaces the file's beta
-        data.pop("beta", None)
+    if ":" in str(given.get("partition", "")) and "beta" not in given:   # dirichlet:0.3 replaces the file's beta;
+        data.pop("beta", None)                                             # plain dirichlet keeps it
     data.update(given)
     return Spec.from_dict(data, where=str(path) if path is not None else "the spec's fields")
 

@@ -236,10 +236,10 @@ def design_figure(d, path):
 # pre-trial figures (Gu et al. Fig. 2–3 and 6): read the store, never a model
 # --------------------------------------------------------------------------
 def _split(spec: dict) -> str:
-    from .fl.names import partition_label, split_partition
+    from .fl.names import split_name
 
     try:
-        return partition_label(*split_partition(spec["partition"], spec.get("beta"), strict=False))
+        return split_name(spec["partition"], spec.get("beta"), strict=False)
     except ValueError:
         return repr((spec.get("partition"), spec.get("beta")))
 

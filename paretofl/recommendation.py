@@ -370,6 +370,8 @@ def _check_loaded(d: Design, path) -> None:
             raise ValueError("group_of without groups")
         if not isinstance(d.details, dict) or not isinstance(d.mechanism_options, dict):
             raise ValueError("details and mechanism_options must be mappings")
+        if d.tuning is not None and not isinstance(d.tuning, dict):     # read after training: refused before it
+            raise ValueError(f"tuning must be a mapping (a public tuning's record), got {type(d.tuning).__name__}")
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{where}: {exc}") from None
     _check_recipe(d, where)
@@ -1046,14 +1048,14 @@ def check_partition(partition) -> str | None:
     trainer's reader, :func:`paretofl.fl.names.split_partition`); one line
     otherwise.  A design describes the clients, so a split named without its
     concentration or its shards (plain dirichlet, shards) is refused."""
-    from .fl.names import partition_label, split_partition
+    from .fl.names import split_name
 
     if partition is None:
         return None
     kind, sep, _ = partition.partition(":") if isinstance(partition, str) else ("", "", "")
     if partition in ("iid", "given") or (sep and kind in ("dirichlet", "dirichlet-capped", "shards")):
         try:
-            return partition_label(*split_partition(partition))
+            return split_name(partition)
         except ValueError:
             pass
     raise ValueError(f"partition must be iid, dirichlet:ALPHA (ALPHA > 0; or dirichlet-capped:ALPHA), shards:K "
@@ -1102,14 +1104,12 @@ def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> Local
                              f"[{spec['local_epochs']}, {local_epochs}] and fit it again")
         return None
     lw = LocalWork.from_dict(data, f"fit {path}")
-    fit_spec = _spec_of(read_fit(path))
-    if lw.dissimilarity and fit_spec is not None and fit_spec.get("partition") is not None:
+    if lw.dissimilarity and spec is not None and spec.get("partition") is not None:
         # the split named from the fit's spec, not its record (older code wrote dirichlet-capped without its beta,
         # and concentrations to six digits)
-        from .fl.names import partition_label, split_partition
+        from .fl.names import split_name
 
-        lw.dissimilarity["partition"] = partition_label(*split_partition(fit_spec["partition"], fit_spec.get("beta"),
-                                                                         strict=False))
+        lw.dissimilarity["partition"] = split_name(spec["partition"], spec.get("beta"), strict=False)
     if local_epochs is not None:
         lw.ratio(int(local_epochs))           # measured, or one clear line
     return lw
@@ -1394,10 +1394,10 @@ def recipe_from_spec(d: Design, q_given, spec: dict | None) -> None:
         d.local_epochs, d.batch_size = int(spec["local_epochs"]), int(spec["batch_size"])
         d.model, d.dataset = spec.get("model"), spec.get("dataset")
         if spec.get("partition") is not None:         # the split kappa was measured on: a tuning's must match it
-            from .fl.names import partition_label, split_partition
+            from .fl.names import split_name
 
-            d.details = dict(d.details, pretrial_partition=partition_label(
-                *split_partition(spec["partition"], spec.get("beta"), strict=False)))
+            d.details = dict(d.details, pretrial_partition=split_name(spec["partition"], spec.get("beta"),
+                                                                      strict=False))
         where = f"the {spec.get('model')} pre-trial on {spec.get('dataset')} that kappa came from"
         d.sources.update(clip=where, lr=where, local_epochs=where, batch_size=where)
     else:

@@ -672,4 +672,18 @@ def test_the_lower_levels_speak_the_same_vocabulary(tmp_path):
     (tmp_path / "s.toml").write_text('dataset = "digits"\nmodel = "lr"\npartition = "dirichlet"\nbeta = 0.7\n')
     s = paretofl.api.spec(tmp_path / "s.toml", partition="dirichlet:0.3")
     assert (s.partition, s.beta) == ("dirichlet", 0.3)
+    plain = paretofl.api.spec(tmp_path / "s.toml", partition="dirichlet")      # names no concentration: the file's
+    assert (plain.partition, plain.beta) == ("dirichlet", 0.7)
     json.dumps(paretofl.pareto_set(np.int64(100), 0.3, 2, 0.5, 5, 200).to_dict())
+
+
+def test_a_design_files_tuning_that_is_no_record_is_refused_on_load(tmp_path):
+    """Read after training (the prediction's pair): refused when the file is
+    loaded, not a traceback after the run (the last attack)."""
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    data["tuning"] = "x"
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="tuning must be a mapping"):
+        paretofl.Design.load(tmp_path / "e.json")

@@ -9,7 +9,8 @@ import numbers
 import re
 
 __all__ = ["DATASETS", "MODELS", "PARTITIONS", "check_partition_name", "is_reference", "partition_label",
-           "split_partition", "DIRICHLET_BETA", "concentration_text"]
+           "split_partition", "split_name", "DIRICHLET_BETA",
+           "concentration_text"]
 
 #: built-in data sets (fl.data loads them)
 DATASETS = ("fashion-mnist", "mnist", "cifar10", "digits")
@@ -94,6 +95,12 @@ def partition_label(name: str, beta: float) -> str:
     """A split as one name, its concentration with it ("dirichlet:0.5"), as
     :func:`split_partition` reads it back."""
     return f"{name}:{concentration_text(beta)}" if name in ("dirichlet", "dirichlet-capped") else name
+
+
+def split_name(name, beta=None, strict: bool = True) -> str:
+    """A split as given (a name, and a concentration apart or None) in its
+    one name: :func:`partition_label` of :func:`split_partition`."""
+    return partition_label(*split_partition(name, beta, strict))
 
 
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
