@@ -305,8 +305,9 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     train the ``clips`` × ``lrs`` grid (default 0.03–3 and 0.03–1) on the
     public share of the pre-trial ``store`` at design ``d``'s T and noise on
     the average (``seeds`` each; torch is imported; at most ``chunk``
-    replicas trained together) and take the pair with the highest test
-    accuracy (``by`` "accuracy") or the lowest test loss ("loss") as its C
+    replicas trained together) and take the pair with the highest accuracy
+    (``by`` "accuracy") or the lowest loss ("loss") on samples held out of
+    the public share (never the test split) as its C
     and η (:func:`paretofl.pretrial.tune.tune`).  Fills ``d.clip``,
     ``d.lr``, ``d.local_epochs``, ``d.batch_size``, ``d.tuning``,
     ``d.sources`` and notes in place, and returns ``d``.  ``epochs``: local
@@ -338,7 +339,7 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     d.tuning = t
     d.clip, d.lr, d.local_epochs, d.batch_size = t["clip"], t["lr"], t["local_epochs"], t["batch_size"]
     d.model, d.dataset = spec.get("model"), spec.get("dataset")
-    best = "highest test accuracy" if by == "accuracy" else "lowest test loss"
+    best = ("highest accuracy" if by == "accuracy" else "lowest loss") + " on samples it held out"
     axes = f"{len(clips)} x {len(lrs)}" + (f" x {len(t['epochs'])}" if len(t["epochs"]) > 1 else "")
     names = "C x lr" + (" x local epochs" if len(t["epochs"]) > 1 else "")
     where = (f"public tuning on {store}: {best} of the {axes} grid ({names}) at this design's T and noise "

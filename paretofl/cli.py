@@ -543,7 +543,8 @@ def _recipe_lines(d) -> list[str]:
     if d.tuning:
         best = next(g for g in d.tuning["grid"] if g["clip"] == d.clip and g["lr"] == d.lr
                     and g.get("local_epochs", d.local_epochs) == d.local_epochs)
-        lines.append(f"  public tuning       test loss {best['test_loss']:.4g}, accuracy "
+        split = "held-out" if d.tuning.get("scored_on") else "test"      # older tunings scored the test split
+        lines.append(f"  public tuning       {split} loss {best['test_loss']:.4g}, accuracy "
                      f"{100 * best['accuracy']:.1f} % "
                      f"at C = {d.clip:g}, lr = {d.lr:g}, {d.local_epochs} local epoch(s) (noise on the mean "
                      f"{d.tuning['pretrial']['noise_on_mean']:.4g} "
@@ -996,7 +997,8 @@ def _add_design(sub, known):
     s.add_argument("--clips", type=FLOAT, nargs="+",
                    help="with --tune: clipping norms to try (default 0.03 0.1 0.3 1 3)")
     s.add_argument("--tune-by", choices=("accuracy", "loss"),
-                   help="with --tune: keep the pair with the highest public test accuracy (default) or lowest loss")
+                   help="with --tune: keep the pair with the highest accuracy (default) or lowest loss on public "
+                        "samples held out of the tuning's training")
     s.add_argument("--lrs", type=FLOAT, nargs="+", help="with --tune: learning rates to try (default 0.03 0.1 0.3 1)")
     s.add_argument("--tune-epochs", type=INT, nargs="+", help="with --tune: local epochs to try beside C and lr "
                    "(default: the design's; a design whose fit measured the local work chose them, and the tuning "

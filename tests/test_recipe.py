@@ -266,6 +266,64 @@ def test_tune_returns_the_grids_best_at_the_designs_noise(digits_store):
     assert not any("refit kappa" in n for n in d.notes)
 
 
+def test_tune_never_reads_the_test_split(digits_store):
+    """The tuning ranks its pairs on samples held out of the public share,
+    not on the test split results are reported on: with the test split's
+    labels scrambled (and its inputs zeroed) the grid and the choice are the
+    same, and the held-out samples are public training samples no tuning run
+    trains on."""
+    from dataclasses import replace
+
+    from paretofl.pretrial import sweep
+    from paretofl.pretrial.tune import spec_of_store, tune
+
+    kw = dict(clips=(0.01, 0.3), lrs=(0.05, 0.5), seeds=1)
+    before = tune(str(digits_store), 1.0, 3, 2.0, 20, **kw)
+    spec = spec_of_store(str(digits_store))
+    setup = sweep.prepared(spec)
+    ds = setup.data
+    scrambled = replace(ds, x_test=ds.x_test * 0, y_test=(ds.y_test + 1) % ds.n_classes)
+    key = next(iter(sweep._SETUP_CACHE))
+    sweep._SETUP_CACHE[key] = replace(setup, data=scrambled)
+    try:
+        after = tune(str(digits_store), 1.0, 3, 2.0, 20, **kw)
+    finally:
+        sweep._SETUP_CACHE.clear()
+    assert after["grid"] == before["grid"] and (after["clip"], after["lr"]) == (before["clip"], before["lr"])
+    assert "validation" in before["scored_on"] and "held out" in before["scored_on"]
+
+
+def test_hold_out_takes_a_share_of_each_client_out_of_training():
+    """hold_out: the validation samples are the training samples no client
+    keeps; each client gives about the fraction (at least one, never its
+    last); the clients' order and labels are kept; a split with no client of
+    two samples is refused in one line."""
+    import numpy as np
+    import torch
+
+    from paretofl.fl.build import Setup, hold_out
+    from paretofl.fl.data import Dataset
+
+    n = 103
+    x = torch.arange(n, dtype=torch.float32)[:, None]
+    y = torch.arange(n) % 3
+    parts = [np.arange(0, 50), np.arange(50, 60), np.arange(60, 62), np.arange(62, 63), np.arange(63, 103)]
+    ds = Dataset("toy", x, y, x[:5] * 0 - 1, y[:5])
+    out = hold_out(Setup(ds, parts, None), 0.2, seed=3)
+    kept = np.concatenate(out.parts)
+    held = out.data.x_test[:, 0].long().numpy()                 # each input is its own index
+    assert len(set(kept) & set(held)) == 0 and sorted(set(kept) | set(held)) == list(range(n))
+    assert [len(p) for p in out.parts] == [40, 8, 1, 1, 32]
+    assert all(np.all(np.diff(p) > 0) for p in out.parts)
+    assert torch.equal(out.data.y_test, y[torch.from_numpy(held)])
+    assert torch.equal(hold_out(Setup(ds, parts, None), 0.2, seed=3).data.x_test, out.data.x_test)
+    assert not torch.equal(hold_out(Setup(ds, parts, None), 0.2, seed=4).data.x_test, out.data.x_test)
+    with pytest.raises(ValueError, match="nothing can be held out"):
+        hold_out(Setup(ds, [np.array([0]), np.array([1])], None), 0.2)
+    with pytest.raises(ValueError, match="must lie in"):
+        hold_out(Setup(ds, parts, None), 1.0)
+
+
 def test_matched_noise_keeps_the_noise_on_the_mean():
     """Same cohort where the pre-trial has enough clients; else all of them,
     z scaled so that z/m is the design's."""

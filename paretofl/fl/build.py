@@ -86,6 +86,40 @@ def prepare(dataset, model, clients: int | None, partition: str = "iid", beta: f
     return Setup(ds, parts, model_from(model, ds, strategy))
 
 
+def hold_out(setup: Setup, fraction: float, seed: int = 0) -> Setup:
+    """``setup`` with a seeded random ``fraction`` of each client's training
+    samples (at least one, never a client's last) taken out of training and
+    made its test set: the validation split a choice among runs is ranked
+    on (the public tuning's, :mod:`paretofl.pretrial.tune`), so that the
+    choice never reads the data set's test split, the one results are
+    reported on.  The clients keep the rest of their samples, so the split
+    and its skew stay the pre-trial's."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    if not (0 < fraction < 1):
+        raise ValueError(f"the held-out fraction must lie in (0, 1), got {fraction!r}")
+    rng = np.random.default_rng([int(seed), 0x5EED])
+    parts, held = [], []
+    for p in setup.parts:
+        p = np.asarray(p)
+        k = min(len(p) - 1, max(1, int(round(fraction * len(p))))) if len(p) > 1 else 0
+        out = np.zeros(len(p), dtype=bool)
+        out[rng.permutation(len(p))[:k]] = True
+        parts.append(p[~out])                      # the client's order kept
+        held.append(p[out])
+    held = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
+    if len(held) == 0:
+        raise ValueError("no client has two training samples: nothing can be held out to validate on; "
+                         "give the public share more samples")
+    import torch
+
+    idx = torch.from_numpy(held.astype(np.int64))
+    ds = replace(setup.data, x_test=setup.data.x_train[idx], y_test=setup.data.y_train[idx])
+    return Setup(ds, parts, setup.model)
+
+
 def check_fits(setup: Setup, algorithm: str, replicas: int, device: str = "cpu", lower: str | None = None,
                groups=None, **options):
     """Check ``algorithm``'s options and refuse, from the options alone, a
