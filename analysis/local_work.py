@@ -17,6 +17,10 @@ rounds).  For each partition:
   K, q, T and σ, and predicts the test loss with an interval;
 * **today**: the design at the pre-trial's one local epoch (κ of the same
   fit, ``local_epochs=1``);
+* **tuned** (``--tune``): the design, then ``paretofl.api.tune`` on the
+  same public pre-trial's store (C ∈ {0.1, 0.3, 1}, η ∈ {0.025, 0.05, 0.1,
+  0.2}, ranked on samples held out of the public share), trained at the
+  tuned pair; its table goes to ``tuned.md``;
 * **oracle**: the best of ``analysis/heterogeneity.py``'s grid on the
   clients' own data (q = 1, T = today's design's T with the shipped κ ×
   {½, 1, 2}, σ calibrated to spend ε, local epochs {1, 2, 4, 8}; its rows
@@ -87,9 +91,20 @@ def fit_for(partition: str, out: Path, q: float = 0.5, model: str = "lr") -> str
     return str(fit_path)
 
 
-def run(setup, seeds, d):
+#: the tuned policy's grid (docs/results.md §13)
+TUNE_CLIPS, TUNE_LRS = (0.1, 0.3, 1.0), (0.025, 0.05, 0.1, 0.2)
+
+
+def store_for(partition: str, out: Path, q: float = 0.5, model: str = "lr") -> str:
+    """The results store behind :func:`fit_for`'s fit (the shipped pre-trial's for LR on IID)."""
+    if partition == "iid" and q == 0.5 and model == "lr":
+        return str(ROOT / "pretrials" / "lr_fmnist.sqlite")
+    return str(out / f"{prefix(model)}pretrial_{partition.replace(':', '')}.sqlite")
+
+
+def run(setup, seeds, d, clip=CLIP, lr=LR):
     pol = assemble(setup, "dpfedavg", seeds, seeds=range(seeds), mechanism="client-aggregate", sigma=d.sigma,
-                   clip=CLIP, lr=LR, client_rate=d.q, local_epochs=d.local_epochs, batch_size=64).policy
+                   clip=clip, lr=lr, client_rate=d.q, local_epochs=d.local_epochs, batch_size=64).policy
     t0 = time.perf_counter()
     _, _, fin = train(pol, rounds=d.rounds, epsilon=d.budget * (1 + 1e-9), delta=DELTA, eval_every=d.rounds)
     return dict(spent=float(np.max(fin["epsilon"])), accuracy=fin["accuracy"].tolist(),
@@ -111,6 +126,7 @@ def main():
     ap.add_argument("--oracle", default=str(ROOT / "analysis" / "out" / "heterogeneity"))
     ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "local_work"))
     ap.add_argument("--model", default="lr", help="lr, or a factory such as examples.your_model:mlp")
+    ap.add_argument("--tune", action="store_true", help="also tune C and the learning rate on the public store")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -118,6 +134,8 @@ def main():
              "accuracy | regret today → design | predicted loss [95 %] | realized loss |",
              "|---|---|---|---|---|---|---|---|"]
     errors = []
+    tuned = ["| partition | ε | design: K, T, σ → accuracy | tuned C, η → accuracy | test loss tuned (design) "
+             "| oracle | regret design → tuned |", "|---|---|---|---|---|---|---|"]
     for partition in a.partitions:
         fit_path = fit_for(partition, out, a.pretrial_q, a.model)
         setup = setup_for(a.model, partition)
@@ -141,6 +159,8 @@ def main():
                       f"{np.mean(row['test_loss']):.4f} (predicted {row['predicted']:.4f})", flush=True)
             o = oracle_of(Path(a.oracle), partition, eps, a.model)
             t, d = got["today"], got["design"]
+            if a.tune:
+                tuned.append(tuned_row(a, out, setup, partition, eps, fit_path, d, o))
             ta, da = 100 * np.mean(t["accuracy"]), 100 * np.mean(d["accuracy"])
             oa = 100 * np.mean(o["accuracy"]) if o else float("nan")
             lo, hi = d["interval"] or (float("nan"), float("nan"))
@@ -158,6 +178,34 @@ def main():
                  f"{np.mean(errors):.3f}.")
     (out / f"{prefix(a.model)}local_work.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    if a.tune:
+        (out / f"{prefix(a.model)}tuned.md").write_text("\n".join(tuned) + "\n")
+        print("\n".join(tuned))
+
+
+def tuned_row(a, out, setup, partition, eps, fit_path, d_row, o) -> str:
+    """The design tuned on its public store, trained on the clients: one row of ``tuned.md``."""
+    d = paretofl.design(N, eps, DELTA, max_rounds=T_MAX, fit=fit_path, **SIGMA_RANGE)
+    path = out / (f"{prefix(a.model)}{partition.replace(':', '')}_eps{eps:g}_tuned_K{d.local_epochs}"
+                  f"_T{d.rounds}.json")
+    if path.exists():
+        row = json.loads(path.read_text())
+    else:
+        t0 = time.perf_counter()
+        paretofl.api.tune(d, store_for(partition, out, a.pretrial_q, a.model), clips=TUNE_CLIPS, lrs=TUNE_LRS)
+        tuning = time.perf_counter() - t0
+        row = dict(partition=partition, epsilon=eps, policy="tuned", q=d.q, rounds=d.rounds, sigma=d.sigma,
+                   epochs=d.local_epochs, clip=d.clip, lr=d.lr, edges=d.tuning["on_grid_edge"],
+                   scored_on=d.tuning["scored_on"], tuning_seconds=tuning, **run(setup, a.seeds, d, d.clip, d.lr))
+        path.write_text(json.dumps(row))
+    da, ta = 100 * np.mean(d_row["accuracy"]), 100 * np.mean(row["accuracy"])
+    oa = 100 * np.mean(o["accuracy"]) if o else float("nan")
+    edge = " (edge)" if row["edges"] else ""
+    print(f"{partition} eps {eps:g} tuned: C {row['clip']:g} lr {row['lr']:g}{edge}: {ta:.1f} %", flush=True)
+    return (f"| {partition} | {eps:g} | {d_row['epochs']}, {d_row['rounds']}, {d_row['sigma']:.2f} → {da:.1f} ± "
+            f"{100 * np.std(d_row['accuracy']):.1f} | {row['clip']:g}, {row['lr']:g}{edge} → {ta:.1f} ± "
+            f"{100 * np.std(row['accuracy']):.1f} | {np.mean(row['test_loss']):.3f} "
+            f"({np.mean(d_row['test_loss']):.3f}) | {oa:.1f} | {oa - da:+.1f} → {oa - ta:+.1f} |")
 
 
 if __name__ == "__main__":
