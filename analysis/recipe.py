@@ -7,11 +7,13 @@ N = 100 clients of FashionMNIST LR hold the 90 % of the training set the
 shipped pre-trial did not use (Dirichlet β = 0.5 or IID); client-level
 DP-FedAvg, aggregate view, δ = 1e-5, one local epoch of batch-64 SGD.  At
 each budget, ``design`` (the shipped κ, σ from 0.01) gives q, T and σ, and
-every policy trains at those, so all spend the same exact ε:
+every policy trains at those, so all spend the same exact ε (the design at
+one local epoch, ``local_epochs=1``, as every policy trains):
 
 * (i) ``recipe``: C and η from ``api.tune(design, "pretrials/lr_fmnist.sqlite")``,
-  the public pre-trial (highest public test accuracy of the 5 × 4 grid);
-  (i-b) the same tuning ranked by public test loss (``by="loss"``);
+  the public pre-trial (highest accuracy of the 5 × 4 grid on the public
+  samples the tuning holds out of its training); (i-b) the same tuning
+  ranked by that loss (``by="loss"``);
 * (ii) ``C = 0.1``: the frameworks' default clipping norm, η = 0.1 (the
   project's η);
 * (iii) ``adaptive``: Andrew et al.'s adaptive clipping from C₀ = 0.1 to the
@@ -64,7 +66,9 @@ def cell(partition, eps, seeds, max_rounds):
     setup = prepare("fashion-mnist", "lr", N, partition=partition, beta=0.5, seed=0, public_fraction=0.1,
                     subset="rest")
     t0 = time.time()
-    d = paretofl.api.tune(paretofl.design(N, eps, delta=DELTA, max_rounds=max_rounds, sigma_min=0.01), str(STORE))
+    # one local epoch, as every policy here trains (the design chooses the local work since issue 46: §13)
+    d = paretofl.api.tune(paretofl.design(N, eps, delta=DELTA, max_rounds=max_rounds, sigma_min=0.01, local_epochs=1),
+                          str(STORE))
     m = d.q * N
     reps = [(c, e, s) for c in CLIPS for e in LRS for s in range(seeds)]
     res, _ = _train(setup, d.q, d.rounds, d.sigma, reps)
@@ -151,7 +155,8 @@ def main(argv=None):
     for c in done:   # cells stored before the public grid was kept: the tuning is seeded, so re-run it alone
         if "tuning_grid" not in c:
             c["tuning_grid"] = paretofl.api.tune(paretofl.design(N, c["epsilon_budget"], delta=DELTA,
-                                                                 max_rounds=a.max_rounds, sigma_min=0.01),
+                                                                 max_rounds=a.max_rounds, sigma_min=0.01,
+                                                                 local_epochs=1),
                                                  str(STORE)).tuning["grid"]
             path.write_text(json.dumps(done, indent=1))
     report([c for c in done if c["partition"] in a.partitions and c["epsilon_budget"] in a.epsilons], out)

@@ -177,6 +177,7 @@ def _solve(r: Request) -> Design:
         raise ValueError("give one of kappa, fit or from_store (where kappa comes from)")
     if r.fit is not None:
         spend = pretrial_spend(fit=r.fit)
+        _fit_split_checked(r.fit)
     if r.from_store is not None:
         spend = pretrial_spend(store=r.from_store)
         from .pretrial.fit import UTILITY_MODELS, fit_utility
@@ -190,6 +191,33 @@ def _solve(r: Request) -> Design:
     elif r.utility_model is not None:
         raise ValueError("utility_model needs from_store")
     return recommendation.design(r, utility=utility, spec=spec, pretrial=spend)
+
+
+def _fit_split_checked(fit) -> None:
+    """A fit's split is its store's, where that store is here: the split
+    names the clients its local work was measured on and decides which
+    tuning store is the fit's, so a fit whose spec names another split than
+    its store (edited by hand, or beside another pre-trial's store) is
+    refused rather than believed."""
+    from .fl.names import split_name
+    from .pretrial.private import locate
+    from .pretrial.tune import spec_of_store
+
+    data = recommendation.read_fit(fit)
+    spec = data.get("spec")
+    store = locate(data.get("results"), near=fit)
+    if not isinstance(spec, dict) or spec.get("partition") is None or store is None:
+        return                              # nothing to compare: the fit is taken as it says (its notes say so)
+    try:
+        ours = split_name(spec["partition"], spec.get("beta"), strict=False)
+    except ValueError as exc:
+        raise ValueError(f"fit {fit}: its pre-trial's split is not one paretofl names (\"{exc}\"): run "
+                         f"\"paretofl fit\" on {store} again") from None
+    theirs = spec_of_store(store).partition_name
+    if ours != theirs:
+        raise ValueError(f"fit {fit} says its public clients were split {ours}, its store {store} splits them "
+                         f"{theirs}: it was edited, or moved beside another pre-trial's store; run \"paretofl "
+                         f"fit\" on the store again")
 
 
 def pretrial_spend(fit=None, store=None):
@@ -832,11 +860,13 @@ def _design_partition(described: str, beta) -> str:
     """The clients a design was made for, as :func:`train` splits them; a
     beta beside it that would be dropped is refused."""
     from .fl.names import concentration_text, split_partition
+    from .recommendation import check_partition
 
-    try:
-        split_partition(described, None)
+    try:                  # the design's own vocabulary (a split it refuses, a file must not carry either)
+        check_partition(described)
     except ValueError as exc:
-        raise ValueError(f"the design's partition: {exc}") from None
+        # the file's words quoted: its field, not the command line's flag
+        raise ValueError(f"the split the design file names is not one design writes: \"{exc}\"; design again") from None
     try:
         split_partition(described, beta)
     except ValueError:

@@ -130,13 +130,16 @@ _ALIASES = {
     "*": {"n_clients": "clients"},
     "account": {"noise_multiplier": "sigma", "sample_rate": "q", "steps": "steps", "delta": "delta"},
     "design": {"kappa": "kappa", "fit": "fit", "tune": "tune", "clips": "clips", "lrs": "lrs", "by": "tune_by",
-               "epochs": "tune_epochs"},
+               "epochs": "tune_epochs", "max_grad_norm": "clip", "dataset_size": "client_size"},
+    # the Opacus bridge's words for the export's flags
+    "export": {"clip": "clip", "max_grad_norm": "clip", "clipping_norm": "clip", "dataset_size": "client_size"},
     "train": {"mechanism": "mechanism", "beta": "beta", "partition": "partition"},
     "pretrial": {"beta": "beta", "partition": "partition"},
 }
 #: the aliases that are plain words are said as flags in a command's errors,
 #: never in its notes (where "kappa" or "fit" is the thing, not the flag)
-_IN_ERRORS_ONLY = {"kappa", "fit", "tune", "clips", "lrs", "by", "steps", "delta", "mechanism", "beta", "partition"}
+_IN_ERRORS_ONLY = {"kappa", "fit", "tune", "clips", "lrs", "by", "steps", "delta", "mechanism", "beta", "partition",
+                   "clip"}
 #: aliases that are flags only where a message writes them as a keyword (epochs='4' or epochs=): plain words else
 _AS_KEYWORD_ONLY = {"epochs"}
 #: the mechanisms' own knobs of one word (bits, bands): flags in errors, where the message names the option
@@ -709,6 +712,7 @@ def cmd_train(a):
         print(f"paretofl train: interrupted{where}", file=sys.stderr)
         return EXIT_INTERRUPTED
     out = r.to_dict()
+    out["unit"] = _flagged(r.unit, a.flags)           # the command line's words, as the text says it
     if a.history:
         out["history"] = a.history
     lines = []

@@ -398,6 +398,13 @@ def _check_recipe(d: Design, where: str) -> None:
         v = getattr(d, name)
         if v is not None and not whole(v, hi):
             bad(f'the recipe\'s "{name}" must be a whole number in [1, {hi}], got {v!r}')
+    split = d.details.get("partition")
+    if split is not None:            # the clients it was made for: a split design itself names, or none
+        try:
+            check_partition(split)
+        except ValueError:
+            bad(f'its "details.partition" {split!r} is not a split design names (iid, "dirichlet:ALPHA", '
+                '"dirichlet-capped:ALPHA", "shards:K" or given)')
     lw = d.local_work
     if not isinstance(lw, dict):
         bad('"local_work" must be a record')

@@ -61,6 +61,10 @@ def _pretrial(change):
     return f
 
 
+def _details(**kw):
+    return lambda d: d["details"].update(kw)
+
+
 #: tampered-design classes: name -> (edit, what the refusal says)
 DESIGN_CLASSES = {
     "lowered sigma": (_scale("sigma", 0.25), "does not add up"),
@@ -74,6 +78,10 @@ DESIGN_CLASSES = {
     "unknown mechanism": (_set(mechanism="laplace"), "laplace"),
     "NaN": (_set(sigma="nan"), "sigma"),
     "missing field": (_drop("rounds"), "missing rounds"),
+    # the clients' split, in the design's own vocabulary or none (each a split design refuses to name)
+    **{f"split {s!r}": (_details(partition=s), '"details.partition"')
+       for s in ("dirichlet-capped", "dirichlet", "shards", "dirichlet:0", "dirichlet:-1", "shards:0", "shards:1.5",
+                 "iid:2", "IID", 5, ["iid"])},
 }
 
 
@@ -435,3 +443,25 @@ def test_a_design_fixes_its_algorithm_and_what_its_own_design_chose(tmp_path, ca
 
         f = paretofl.design(100, 2.0, max_rounds=100, framework="flower")
         flower.plan(dataclasses.replace(f, noise_multiplier=f.noise_multiplier / 4))    # edited in memory
+
+
+@pytest.mark.parametrize("split", [{"partition": "dirichlet", "beta": 0.1}, {"partition": "shards:2"},
+                                   {"partition": "dirichlet-capped", "beta": 0.5}, {"partition": "given"}])
+def test_a_fit_naming_another_split_than_its_store_is_refused(tmp_path, capsys, split):
+    """The split a fit's spec names is its store's wherever the store is
+    here (it names the clients the local work was measured on and which
+    tuning store is the fit's): edited, the fit is refused in one line; the
+    same fit with its store's split designs, and one whose store is not
+    here is taken as it says."""
+    from pathlib import Path
+
+    fit = json.loads(paretofl.recommendation.shipped_fit().read_text())
+    store = Path(__file__).resolve().parents[1] / "pretrials" / "lr_fmnist.sqlite"
+    good, bad, lost = tmp_path / "good.json", tmp_path / "bad.json", tmp_path / "lost.json"
+    good.write_text(json.dumps({**fit, "results": str(store)}))
+    bad.write_text(json.dumps({**fit, "results": str(store), "spec": {**fit["spec"], **split}}))
+    lost.write_text(json.dumps({**fit, "results": str(tmp_path / "gone.sqlite"), "spec": {**fit["spec"], **split}}))
+    argv = ["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--fit"]
+    _refused(capsys, [*argv, str(bad)], "its store")
+    assert main([*argv, str(good)]) == 0 and main([*argv, str(lost)]) == 0
+    capsys.readouterr()

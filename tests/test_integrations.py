@@ -38,7 +38,7 @@ def test_flower_design_uses_flowers_sampling():
         pytest.approx(d.epsilon) and d.epsilon <= 2
     poisson = paretofl.design(n_clients=100, epsilon=2, max_rounds=200, kappa=16.0)
     assert poisson.utility_bound < d.utility_bound
-    with pytest.raises(ValueError, match="framework='flower'"):
+    with pytest.raises(ValueError, match=r"design it again for Flower \(framework flower"):
         bridge.plan(poisson, 0.5)
     with pytest.raises(ValueError, match="whole number"):
         paretofl.design(n_clients=30, epsilon=2, max_rounds=50, q=0.25, framework="flower")

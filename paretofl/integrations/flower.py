@@ -148,8 +148,8 @@ def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     the ``client-aggregate`` mechanism) and a clipping norm C."""
     checked(design)
     if mechanism_of(design.mechanism).framework != FLOWER:
-        raise ValueError("this design was not made for Flower's sampling: run design(..., framework='flower') "
-                         "(or 'flower-accounted' for Flower's own accountant)")
+        raise ValueError("this design was not made for Flower's sampling: design it again for Flower (framework "
+                         "flower, or flower-accounted for Flower's own accountant)")
     if clipping_norm is None:
         clipping_norm = design.clip
     if clipping_norm is None or not (clipping_norm > 0) or math.isinf(clipping_norm):
