@@ -84,6 +84,7 @@ def cell(partition, eps, seeds, max_rounds):
     return {"partition": partition, "epsilon_budget": eps, "q": d.q, "rounds": d.rounds, "sigma": d.sigma,
             "noise_multiplier": z, "epsilon": d.epsilon, "recipe": {"clip": d.clip, "lr": d.lr},
             "public_norms": d.tuning["norms"], "tuning_grid": d.tuning["grid"], "grid": table,
+            "tuning_scored_on": d.tuning["scored_on"],
             "adaptive": {"acc": [a for a, _, _ in adaptive], "loss": [l for _, l, _ in adaptive],
                          "epsilon": max(x for _, _, x in adaptive), "count_noise": sb,
                          "count_noise_default": m / 20, "final_clip": [float(c) for c in pol.clip]},
@@ -144,6 +145,8 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     path = out / "recipe.json"
     done = json.loads(path.read_text()) if path.is_file() else []
+    # cells of code whose tuning ranked on the test split (before 2026-11-26) are measured again
+    done = [c for c in done if "held out" in c.get("tuning_scored_on", "")]
     for part in a.partitions:
         for eps in a.epsilons:
             if any(c["partition"] == part and c["epsilon_budget"] == eps for c in done):
@@ -152,13 +155,6 @@ def main(argv=None):
             done.append(c)
             path.write_text(json.dumps(done, indent=1))
             print(f"{part} eps={eps:g}: q={c['q']:.3g} T={c['rounds']} ({c['seconds']:.0f} s)", flush=True)
-    for c in done:   # cells stored before the public grid was kept: the tuning is seeded, so re-run it alone
-        if "tuning_grid" not in c:
-            c["tuning_grid"] = paretofl.api.tune(paretofl.design(N, c["epsilon_budget"], delta=DELTA,
-                                                                 max_rounds=a.max_rounds, sigma_min=0.01,
-                                                                 local_epochs=1),
-                                                 str(STORE)).tuning["grid"]
-            path.write_text(json.dumps(done, indent=1))
     report([c for c in done if c["partition"] in a.partitions and c["epsilon_budget"] in a.epsilons], out)
 
 

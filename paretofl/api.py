@@ -201,23 +201,33 @@ def _fit_split_checked(fit) -> None:
     refused rather than believed."""
     from .fl.names import split_name
     from .pretrial.private import locate
-    from .pretrial.tune import spec_of_store
+    from .pretrial.spec import Spec
+    from .pretrial.store import Store
 
     data = recommendation.read_fit(fit)
     spec = data.get("spec")
     store = locate(data.get("results"), near=fit)
-    if not isinstance(spec, dict) or spec.get("partition") is None or store is None:
+    if not isinstance(spec, dict) or store is None:
         return                              # nothing to compare: the fit is taken as it says (its notes say so)
+    st = Store(store)
     try:
-        ours = split_name(spec["partition"], spec.get("beta"), strict=False)
+        base = dict(st.base)
+    finally:
+        st.close()
+    if any(spec.get(k) != base.get(k) for k in set(spec) | set(base) if k not in ("partition", "beta")):
+        return      # another pre-trial's store where the fit's was (its path is recorded relative): not the fit's
+    try:
+        ours = None if spec.get("partition") is None else split_name(spec["partition"], spec.get("beta"),
+                                                                      strict=False)
     except ValueError as exc:
         raise ValueError(f"fit {fit}: its pre-trial's split is not one paretofl names (\"{exc}\"): run "
                          f"\"paretofl fit\" on {store} again") from None
-    theirs = spec_of_store(store).partition_name
+    theirs = Spec.from_base(base, where=store).partition_name
     if ours != theirs:
-        raise ValueError(f"fit {fit} says its public clients were split {ours}, its store {store} splits them "
-                         f"{theirs}: it was edited, or moved beside another pre-trial's store; run \"paretofl "
-                         f"fit\" on the store again")
+        said = "names no split" if ours is None else f"says its public clients were split {ours}"
+        raise ValueError(f"fit {fit} {said}, its store {store} (the same pre-trial otherwise) splits them "
+                         f"{theirs}: it was edited, or the store written over by a pre-trial of another split; run "
+                         f"\"paretofl fit\" on the store again")
 
 
 def pretrial_spend(fit=None, store=None):
@@ -425,6 +435,11 @@ def _tunable(d, store, by, epochs) -> dict:
     return spec_.to_dict()
 
 
+#: fewer held-out samples than this and a tuning says its choice is noisy (one standard error of an accuracy near
+#: 50 % is 50/sqrt(n) points: 5 at 100)
+SMALL_VALIDATION = 500
+
+
 def _tuning_notes(t: dict, by: str, k0, measured_at) -> list[str]:
     """What a tuning ``t`` says beside its pair: the norms, the other
     criterion's best, a best on its grid's edge, and where κ was measured
@@ -437,6 +452,11 @@ def _tuning_notes(t: dict, by: str, k0, measured_at) -> list[str]:
     notes = [f"update norms on the public share at C = {t['clip']:g}, lr = {t['lr']:g}: median "
              f"{norms['q50']:.3g} (10-90 %: {norms['q10']:.3g}-{norms['q90']:.3g}); in the first rounds "
              f"{t['norms_early']['q50']:.3g}"]
+    n_val = t.get("validation_samples")
+    if isinstance(n_val, int) and n_val < SMALL_VALIDATION:
+        notes.append(f"the tuning ranked its pairs on {n_val} held-out public samples only: a difference of less "
+                     f"than about {100 / n_val ** 0.5:.0f} points of accuracy between pairs is noise; a larger public "
+                     "share (the pre-trial's public_fraction) gives a firmer choice")
     other_by = "loss" if by == "accuracy" else "accuracy"
     other = best_pair(t["grid"], other_by)
     if (other["clip"], other["lr"], other["local_epochs"]) != (t["clip"], t["lr"], t["local_epochs"]):

@@ -130,7 +130,8 @@ _ALIASES = {
     "*": {"n_clients": "clients"},
     "account": {"noise_multiplier": "sigma", "sample_rate": "q", "steps": "steps", "delta": "delta"},
     "design": {"kappa": "kappa", "fit": "fit", "tune": "tune", "clips": "clips", "lrs": "lrs", "by": "tune_by",
-               "epochs": "tune_epochs", "max_grad_norm": "clip", "dataset_size": "client_size"},
+               "epochs": "tune_epochs", "clip": "clip", "max_grad_norm": "clip", "clipping_norm": "clip",
+               "dataset_size": "client_size"},
     # the Opacus bridge's words for the export's flags
     "export": {"clip": "clip", "max_grad_norm": "clip", "clipping_norm": "clip", "dataset_size": "client_size"},
     "train": {"mechanism": "mechanism", "beta": "beta", "partition": "partition"},
@@ -141,7 +142,9 @@ _ALIASES = {
 _IN_ERRORS_ONLY = {"kappa", "fit", "tune", "clips", "lrs", "by", "steps", "delta", "mechanism", "beta", "partition",
                    "clip"}
 #: aliases that are flags only where a message writes them as a keyword (epochs='4' or epochs=): plain words else
-_AS_KEYWORD_ONLY = {"epochs"}
+_AS_KEYWORD_ONLY = {"epochs", "by"}
+#: what a message says that is not its words: "quoted" text (a file's own words), and paths (a/b, fit.json)
+_VERBATIM = re.compile(r'"[^"]*"|[^\s"=(]*[/\\][^\s"),;:]*|[^\s"=(]+\.(?:json|sqlite|csv|toml|png|pdf|svg|py)\b')
 #: the mechanisms' own knobs of one word (bits, bands): flags in errors, where the message names the option
 _SAID_AS_OPTION = frozenset(o for o in api.names()["mechanism_option_flags"] if "_" not in o)
 
@@ -161,15 +164,20 @@ def _flag_map(command: str, parser) -> dict:
 def _flagged(text: str, mapping: dict, error: bool = False) -> str:
     """A library message in the command line's words (its flags); plain
     words only in an ``error``; what the message quotes ("...": a fit's own
-    words, say) is left as it is."""
+    words, say) and the paths it names are left as they are."""
     import shlex
 
-    parts = re.split(r'("[^"]*")', text)
+    kept = []                              # the verbatim parts, each held out as \0i\0 while the words are said
+
+    def hold(m):
+        kept.append(m[0])
+        return f"\0{len(kept) - 1}\0"
+
+    said = _VERBATIM.sub(hold, text)
     # a keyword as the library's advice writes it (by='loss', lrs=): the flag, in notes and errors alike
-    parts = [p if p.startswith('"') else re.sub(
-        r"(?<![-\w])([a-z_]+)=(?:'([^']*)'|(?=[\s),;]|$))",
-        lambda m: (mapping[m[1]] + (f" {shlex.quote(m[2])}" if m[2] is not None else "")) if m[1] in mapping
-        else m[0], p) for p in parts]
+    said = re.sub(r"(?<![-\w])([a-z_]+)=(?:'([^']*)'|(?=[\s),;]|$))",
+                  lambda m: (mapping[m[1]] + (f" {shlex.quote(m[2])}" if m[2] is not None else ""))
+                  if m[1] in mapping else m[0], said)
     for param in sorted(mapping, key=len, reverse=True):
         if param in _AS_KEYWORD_ONLY:
             continue
@@ -179,11 +187,10 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
             pat = (rf"(?<![-\w])(?:(?<=give )|(?<=the )|(?<=use )|(?<=uses )|(?<=option )|(?<=^)){param}\b"
                    r"(?=$|[:;,]| must\b| \(| or\b| ≥| >=)")
             if error:
-                parts = [p if p.startswith('"') else re.sub(pat, mapping[param], p) for p in parts]
+                said = re.sub(pat, mapping[param], said)
         elif error or param not in _IN_ERRORS_ONLY:
-            parts = [p if p.startswith('"') else re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], p)
-                     for p in parts]
-    return "".join(parts)
+            said = re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], said)
+    return re.sub(r"\0(\d+)\0", lambda m: kept[int(m[1])], said)
 
 
 # --------------------------------------------------------------------------

@@ -446,22 +446,27 @@ def test_a_design_fixes_its_algorithm_and_what_its_own_design_chose(tmp_path, ca
 
 
 @pytest.mark.parametrize("split", [{"partition": "dirichlet", "beta": 0.1}, {"partition": "shards:2"},
-                                   {"partition": "dirichlet-capped", "beta": 0.5}, {"partition": "given"}])
+                                   {"partition": "dirichlet-capped", "beta": 0.5}, {"partition": "given"},
+                                   {"partition": None}])
 def test_a_fit_naming_another_split_than_its_store_is_refused(tmp_path, capsys, split):
     """The split a fit's spec names is its store's wherever the store is
     here (it names the clients the local work was measured on and which
-    tuning store is the fit's): edited, the fit is refused in one line; the
-    same fit with its store's split designs, and one whose store is not
-    here is taken as it says."""
+    tuning store is the fit's): edited (or its split deleted), the fit is
+    refused in one line; the same fit with its store's split designs, and
+    one whose store is not here, or whose recorded path now holds another
+    pre-trial (another model), is taken as it says."""
     from pathlib import Path
 
     fit = json.loads(paretofl.recommendation.shipped_fit().read_text())
     store = Path(__file__).resolve().parents[1] / "pretrials" / "lr_fmnist.sqlite"
     good, bad, lost = tmp_path / "good.json", tmp_path / "bad.json", tmp_path / "lost.json"
+    other = store.with_name("mlp_fmnist.sqlite")
+    moved = tmp_path / "moved.json"
+    moved.write_text(json.dumps({**fit, "results": str(other), "spec": {**fit["spec"], **split}}))
     good.write_text(json.dumps({**fit, "results": str(store)}))
     bad.write_text(json.dumps({**fit, "results": str(store), "spec": {**fit["spec"], **split}}))
     lost.write_text(json.dumps({**fit, "results": str(tmp_path / "gone.sqlite"), "spec": {**fit["spec"], **split}}))
     argv = ["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--fit"]
     _refused(capsys, [*argv, str(bad)], "its store")
-    assert main([*argv, str(good)]) == 0 and main([*argv, str(lost)]) == 0
+    assert main([*argv, str(good)]) == 0 and main([*argv, str(lost)]) == 0 and main([*argv, str(moved)]) == 0
     capsys.readouterr()

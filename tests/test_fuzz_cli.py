@@ -26,7 +26,9 @@ DESIGN = paretofl.design(8, 4.0, delta=1e-3, max_rounds=3, q=1.0, framework="flo
 DESIGN.model, DESIGN.dataset, DESIGN.clip = "lr", "digits", 0.5
 
 NOT_A_NUMBER = ["nan", "inf", "-inf", "abc", "", "1e999", "0x10", "1,5", "None"]
-MISSING = ["missing/none.sqlite", "nofolder/x.json", "/no/such/file"]
+#: paths whose words are also parameters' (fit, clip, by, tune, kappa): said as they are, never as flags
+MISSING = ["missing/none.sqlite", "nofolder/x.json", "/no/such/file", "nothere/fit.json", "kappa/clip.sqlite",
+           "tune/by.json", "fit.json", "clip.csv"]
 
 
 def tag(kind, *values):
@@ -337,6 +339,8 @@ def test_every_command_refuses_bad_input_in_one_line_and_writes_nothing(case, ca
         err = capsys.readouterr().err
         assert rc == 2, (args, rc, err)
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
+        if what == "missing file" and "exist" in err:   # the path it names is the one given, word for word
+            assert any(a in err for a in args if a in MISSING), (args, err)
         assert _snapshot(d) == before, (args, set(_snapshot(d)) - set(before))
         FUZZ_TRIED[args[0]] = FUZZ_TRIED.get(args[0], 0) + 1
         for w in what.split(" + "):

@@ -223,3 +223,33 @@ def test_a_value_of_the_wrong_form_is_one_clear_line(call, said):
     with pytest.raises(ValueError, match=said) as e:
         call()
     assert "\n" not in str(e.value)
+
+
+def test_a_users_data_pretrial_with_local_work_fits_and_its_tuning_knows_the_data(tmp_path, monkeypatch, capsys):
+    """A pre-trial on a user's loader (its store records the data's
+    fingerprint and public share) with local work is fitted (the fit read
+    the store's spec with those keys and refused it); a tuning on that
+    store says its 60 public samples give a noisy choice; after the loader
+    changes its data, the tuning is refused, not run on other samples."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine2.py").write_text(LOADER.format(seed=0))
+    assert main(["pretrial", "--dataset", "mine2:data", "--model", "lr", "--clients", "4", "--q", "1", "--sigmas",
+                 "0.5", "2", "--rounds", "2", "4", "--seeds", "2", "--clip", "1", "--lr", "0.5", "--delta", "1e-3",
+                 "--local-work", "1", "2", "--out", "u.sqlite"]) == 0
+    assert main(["fit", "u.sqlite", "--out", "u_fit.json"]) in (0, 1)
+    assert json.loads((tmp_path / "u_fit.json").read_text())["local_work"]["epochs"] == [1, 2]
+    d = paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5)
+    t = paretofl.api.tune(d, "u.sqlite", clips=(0.3, 1.0), lrs=(0.5,), seeds=1).tuning
+    assert t["validation_samples"] == 12                  # 20 % of each of 4 clients' 15 public samples: 3 each
+    assert any("12 held-out public samples only" in n for n in t["notes_said"])
+    capsys.readouterr()
+    (tmp_path / "mine2.py").write_text(LOADER.format(seed=1))               # the same loader, other data
+    for m in [k for k in sys.modules if k == "mine2"]:
+        del sys.modules[m]
+    from paretofl.pretrial import sweep
+
+    sweep._SETUP_CACHE.clear()
+    with pytest.raises(ValueError, match="changed since its pre-trial .*data fingerprint"):
+        paretofl.api.tune(paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5), "u.sqlite",
+                          clips=(0.3,), lrs=(0.5,), seeds=1)

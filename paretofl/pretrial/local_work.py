@@ -77,6 +77,6 @@ def fit_local_work(path, bootstrap: int = DRAWS, seed: int = 0) -> tuple[LocalWo
     if dis:             # its split named from the store's spec, not from the record (written once, by older code too)
         from .spec import Spec
 
-        dis["partition"] = Spec.from_dict(base, where=str(path), grid=False).partition_name
+        dis["partition"] = Spec.from_base(base, where=str(path)).partition_name
     return LocalWork(epochs=epochs, A=A, c=c, reference_epochs=k0, rounds=[rounds[0], rounds[-1]], draws_A=draws_A,
                      draws_c=draws_c, seeds=len(seeds), dissimilarity=dis, q=q), None

@@ -129,6 +129,15 @@ class Spec:
 
     # ------------------------------------------------------------------ load
     @classmethod
+    def from_base(cls, base: dict, where: str = "store") -> Spec:
+        """The spec a results store's base records (its data, clients, model,
+        local epochs and batch), without what the store adds beside it (the
+        fingerprints of a user's model and data, the public share): the one
+        reader of a store's spec."""
+        known = {f.name for f in fields(cls)}
+        return cls.from_dict({k: v for k, v in base.items() if k in known}, where=where, grid=False)
+
+    @classmethod
     def from_dict(cls, d: dict, where: str = "spec", grid: bool = True) -> Spec:
         """A spec from its fields.  It must say what it trains: a spec that
         names no data set or no model (an empty file, or one holding only

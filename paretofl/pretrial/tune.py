@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import fields
 
 import numpy as np
 
@@ -83,18 +82,35 @@ def best_pair(grid: list, by: str = "accuracy") -> dict:
     return min(grid, key=lambda g: (g["test_loss"], -g["accuracy"]))
 
 
-def spec_of_store(path) -> Spec:
-    """The pre-trial spec a results store was written by (its data, clients,
-    model, local epochs and batch)."""
+def _base_of(path) -> dict:
     from .store import Store
 
     st = Store(path)
     try:
-        base = dict(st.base)
+        return dict(st.base)
     finally:
         st.close()
-    known = {f.name for f in fields(Spec)}
-    return Spec.from_dict({k: v for k, v in base.items() if k in known}, where=str(path), grid=False)
+
+
+def spec_of_store(path) -> Spec:
+    """The pre-trial spec a results store was written by (its data, clients,
+    model, local epochs and batch)."""
+    return Spec.from_base(_base_of(path), where=str(path))
+
+
+def check_same_data(store, spec: Spec) -> None:
+    """A tuning trains the store's pre-trial again: its user's data and model
+    must be the ones the store recorded (their fingerprints, the public
+    share), else it would tune on other samples than the fit measured."""
+    from .sweep import identity
+
+    base, now = _base_of(store), identity(spec)
+    changed = [k.replace("_", " ") for k in ("data_fingerprint", "public_share", "model_fingerprint")
+               if (k in base or k in now) and base.get(k) != now.get(k)]
+    if changed:
+        raise ValueError(f"the data or model behind {store} changed since its pre-trial ({', '.join(changed)}): a "
+                         "tuning would train on other samples than its fit measured; run the pre-trial again on "
+                         "this data")
 
 
 def matched_noise(q: float, n_clients: int, noise_multiplier: float, pretrial_clients: int):
@@ -138,7 +154,12 @@ def _train_grid(spec: Spec, reps: list, bounds: list, rounds: int, noise: tuple,
 
     qp, sigma = noise
     # ranked on samples held out of the public share, never on the test split results report (results §9)
-    setup = hold_out(prepared(spec), VALIDATION, seed=spec.data_seed)
+    try:
+        setup = hold_out(prepared(spec), VALIDATION, seed=spec.data_seed)
+    except ValueError:
+        raise ValueError("the public pre-trial's clients hold one sample each: the tuning has none to hold out and "
+                         "rank its pairs on; run the pre-trial again with a larger public share (its public_fraction) "
+                         "or fewer clients") from None
     every = max(1, rounds // 40)
     norms = [[] for _ in reps]        # per replica: (round, quantiles)
     hist = History()
@@ -228,6 +249,7 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     rounds, seeds = int(rounds), int(seeds)
     spec = spec_of_store(store)
     spec.device = device
+    check_same_data(store, spec)
     epochs = (spec.local_epochs,) if epochs is None else check_epochs(epochs)
     qp, zp = matched_noise(q, n_clients, noise_multiplier, spec.clients)
     mp = qp * spec.clients
@@ -254,8 +276,8 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
             "grid": grid, "norms": norm_summary, "norms_early": norm_early,
             "on_grid_edge": _on_edges(best, clips, lrs, epochs),
             "store": str(store), "seeds": seeds, "rounds": rounds, "select": select,
-            "scored_on": f"validation: {n_val} samples ({VALIDATION:.0%} of each public client's) held out of "
-                         "the tuning's training",
+            "scored_on": f"validation: {n_val} samples (about {VALIDATION:.0%} of each public client's) held "
+                         "out of the tuning's training", "validation_samples": n_val,
             "pretrial": {"clients": spec.clients, "q": qp, "noise_multiplier": zp,
                          "noise_on_mean": zp / mp, "model": spec.model, "dataset": spec.dataset,
                          "spec_clip": spec.clip, "spec_lr": spec.lr},
