@@ -194,12 +194,13 @@ def _solve(r: Request) -> Design:
 
 
 def _fit_split_checked(fit) -> None:
-    """A fit's split is its store's, where that store is here: the split
-    names the clients its local work was measured on and decides which
-    tuning store is the fit's, so a fit whose spec names another split than
-    its store (edited by hand, or beside another pre-trial's store) is
-    refused rather than believed."""
-    from .fl.names import split_name
+    """A fit's spec is its store's, where that store is here: its split names
+    the clients the local work was measured on and decides which tuning
+    store is the fit's, so a fit whose spec differs from its own store
+    (edited by hand) is refused rather than believed.  The store found is
+    the fit's own where its base is the one the fit recorded
+    (``results_digest``); for a fit written before it recorded one, where it
+    is the same pre-trial but for the split."""
     from .pretrial.private import locate
     from .pretrial.spec import Spec
     from .pretrial.store import Store
@@ -214,20 +215,19 @@ def _fit_split_checked(fit) -> None:
         base = dict(st.base)
     finally:
         st.close()
-    if any(spec.get(k) != base.get(k) for k in set(spec) | set(base) if k not in ("partition", "beta")):
-        return      # another pre-trial's store where the fit's was (its path is recorded relative): not the fit's
-    try:
-        ours = None if spec.get("partition") is None else split_name(spec["partition"], spec.get("beta"),
-                                                                      strict=False)
-    except ValueError as exc:
-        raise ValueError(f"fit {fit}: its pre-trial's split is not one paretofl names (\"{exc}\"): run "
-                         f"\"paretofl fit\" on {store} again") from None
-    theirs = Spec.from_base(base, where=store).partition_name
-    if ours != theirs:
-        said = "names no split" if ours is None else f"says its public clients were split {ours}"
-        raise ValueError(f"fit {fit} {said}, its store {store} (the same pre-trial otherwise) splits them "
-                         f"{theirs}: it was edited, or the store written over by a pre-trial of another split; run "
-                         f"\"paretofl fit\" on the store again")
+    digest = data.get("results_digest")
+    if digest:
+        if Spec.base_digest(base) != digest:
+            return                          # another pre-trial's store where the fit's was: not the fit's
+    elif any(spec.get(k) != base.get(k) for k in set(spec) | set(base) if k not in ("partition", "beta")):
+        return                              # an older fit: another pre-trial's store, or the fit edited (unknown)
+    differ = sorted(k for k in set(spec) | set(base) if spec.get(k) != base.get(k))
+    if differ:
+        split = Spec.from_base(base, where=store).partition_name
+        fields = ", ".join(f'"{k}"' for k in differ)           # the file's fields, quoted: not the command's flags
+        raise ValueError(f"fit {fit} is not what its store {store} ran (its spec differs in {fields}; the "
+                         f"store splits its public clients {split}): it was edited by hand; run \"paretofl fit\" on "
+                         "the store again")
 
 
 def pretrial_spend(fit=None, store=None):
@@ -455,8 +455,9 @@ def _tuning_notes(t: dict, by: str, k0, measured_at) -> list[str]:
     n_val = t.get("validation_samples")
     if isinstance(n_val, int) and n_val < SMALL_VALIDATION:
         notes.append(f"the tuning ranked its pairs on {n_val} held-out public samples only: a difference of less "
-                     f"than about {100 / n_val ** 0.5:.0f} points of accuracy between pairs is noise; a larger public "
-                     "share (the pre-trial's public_fraction) gives a firmer choice")
+                     f"than about {100 / n_val ** 0.5:.0f} points of accuracy between pairs is noise; more public "
+                     "samples (a larger public_fraction in the pre-trial, or more marked public in your data) give a "
+                     "firmer choice")
     other_by = "loss" if by == "accuracy" else "accuracy"
     other = best_pair(t["grid"], other_by)
     if (other["clip"], other["lr"], other["local_epochs"]) != (t["clip"], t["lr"], t["local_epochs"]):

@@ -143,10 +143,17 @@ _IN_ERRORS_ONLY = {"kappa", "fit", "tune", "clips", "lrs", "by", "steps", "delta
                    "clip"}
 #: aliases that are flags only where a message writes them as a keyword (epochs='4' or epochs=): plain words else
 _AS_KEYWORD_ONLY = {"epochs", "by"}
-#: what a message says that is not its words: "quoted" text (a file's own words), and paths (a/b, fit.json)
-_VERBATIM = re.compile(r'"[^"]*"|[^\s"=(]*[/\\][^\s"),;:]*|[^\s"=(]+\.(?:json|sqlite|csv|toml|png|pdf|svg|py)\b')
+#: what a message says that is not its words: "quoted" text (a file's own words) and what reads as a path
+#: (a token with a slash, or a name with an extension: nothere/fit.json, tune.db)
+_VERBATIM = re.compile(r'"[^"]*"|[^\s"]*[/\\][^\s"]*|[^\s"]+\.[A-Za-z][A-Za-z0-9]{0,7}\b')
 #: the mechanisms' own knobs of one word (bits, bands): flags in errors, where the message names the option
 _SAID_AS_OPTION = frozenset(o for o in api.names()["mechanism_option_flags"] if "_" not in o)
+
+
+class _Flags(dict):
+    """API parameter -> flag, and ``given``: the values the user typed (said back word for word)."""
+
+    given: tuple = ()
 
 
 def _flag_map(command: str, parser) -> dict:
@@ -167,13 +174,32 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
     words, say) and the paths it names are left as they are."""
     import shlex
 
-    kept = []                              # the verbatim parts, each held out as \0i\0 while the words are said
+    # the verbatim parts are held out as placeholders (a sentinel the text does not hold, an index) while the
+    # words are said
+    mark = next(chr(c) for c in range(0xE000, 0xF8FF) if chr(c) not in text)
+    kept = []
+    # the paths the user typed, word for word (one with a space, or folders named lr=0.1,clip=1)
+    given = sorted({v for v in getattr(mapping, "given", ()) if re.search(r"[/\\\s=]", v)}, key=len, reverse=True)
+    pattern = re.compile("|".join([*map(re.escape, given), _VERBATIM.pattern])) if given else _VERBATIM
 
     def hold(m):
-        kept.append(m[0])
-        return f"\0{len(kept) - 1}\0"
+        tok = m[0]
+        if tok in given:
+            kept.append(tok)
+            return f"{mark}{len(kept) - 1}{mark}"
+        if not tok.startswith('"'):
+            key = re.match(r"[a-z_]+=", tok)         # from_store=/a/b: the keyword is a word, the path verbatim
+            head, tok = (key[0], tok[len(key[0]):]) if key else ("", tok)
+            tail = re.search(r"[),;:.]*$", tok)[0]
+            tok = tok[:len(tok) - len(tail)] if tail else tok
+            if not tok or all(part in mapping for part in re.split(r"[/\\]", tok)):
+                return m[0]                          # q_min/q_max: parameters, said as flags
+            kept.append(tok)
+            return f"{head}{mark}{len(kept) - 1}{mark}{tail}"
+        kept.append(tok)
+        return f"{mark}{len(kept) - 1}{mark}"
 
-    said = _VERBATIM.sub(hold, text)
+    said = pattern.sub(hold, text)
     # a keyword as the library's advice writes it (by='loss', lrs=): the flag, in notes and errors alike
     said = re.sub(r"(?<![-\w])([a-z_]+)=(?:'([^']*)'|(?=[\s),;]|$))",
                   lambda m: (mapping[m[1]] + (f" {shlex.quote(m[2])}" if m[2] is not None else ""))
@@ -190,7 +216,7 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
                 said = re.sub(pat, mapping[param], said)
         elif error or param not in _IN_ERRORS_ONLY:
             said = re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], said)
-    return re.sub(r"\0(\d+)\0", lambda m: kept[int(m[1])], said)
+    return re.sub(f"{mark}(\\d+){mark}", lambda m: kept[int(m[1])], said)
 
 
 # --------------------------------------------------------------------------
@@ -1309,13 +1335,15 @@ def main(argv=None) -> int:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
     if extra:
         sub.error(f"unrecognized arguments: {' '.join(extra)}{_did_you_mean(extra, sub)}")
-    args.flags = _flag_map(args.command, sub)
+    args.flags = _Flags(_flag_map(args.command, sub))
     if hasattr(args, "spec"):
         # a spec's field is named as the file names it where the file set it, and as its flag where a flag did
         # (plain words too: --clients, --lr)
         given = {a.dest: a.option_strings[-1] for a in sub._actions
                  if a.option_strings and a.dest in _SPEC_FLAGS and getattr(args, a.dest, None) is not None}
-        args.flags = {**{k: v for k, v in args.flags.items() if k not in _SPEC_FLAGS or not args.spec}, **given}
+        args.flags = _Flags({**{k: v for k, v in args.flags.items() if k not in _SPEC_FLAGS or not args.spec},
+                             **given})
+    args.flags.given = tuple(w for w in argv[1:] if not w.startswith("-"))      # said back as typed
     try:
         return _run(args)
     except BrokenPipeError:

@@ -447,3 +447,27 @@ def test_the_tunings_advice_names_the_flags_to_give(capsys):
     assert edge and all(n.endswith("(--lrs)") for n in edge), notes
     other = [n for n in notes if n.startswith("by public loss")]
     assert other and "--tune-by loss" in other[0] and "by=" not in other[0], notes
+
+
+def test_a_message_is_said_in_flags_but_its_paths_and_quotes_word_for_word():
+    """_flagged: parameters become the command's flags; what a message
+    quotes and the paths it names (a slash, an extension, what the user
+    typed, spaces included) stay as they are, whatever characters the text
+    holds (NULs and private-use characters, as a hand-edited fit's words
+    may)."""
+    from paretofl.cli import _flagged, _Flags
+
+    m = _Flags({"fit": "--fit", "kappa": "--kappa", "clip": "--clip", "from_store": "--from-store",
+                "q_min": "--q-min", "q_max": "--q-max"})
+    m.given = ("/tmp/my runs/tune kappa fit.json",)
+    assert _flagged("fit nothere/fit.json does not exist", m, error=True) == "--fit nothere/fit.json does not exist"
+    assert _flagged("fit /tmp/my runs/tune kappa fit.json is gone", m, error=True) == \
+        "--fit /tmp/my runs/tune kappa fit.json is gone"
+    assert _flagged("use from_store=a/s.sqlite or give kappa", m, error=True) == \
+        "use --from-store=a/s.sqlite or give --kappa"
+    assert _flagged("range q_min/q_max; fit tune.db, clip.JSON", m, error=True) == \
+        "range --q-min/--q-max; --fit tune.db, clip.JSON"
+    assert _flagged("fit outputs/lr=0.1,clip=1/fit.json", m, error=True) == "--fit outputs/lr=0.1,clip=1/fit.json"
+    for odd in ("\x000\x00", "\x007\x00", "\ue0000\ue000", "\ue001 1 \ue000"):
+        text = f'fit says "kappa {odd} clip" and clip {odd}'
+        assert _flagged(text, m, error=True) == f'--fit says "kappa {odd} clip" and --clip {odd}'

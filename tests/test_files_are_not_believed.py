@@ -468,5 +468,31 @@ def test_a_fit_naming_another_split_than_its_store_is_refused(tmp_path, capsys, 
     lost.write_text(json.dumps({**fit, "results": str(tmp_path / "gone.sqlite"), "spec": {**fit["spec"], **split}}))
     argv = ["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--fit"]
     _refused(capsys, [*argv, str(bad)], "its store")
+    two = tmp_path / "two.json"                 # the split and another field edited: its store still knows it
+    two.write_text(json.dumps({**fit, "results": str(store), "spec": {**fit["spec"], **split, "batch_size": 63}}))
+    _refused(capsys, [*argv, str(two)], "batch_size")
     assert main([*argv, str(good)]) == 0 and main([*argv, str(lost)]) == 0 and main([*argv, str(moved)]) == 0
+    capsys.readouterr()
+
+
+def test_the_shipped_fit_is_not_refused_for_another_projects_store(tmp_path, monkeypatch, capsys):
+    """The shipped fit names its store by a relative path (pretrials/lr_fmnist.sqlite), found from the working
+    folder first: a project whose own pretrials/lr_fmnist.sqlite is another pre-trial (here: another split) is
+    not the fit's store (its base is not the one the fit recorded), so the fit designs as it does anywhere."""
+    import shutil
+    import sqlite3
+    from pathlib import Path
+
+    (tmp_path / "pretrials").mkdir()
+    theirs = tmp_path / "pretrials" / "lr_fmnist.sqlite"
+    shutil.copy(Path(__file__).resolve().parents[1] / "pretrials" / "lr_fmnist.sqlite", theirs)
+    db = sqlite3.connect(theirs)
+    base = json.loads(db.execute("SELECT value FROM meta WHERE key = 'base'").fetchone()[0])
+    db.execute("UPDATE meta SET value = ? WHERE key = 'base'",
+               (json.dumps({**base, "partition": "dirichlet"}, sort_keys=True),))
+    db.commit()
+    db.close()
+    monkeypatch.chdir(tmp_path)
+    assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--fit",
+                 str(paretofl.recommendation.shipped_fit())]) == 0
     capsys.readouterr()

@@ -109,7 +109,7 @@ def check_same_data(store, spec: Spec) -> None:
                if (k in base or k in now) and base.get(k) != now.get(k)]
     if changed:
         raise ValueError(f"the data or model behind {store} changed since its pre-trial ({', '.join(changed)}): a "
-                         "tuning would train on other samples than its fit measured; run the pre-trial again on "
+                         "tuning would train on other samples than the pre-trial did; run the pre-trial again on "
                          "this data")
 
 
@@ -154,12 +154,12 @@ def _train_grid(spec: Spec, reps: list, bounds: list, rounds: int, noise: tuple,
 
     qp, sigma = noise
     # ranked on samples held out of the public share, never on the test split results report (results §9)
-    try:
-        setup = hold_out(prepared(spec), VALIDATION, seed=spec.data_seed)
-    except ValueError:
+    setup = prepared(spec)
+    if max(len(p) for p in setup.parts) < 2:
         raise ValueError("the public pre-trial's clients hold one sample each: the tuning has none to hold out and "
-                         "rank its pairs on; run the pre-trial again with a larger public share (its public_fraction) "
-                         "or fewer clients") from None
+                         "rank its pairs on; run the pre-trial again on more public samples (a larger public_fraction, "
+                         "more samples marked public in your data) or over fewer clients")
+    setup = hold_out(setup, VALIDATION, seed=spec.data_seed)
     every = max(1, rounds // 40)
     norms = [[] for _ in reps]        # per replica: (round, quantiles)
     hist = History()
