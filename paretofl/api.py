@@ -194,33 +194,31 @@ def _solve(r: Request) -> Design:
 
 
 def _fit_split_checked(fit) -> None:
-    """A fit's spec is its store's, where that store is here: its split names
-    the clients the local work was measured on and decides which tuning
-    store is the fit's, so a fit whose spec differs from its own store
-    (edited by hand) is refused rather than believed.  The store found is
-    the fit's own where its base is the one the fit recorded
-    (``results_digest``); for a fit written before it recorded one, where it
-    is the same pre-trial but for the split."""
+    """A fit's spec is the one its pre-trial ran: its split names the clients
+    the local work was measured on and decides which tuning store is the
+    fit's, so an edited spec is refused rather than believed.  A fit that
+    records its store's spec (``results_digest``) is checked against it when
+    read (:func:`paretofl.recommendation.read_fit`); an older one against its
+    store where that store is found and is the same pre-trial but for the
+    split."""
     from .pretrial.private import locate
     from .pretrial.spec import Spec
     from .pretrial.store import Store
 
     data = recommendation.read_fit(fit)
     spec = data.get("spec")
+    if data.get("results_digest"):
+        return
     store = locate(data.get("results"), near=fit)
     if not isinstance(spec, dict) or store is None:
-        return                              # nothing to compare: the fit is taken as it says (its notes say so)
+        return                              # an older fit with no store here: taken as it says
     st = Store(store)
     try:
         base = dict(st.base)
     finally:
         st.close()
-    digest = data.get("results_digest")
-    if digest:
-        if Spec.base_digest(base) != digest:
-            return                          # another pre-trial's store where the fit's was: not the fit's
-    elif any(spec.get(k) != base.get(k) for k in set(spec) | set(base) if k not in ("partition", "beta")):
-        return                              # an older fit: another pre-trial's store, or the fit edited (unknown)
+    if any(spec.get(k) != base.get(k) for k in set(spec) | set(base) if k not in ("partition", "beta")):
+        return                              # another pre-trial's store, or the fit edited (an older fit: unknown)
     differ = sorted(k for k in set(spec) | set(base) if spec.get(k) != base.get(k))
     if differ:
         split = Spec.from_base(base, where=store).partition_name
@@ -354,8 +352,8 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
     from .pretrial.tune import CLIPS, LRS, check_grid
     from .pretrial.tune import tune as run_tune
 
-    clips = check_grid(CLIPS if clips is None else clips, "clip")
-    lrs = check_grid(LRS if lrs is None else lrs, "learning-rate")
+    clips = check_grid(CLIPS if clips is None else clips, "clips")
+    lrs = check_grid(LRS if lrs is None else lrs, "lrs")
     spec = _tunable(d, store, by, epochs)
     said = (d.tuning or {}).get("notes_said", [])                # an earlier tuning's notes, replaced below
     said = {n for n in said if isinstance(n, str)} if isinstance(said, list) else set()

@@ -176,10 +176,14 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
 
     # the verbatim parts are held out as placeholders (a sentinel the text does not hold, an index) while the
     # words are said
-    mark = next(chr(c) for c in range(0xE000, 0xF8FF) if chr(c) not in text)
+    mark = next((chr(c) for c in range(0xE000, 0xF900) if chr(c) not in text), None)
+    if mark is None:                       # a text holding every private-use character: a longer sentinel
+        mark = "\ue000" + next(f"{k:x}" for k in range(len(text) + 1) if f"\ue000{k:x}" not in text)
     kept = []
-    # the paths the user typed, word for word (one with a space, or folders named lr=0.1,clip=1)
-    given = sorted({v for v in getattr(mapping, "given", ()) if re.search(r"[/\\\s=]", v)}, key=len, reverse=True)
+    # the paths the user typed, word for word (one with a space, folders named lr=0.1,clip=1, a file named clips),
+    # also as a library writes them back (./a/b as a/b)
+    typed = [v for v in getattr(mapping, "given", ()) if re.search(r"[/\\\s=.]", v) or os.path.exists(v)]
+    given = sorted({*typed, *(os.path.normpath(v) for v in typed)} - {"."}, key=len, reverse=True)
     pattern = re.compile("|".join([*map(re.escape, given), _VERBATIM.pattern])) if given else _VERBATIM
 
     def hold(m):
@@ -216,7 +220,7 @@ def _flagged(text: str, mapping: dict, error: bool = False) -> str:
                 said = re.sub(pat, mapping[param], said)
         elif error or param not in _IN_ERRORS_ONLY:
             said = re.sub(rf"(?<![-\w]){param}\b(?!-)", mapping[param], said)
-    return re.sub(f"{mark}(\\d+){mark}", lambda m: kept[int(m[1])], said)
+    return re.sub(f"{re.escape(mark)}(\\d+){re.escape(mark)}", lambda m: kept[int(m[1])], said)
 
 
 # --------------------------------------------------------------------------

@@ -84,8 +84,20 @@ def shipped_fit(name: str = "lr_fmnist") -> Path:
     return Path(__file__).parent / "data" / f"{name}_fit.json"   # not importlib.resources: 10 ms of start-up
 
 
+def store_digest(base: dict) -> str:
+    """A results store's base (its spec) as a fit records it, ``results_digest``:
+    SHA-256 of its sorted JSON.  A fit's own ``spec`` hashes to it unless
+    the fit was edited, and its store's base does wherever that store is
+    found."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()
+
+
 def read_fit(path) -> dict:
-    """A fit file's JSON, checked to be a fit (its format tag) with a valid κ."""
+    """A fit file's JSON, checked to be a fit (its format tag) with a valid
+    κ, and, where it records its store's spec (``results_digest``), with the
+    spec it says it was fitted on unedited."""
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"fit file {p} is a folder, not a fit file")
@@ -108,6 +120,10 @@ def read_fit(path) -> dict:
         raise ValueError(f"fit file {p} is not a paretofl fit (needs a numeric 'kappa'): {exc}") from None
     if not (kappa > 0) or math.isinf(kappa):
         raise ValueError(f"fit file {p} holds an invalid kappa {kappa}")
+    digest = data.get("results_digest")
+    if digest and not (isinstance(data.get("spec"), dict) and store_digest(data["spec"]) == digest):
+        raise ValueError(f"fit file {p} was edited: its pre-trial's \"spec\" is not the one it was fitted on "
+                         "(results_digest); run \"paretofl fit\" on its store again")
     return data
 
 

@@ -468,6 +468,9 @@ def test_a_message_is_said_in_flags_but_its_paths_and_quotes_word_for_word():
     assert _flagged("range q_min/q_max; fit tune.db, clip.JSON", m, error=True) == \
         "range --q-min/--q-max; --fit tune.db, clip.JSON"
     assert _flagged("fit outputs/lr=0.1,clip=1/fit.json", m, error=True) == "--fit outputs/lr=0.1,clip=1/fit.json"
-    for odd in ("\x000\x00", "\x007\x00", "\ue0000\ue000", "\ue001 1 \ue000"):
+    every = "".join(chr(c) for c in range(0xE000, 0xF900))       # no private-use character left for a sentinel
+    for odd in ("\x000\x00", "\x007\x00", "\ue0000\ue000", "\ue001 1 \ue000", every, every + "\ue0000"):
         text = f'fit says "kappa {odd} clip" and clip {odd}'
         assert _flagged(text, m, error=True) == f'--fit says "kappa {odd} clip" and --clip {odd}'
+    m.given = ("./tune/lrs",)                                      # said back as the library writes it: tune/lrs
+    assert _flagged("fit file tune/lrs is a folder", m, error=True) == "--fit file tune/lrs is a folder"

@@ -203,7 +203,7 @@ FIT_CLASSES = {
         noise_multiplier=2 * d["private_charges"][0]["noise_multiplier"]), "spent"),
     "charges deleted": (_set(private_charges=[]), "lists no charges"),
     "marked public throughout": (lambda d: (d.update(private=False, private_charges=[], private_epsilon=None),
-                                            d["spec"].pop("private")), "without privacy"),   # its spec: subset all
+                                            d["spec"].pop("private")), "was edited"),   # its spec is not its store's
     "epsilon edited": (_set(private_epsilon=0.01), "charges compose to"),
 }
 
@@ -449,29 +449,35 @@ def test_a_design_fixes_its_algorithm_and_what_its_own_design_chose(tmp_path, ca
                                    {"partition": "dirichlet-capped", "beta": 0.5}, {"partition": "given"},
                                    {"partition": None}])
 def test_a_fit_naming_another_split_than_its_store_is_refused(tmp_path, capsys, split):
-    """The split a fit's spec names is its store's wherever the store is
-    here (it names the clients the local work was measured on and which
-    tuning store is the fit's): edited (or its split deleted), the fit is
-    refused in one line; the same fit with its store's split designs, and
-    one whose store is not here, or whose recorded path now holds another
-    pre-trial (another model), is taken as it says."""
+    """A fit's spec (its split names the clients the local work was measured
+    on and which tuning store is the fit's) is the one it was fitted on: a
+    fit that records its store's spec (results_digest) and was edited (or
+    its split deleted, or another field beside it) is refused in one line
+    by every reader, wherever its store is or is not, and whatever store its
+    recorded path now names; an older fit (no digest) is checked against its
+    store where that store is here, and taken as it says where it is not."""
     from pathlib import Path
 
     fit = json.loads(paretofl.recommendation.shipped_fit().read_text())
     store = Path(__file__).resolve().parents[1] / "pretrials" / "lr_fmnist.sqlite"
-    good, bad, lost = tmp_path / "good.json", tmp_path / "bad.json", tmp_path / "lost.json"
-    other = store.with_name("mlp_fmnist.sqlite")
-    moved = tmp_path / "moved.json"
-    moved.write_text(json.dumps({**fit, "results": str(other), "spec": {**fit["spec"], **split}}))
-    good.write_text(json.dumps({**fit, "results": str(store)}))
-    bad.write_text(json.dumps({**fit, "results": str(store), "spec": {**fit["spec"], **split}}))
-    lost.write_text(json.dumps({**fit, "results": str(tmp_path / "gone.sqlite"), "spec": {**fit["spec"], **split}}))
+    edited = {**fit["spec"], **split}
+    files = {"beside its store": {**fit, "results": str(store), "spec": edited},
+             "another field too": {**fit, "results": str(store), "spec": {**edited, "batch_size": 63}},
+             "store gone": {**fit, "results": str(tmp_path / "gone.sqlite"), "spec": edited},
+             "another store named": {**fit, "results": str(store.with_name("mlp_fmnist.sqlite")), "spec": edited}}
     argv = ["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--fit"]
-    _refused(capsys, [*argv, str(bad)], "its store")
-    two = tmp_path / "two.json"                 # the split and another field edited: its store still knows it
-    two.write_text(json.dumps({**fit, "results": str(store), "spec": {**fit["spec"], **split, "batch_size": 63}}))
-    _refused(capsys, [*argv, str(two)], "batch_size")
-    assert main([*argv, str(good)]) == 0 and main([*argv, str(lost)]) == 0 and main([*argv, str(moved)]) == 0
+    for name, data in files.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.json"
+        path.write_text(json.dumps(data))
+        _refused(capsys, [*argv, str(path)], "was edited")
+        with pytest.raises(ValueError, match="was edited"):
+            paretofl.recommendation.read_fit(path)          # the one reader of fits: design, plot, the pre-trial's spend
+    older = {k: v for k, v in fit.items() if k != "results_digest"}
+    (tmp_path / "good.json").write_text(json.dumps({**fit, "results": str(store)}))
+    (tmp_path / "old_bad.json").write_text(json.dumps({**older, "results": str(store), "spec": edited}))
+    (tmp_path / "old_lost.json").write_text(json.dumps({**older, "results": str(tmp_path / "g.sqlite"), "spec": edited}))
+    _refused(capsys, [*argv, str(tmp_path / "old_bad.json")], "its store")
+    assert main([*argv, str(tmp_path / "good.json")]) == 0 and main([*argv, str(tmp_path / "old_lost.json")]) == 0
     capsys.readouterr()
 
 
@@ -496,3 +502,36 @@ def test_the_shipped_fit_is_not_refused_for_another_projects_store(tmp_path, mon
     assert main(["design", "--clients", "100", "--budget", "2", "--max-rounds", "200", "--fit",
                  str(paretofl.recommendation.shipped_fit())]) == 0
     capsys.readouterr()
+
+
+def test_a_private_fit_moved_with_its_store_finds_it_past_another_at_its_old_path(tmp_path):
+    """A private fit and its store moved to another folder, while another
+    private pre-trial now sits at the fit's recorded path: the store beside
+    the fit is its own (its digest), so its spend is re-derived from it, not
+    refused as another pre-trial.  (One of the same spec but another grid
+    has the fit's digest: the spend log then tells them apart, refusing.)"""
+    import shutil
+
+    from paretofl.pretrial import private
+    from paretofl.pretrial.spec import Spec
+    from paretofl.pretrial.sweep import run_sweep
+
+    def spec(clip):
+        return Spec.from_dict(dict(dataset="digits", model="lr", subset="all", public_fraction=1.0, clients=40,
+                                   q=[1.0], sigmas=[1.0, 4.0], rounds=[2, 4], seeds=3, clip=clip, lr=0.5, delta=1e-4,
+                                   private=True, epsilon=8.0))
+
+    run_sweep(spec(1.0), tmp_path / "p.sqlite", progress=False)
+    f = paretofl.fit(str(tmp_path / "p.sqlite"), bootstrap=0)
+    f.blocking = []
+    f.save(tmp_path / "p_fit.json")
+    (tmp_path / "moved").mkdir()
+    for name in ("p.sqlite", "p_fit.json"):
+        shutil.copy(tmp_path / name, tmp_path / "moved" / name)
+    (tmp_path / "p.sqlite").unlink()
+    run_sweep(spec(0.5), tmp_path / "p.sqlite", progress=False)      # another pre-trial (its C) at the old path
+    fit = tmp_path / "moved" / "p_fit.json"
+    spend = private.of_fit(str(fit), json.loads(fit.read_text()))
+    assert spend is not None and spend.verified and str(tmp_path / "moved") in spend.source
+    assert spend.epsilon == pytest.approx(paretofl.api.pretrial_spend(store=str(tmp_path / "moved" / "p.sqlite"))
+                                          .epsilon, rel=1e-12)

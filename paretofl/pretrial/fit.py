@@ -31,8 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..recommendation import FIT_BLOCKING, FIT_FORMAT
-from .spec import Spec
+from ..recommendation import FIT_BLOCKING, FIT_FORMAT, store_digest
 from .store import Store
 
 #: a bootstrap over seeds needs this many: from two, a resample is one seed twice or both, three fronts in all,
@@ -255,7 +254,8 @@ class Fit:
     private_epsilon: float | None = None
     # what the pre-trial measured of the local work (docs/theory.md §4.E): LocalWork's fields, or empty
     local_work: dict = field(default_factory=dict, repr=False)
-    # the store's base as the fit read it (Spec.base_digest): which store found later is the fit's own
+    # the store's base as the fit read it (recommendation.store_digest): its spec unedited, and which store
+    # found later is its own
     results_digest: str = ""
 
     def to_dict(self) -> dict:
@@ -422,7 +422,7 @@ def fit(path, epsilon: str = "exact", reference: str = "best", bootstrap: int = 
         blocking=[p for p in probs if p.startswith(FIT_BLOCKING)], notes=_notes(res),
         private=res.private, private_charges=_plain_charges(res.charges),
         private_epsilon=_private_epsilon(res), local_work=(lw := _local_work(path, seed))[0],
-        results_digest=Spec.base_digest(res.base),
+        results_digest=store_digest(res.base),
         **_utility_summary(path, reference))
     if lw[1]:
         f.notes.append(lw[1])
@@ -543,7 +543,7 @@ def fit_utility(path, reference: str = "best") -> dict:
     u = res.mean_utility()
     ok = np.isfinite(u)
     if ok.sum() < 6:
-        raise ValueError(f"{path}: too few finished configurations to fit a utility model")
+        raise ValueError(f"{path}: too few finished configurations for a utility model")
     scale = float(np.median(np.abs(u[ok]))) or 1.0
     w = 1.0 / (np.abs(u) + 0.1 * scale)
     n_seeds = res.U.shape[1]

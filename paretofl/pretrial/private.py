@@ -111,10 +111,13 @@ def of_store(path) -> Spend | None:
     return Spend(ch, account(ch, delta), delta, clients, f"the spend log of {path}", True, store=path)
 
 
-def locate(recorded, near=None):
+def locate(recorded, near=None, digest=None):
     """Where a file a fit or design names is: its recorded path (absolute,
     or from the working folder), else beside ``near`` (the file that names
-    it, by its relative path or its name); None where it is nowhere."""
+    it, by its relative path or its name); None where it is nowhere.
+    ``digest`` (a fit's ``results_digest``): the first of those that is a
+    store whose base has that digest, None where none is (a store of
+    another pre-trial at the recorded path is not the fit's)."""
     from pathlib import Path
 
     if not isinstance(recorded, str) or not recorded:
@@ -125,9 +128,24 @@ def locate(recorded, near=None):
         base = Path(near).resolve().parent
         cands += [base / p, base / p.name] if not p.is_absolute() else [base / p.name]
     for c in cands:
-        if c.is_file():
+        if c.is_file() and (digest is None or _digest_of(c) == digest):
             return str(c.resolve())
     return None
+
+
+def _digest_of(path) -> str | None:
+    """The digest of a results store's base, None for a file that is no store."""
+    from ..recommendation import store_digest
+    from .store import Store
+
+    try:
+        st = Store(path)
+    except (ValueError, OSError):
+        return None
+    try:
+        return store_digest(st.base)
+    finally:
+        st.close()
 
 
 def _fit_says_private(data: dict) -> bool:
@@ -147,7 +165,7 @@ def of_fit(path, data: dict) -> Spend | None:
     checked against its own ε, and marked unverified."""
     spec = data.get("spec") if isinstance(data.get("spec"), dict) else None
     _unprotected(spec or {}, f"the pre-trial behind {path}")
-    store = locate(data.get("results"), near=path)
+    store = locate(data.get("results"), near=path, digest=data.get("results_digest") or None)
     from_store = None
     if store is not None:
         from .store import Store
@@ -159,8 +177,8 @@ def of_fit(path, data: dict) -> Spend | None:
             st.close()
         if (spec is None or base != spec) and (base.get("private") or (spec or {}).get("private")):
             raise ValueError(f"{path} names the store {store}, which holds another pre-trial than the one it was "
-                             "fitted on (their specs differ): run \"paretofl fit\" on the store again, or move the "
-                             "fit beside its own store")
+                             "fitted on (their specs differ): run \"paretofl fit\" on the store again, or keep "
+                             "it beside its own store")
         if spec is not None and base == spec:
             from_store = of_store(store)
     says = _fit_says_private(data)

@@ -128,16 +128,6 @@ class Spec:
     local_work: list = field(default_factory=list)
 
     # ------------------------------------------------------------------ load
-    @staticmethod
-    def base_digest(base: dict) -> str:
-        """A store's base as a fit records it (SHA-256 of its sorted JSON):
-        a design compares it with the store it finds where the fit's was, to
-        know that store is the fit's own."""
-        import hashlib
-        import json
-
-        return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()
-
     @classmethod
     def from_base(cls, base: dict, where: str = "store") -> Spec:
         """The spec a results store's base records (its data, clients, model,

@@ -244,7 +244,7 @@ def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, 
     the update ``norms`` of the chosen pair
     (quantiles over clients, median over rounds, and over the first tenth
     of the rounds), and what was run."""
-    clips, lrs = check_grid(clips, "clip"), check_grid(lrs, "learning-rate")
+    clips, lrs = check_grid(clips, "clips"), check_grid(lrs, "lrs")
     _check_args(seeds, rounds, chunk, select)
     rounds, seeds = int(rounds), int(seeds)
     spec = spec_of_store(store)

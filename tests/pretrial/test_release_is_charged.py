@@ -412,8 +412,12 @@ def test_a_fit_finds_its_store_beside_it_wherever_it_is_read_from(shipped_fit_fi
     (lambda d: d.update(private_charges=[]), "lists no charges"),
     (lambda d: d.pop("private_charges"), "missing or damaged"),
     (lambda d: (d.update(private=False, private_charges=[], private_epsilon=None), d["spec"].pop("private")),
-     "another pre-trial|without privacy"),
-    (lambda d: d["spec"].update(lr=0.2), "another pre-trial"),
+     "was edited"),                     # its spec is not the one its store's digest records
+    (lambda d: d["spec"].update(lr=0.2), "was edited"),
+    # an older fit (no digest): its store tells the edit apart
+    (lambda d: (d.pop("results_digest"), d["spec"].update(lr=0.2)), "another pre-trial"),
+    (lambda d: (d.pop("results_digest"), d.update(private=False, private_charges=[], private_epsilon=None),
+                d["spec"].pop("private")), "another pre-trial|without privacy"),
 ])
 def test_a_fit_that_disagrees_with_its_store_is_refused(shipped_fit_file, tmp_path, edit, match):
     fit_path, n, delta, pre = shipped_fit_file
