@@ -203,7 +203,7 @@ def _fit_split_checked(fit) -> None:
     split."""
     from .pretrial.private import locate
     from .pretrial.spec import Spec
-    from .pretrial.store import Store
+    from .pretrial.store import read_base
 
     data = recommendation.read_fit(fit)
     spec = data.get("spec")
@@ -212,11 +212,7 @@ def _fit_split_checked(fit) -> None:
     store = locate(data.get("results"), near=fit)
     if not isinstance(spec, dict) or store is None:
         return                              # an older fit with no store here: taken as it says
-    st = Store(store)
-    try:
-        base = dict(st.base)
-    finally:
-        st.close()
+    base = read_base(store)
     if any(spec.get(k) != base.get(k) for k in set(spec) | set(base) if k not in ("partition", "beta")):
         return                              # another pre-trial's store, or the fit edited (an older fit: unknown)
     differ = sorted(k for k in set(spec) | set(base) if spec.get(k) != base.get(k))
@@ -459,7 +455,7 @@ def _tuning_notes(t: dict, by: str, k0, measured_at) -> list[str]:
     other_by = "loss" if by == "accuracy" else "accuracy"
     other = best_pair(t["grid"], other_by)
     if (other["clip"], other["lr"], other["local_epochs"]) != (t["clip"], t["lr"], t["local_epochs"]):
-        notes.append(f"by public {other_by} the best would be C = {other['clip']:g}, lr = {other['lr']:g}"
+        notes.append(f"by held-out {other_by} the best would be C = {other['clip']:g}, lr = {other['lr']:g}"
                      + (f", {other['local_epochs']} local epoch(s)" if len(t["epochs"]) > 1 else "") + " "
                      f"(to choose by it: by='{other_by}'; docs/results.md section 9 measures both)")
     grid = {"clip": "clips=", "lr": "lrs=", "local_epochs": "epochs="}        # tune's keywords, the CLI's flags

@@ -445,7 +445,7 @@ def test_the_tunings_advice_names_the_flags_to_give(capsys):
     notes = json.loads(capsys.readouterr().out)["notes"]
     edge = [n for n in notes if "edge of its grid" in n]
     assert edge and all(n.endswith("(--lrs)") for n in edge), notes
-    other = [n for n in notes if n.startswith("by public loss")]
+    other = [n for n in notes if n.startswith("by held-out loss")]
     assert other and "--tune-by loss" in other[0] and "by=" not in other[0], notes
 
 

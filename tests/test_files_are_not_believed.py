@@ -535,3 +535,17 @@ def test_a_private_fit_moved_with_its_store_finds_it_past_another_at_its_old_pat
     assert spend is not None and spend.verified and str(tmp_path / "moved") in spend.source
     assert spend.epsilon == pytest.approx(paretofl.api.pretrial_spend(store=str(tmp_path / "moved" / "p.sqlite"))
                                           .epsilon, rel=1e-12)
+
+
+def test_a_busy_store_is_not_passed_over_for_another_or_for_the_fits_claim(tmp_path, monkeypatch):
+    """Finding a fit's store by its digest reads each candidate: a store that
+    another process holds (a pre-trial writing to it) may be the fit's own,
+    and passing it over would take a stale copy's spend, or the fit's own
+    claim, instead of its log: refused in one line, never skipped."""
+    from paretofl.pretrial import private, store
+
+    (tmp_path / "a.sqlite").write_text("")
+    monkeypatch.setattr(store, "read_base", lambda path: (_ for _ in ()).throw(
+        ValueError(f"{path} is not a paretofl results file (database is locked)")))
+    with pytest.raises(ValueError, match="held by another process"):
+        private.locate(str(tmp_path / "a.sqlite"), digest="0" * 64)

@@ -318,7 +318,7 @@ def test_hold_out_takes_a_share_of_each_client_out_of_training():
     assert torch.equal(out.data.y_test, y[torch.from_numpy(held)])
     assert torch.equal(hold_out(Setup(ds, parts, None), 0.2, seed=3).data.x_test, out.data.x_test)
     assert not torch.equal(hold_out(Setup(ds, parts, None), 0.2, seed=4).data.x_test, out.data.x_test)
-    with pytest.raises(ValueError, match="nothing can be held out"):
+    with pytest.raises(ValueError, match="hold one sample each"):
         hold_out(Setup(ds, [np.array([0]), np.array([1])], None), 0.2)
     with pytest.raises(ValueError, match="must lie in"):
         hold_out(Setup(ds, parts, None), 1.0)

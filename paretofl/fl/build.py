@@ -111,8 +111,9 @@ def hold_out(setup: Setup, fraction: float, seed: int = 0) -> Setup:
         held.append(p[out])
     held = np.sort(np.concatenate(held)) if held else np.zeros(0, dtype=np.int64)
     if len(held) == 0:
-        raise ValueError("no client has two training samples: nothing can be held out to validate on; "
-                         "give the public share more samples")
+        raise ValueError("the public pre-trial's clients hold one sample each: there is none to hold out and rank "
+                         "runs on; run the pre-trial again on more public samples (a larger public_fraction, more "
+                         "samples marked public in your data) or over fewer clients")
     import torch
 
     idx = torch.from_numpy(held.astype(np.int64))

@@ -136,16 +136,17 @@ def locate(recorded, near=None, digest=None):
 def _digest_of(path) -> str | None:
     """The digest of a results store's base, None for a file that is no store."""
     from ..recommendation import store_digest
-    from .store import Store
+    from .store import read_base
 
     try:
-        st = Store(path)
-    except (ValueError, OSError):
-        return None
-    try:
-        return store_digest(st.base)
-    finally:
-        st.close()
+        return store_digest(read_base(path))
+    except (ValueError, OSError) as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            # a store another process holds may be the fit's own: never passed over for another or for the fit's
+            # own claim (its spend would go uncounted)
+            raise ValueError(f"the store {path} is held by another process (a pre-trial writing to it?): its spend "
+                             "cannot be read now; try again when it is free") from None
+        return None                     # not a results store: not the fit's
 
 
 def _fit_says_private(data: dict) -> bool:
@@ -168,13 +169,9 @@ def of_fit(path, data: dict) -> Spend | None:
     store = locate(data.get("results"), near=path, digest=data.get("results_digest") or None)
     from_store = None
     if store is not None:
-        from .store import Store
+        from .store import read_base
 
-        st = Store(store)
-        try:
-            base = st.base
-        finally:
-            st.close()
+        base = read_base(store)
         if (spec is None or base != spec) and (base.get("private") or (spec or {}).get("private")):
             raise ValueError(f"{path} names the store {store}, which holds another pre-trial than the one it was "
                              "fitted on (their specs differ): run \"paretofl fit\" on the store again, or keep "

@@ -494,6 +494,16 @@ class Store:
         self._inode = None
 
 
+def read_base(path) -> dict:
+    """An existing store's base: the spec its runs were made with (and the
+    fingerprints it adds beside it)."""
+    st = Store(path)
+    try:
+        return dict(st.base)
+    finally:
+        st.close()
+
+
 def read_table(path) -> dict:
     """Every row of an existing store as numpy columns (see :meth:`Store.table`)."""
     st = Store(path)

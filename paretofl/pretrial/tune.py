@@ -82,29 +82,22 @@ def best_pair(grid: list, by: str = "accuracy") -> dict:
     return min(grid, key=lambda g: (g["test_loss"], -g["accuracy"]))
 
 
-def _base_of(path) -> dict:
-    from .store import Store
-
-    st = Store(path)
-    try:
-        return dict(st.base)
-    finally:
-        st.close()
-
-
 def spec_of_store(path) -> Spec:
     """The pre-trial spec a results store was written by (its data, clients,
     model, local epochs and batch)."""
-    return Spec.from_base(_base_of(path), where=str(path))
+    from .store import read_base
+
+    return Spec.from_base(read_base(path), where=str(path))
 
 
 def check_same_data(store, spec: Spec) -> None:
     """A tuning trains the store's pre-trial again: its user's data and model
     must be the ones the store recorded (their fingerprints, the public
     share), else it would tune on other samples than the fit measured."""
+    from .store import read_base
     from .sweep import identity
 
-    base, now = _base_of(store), identity(spec)
+    base, now = read_base(store), identity(spec)
     changed = [k.replace("_", " ") for k in ("data_fingerprint", "public_share", "model_fingerprint")
                if (k in base or k in now) and base.get(k) != now.get(k)]
     if changed:
@@ -154,12 +147,7 @@ def _train_grid(spec: Spec, reps: list, bounds: list, rounds: int, noise: tuple,
 
     qp, sigma = noise
     # ranked on samples held out of the public share, never on the test split results report (results §9)
-    setup = prepared(spec)
-    if max(len(p) for p in setup.parts) < 2:
-        raise ValueError("the public pre-trial's clients hold one sample each: the tuning has none to hold out and "
-                         "rank its pairs on; run the pre-trial again on more public samples (a larger public_fraction, "
-                         "more samples marked public in your data) or over fewer clients")
-    setup = hold_out(setup, VALIDATION, seed=spec.data_seed)
+    setup = hold_out(prepared(spec), VALIDATION, seed=spec.data_seed)
     every = max(1, rounds // 40)
     norms = [[] for _ in reps]        # per replica: (round, quantiles)
     hist = History()
