@@ -25,6 +25,7 @@ from .api import (
            Design,
            InfeasibleBudget,
            Request,
+           Training,
            TrainResult,
            __version__,
            account,
@@ -36,4 +37,4 @@ from .api import (
 )
 
 __all__ = ["design", "Request", "Design", "InfeasibleBudget", "account", "Accounting", "pareto_set", "fit", "train",
-           "TrainResult", "budgets", "nbafl_design", "__version__"]
+           "Training", "TrainResult", "budgets", "nbafl_design", "__version__"]

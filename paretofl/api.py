@@ -22,8 +22,8 @@ from .theory.privacy import SAMPLINGS, Charge, check_delta, check_step
 __version__ = "0.2.0"
 
 __all__ = ["__version__", "design", "Request", "Design", "InfeasibleBudget", "nbafl_design", "tune", "account",
-           "Accounting", "pareto_set", "ParetoSet", "fit", "train", "TrainResult", "PRV_LIMITS", "pretrial", "spec",
-           "validate", "audit", "audit_jobs", "audit_names", "export", "design_figure", "pareto_figure",
+           "Accounting", "pareto_set", "ParetoSet", "fit", "train", "Training", "TrainResult", "PRV_LIMITS", "pretrial",
+           "spec", "validate", "audit", "audit_jobs", "audit_names", "export", "design_figure", "pareto_figure",
            "pretrial_figures", "names", "algorithm_options", "unused_options", "check_out_path", "stored_runs",
            "keep_freed_memory", "is_reference", "pretrial_spend", "load_design", "check_design", "unit_text",
            "SAMPLING_RELATIONS"]
@@ -546,13 +546,47 @@ def check_out_path(path, suffixes):
         raise ValueError(f"cannot write {path}: it is a folder")
 
 
-#: what :func:`train` uses where neither its caller nor a design says (rounds: at most, a run stops at its
-#: budget before them); the command line's defaults are these too
+#: where neither a training's caller nor its design says (rounds: at most, a run stops at its budget before them)
 TRAIN_DEFAULTS = {"algorithm": "dpfedavg", "dataset": "fashion-mnist", "model": "lr", "epsilon": 2.0, "delta": 1e-5,
                   "rounds": 100}
 #: what a design fixes: given beside it to :func:`train` (or ``paretofl train --design``) each is refused; the
 #: API lets ``clients`` equal to the design's through, and refuses ``budgets`` with a reason of its own
 SET_BY_DESIGN = ("clients", "epsilon", "delta", "rounds", "budgets", "mechanism", "client_rate", "sigma")
+
+
+
+@dataclass(frozen=True)
+class Training:
+    """What a training is asked: every knob of :func:`train`, with its
+    default (the one place they live: :func:`train`'s keywords and the
+    command line's ``train`` flags read them here).  A None is the trained
+    design's, where there is one, else :data:`TRAIN_DEFAULTS`'s; what each
+    knob means is said by :func:`train`.  ``options``: the algorithm's
+    config's fields (``sigma``, ``clip``, ``client_rate``, ``mechanism``,
+    ...).  ``paretofl.train(Training(...))`` trains it, as the keywords do.
+    """
+
+    algorithm: str | None = None
+    dataset: object = None
+    model: object = None
+    clients: int | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    rounds: int | None = None
+    partition: str | None = None
+    beta: float | None = None
+    replicas: int = 1
+    seed: int = 0
+    device: str = "cpu"
+    data_dir: str | None = None
+    eval_every: int = 1
+    history: str | None = None
+    progress: bool = False
+    design: Design | None = None
+    strategy: str = "auto"
+    budgets: object = None
+    secure: bool = False
+    options: dict = field(default_factory=dict)
 
 
 def set_by_design(design: Design) -> tuple:
@@ -565,22 +599,25 @@ def set_by_design(design: Design) -> tuple:
 
 
 def train_defaults() -> dict:
-    """:func:`train`'s defaults, by parameter: its signature's, and
-    :data:`TRAIN_DEFAULTS` where the signature leaves it to a design (the
-    command line's ``train`` flags read these)."""
-    import inspect
+    """:func:`train`'s defaults, by knob: :class:`Training`'s, and
+    :data:`TRAIN_DEFAULTS` where it leaves one to a design (the command
+    line's ``train`` flags read these)."""
+    import dataclasses
 
-    return {**{k: p.default for k, p in inspect.signature(train).parameters.items()
-               if p.default is not inspect.Parameter.empty}, **TRAIN_DEFAULTS}
+    return {**{f.name: f.default for f in dataclasses.fields(Training) if f.default is not dataclasses.MISSING},
+            **TRAIN_DEFAULTS}
 
 
-def train(algorithm: str | Design | None = None, /, dataset=None, model=None, clients: int | None = None,
-          epsilon: float | None = None, delta: float | None = None, rounds: int | None = None,
-          partition: str | None = None, beta: float | None = None,
-          replicas: int = 1, seed: int = 0, device: str = "cpu",
-          data_dir: str | None = None, eval_every: int = 1, history: str | None = None, progress: bool = False,
-          design: Design | None = None, strategy: str = "auto", budgets=None, secure: bool = False,
-          **options) -> TrainResult:
+_T = Training       # the training's defaults, in one place
+
+
+def _train(algorithm: str | Design | None = _T.algorithm, /, dataset=_T.dataset, model=_T.model,
+           clients: int | None = _T.clients, epsilon: float | None = _T.epsilon, delta: float | None = _T.delta,
+           rounds: int | None = _T.rounds, partition: str | None = _T.partition, beta: float | None = _T.beta,
+           replicas: int = _T.replicas, seed: int = _T.seed, device: str = _T.device,
+           data_dir: str | None = _T.data_dir, eval_every: int = _T.eval_every, history: str | None = _T.history,
+           progress: bool = _T.progress, design: Design | None = _T.design, strategy: str = _T.strategy,
+           budgets=_T.budgets, secure: bool = _T.secure, **options) -> TrainResult:
     """Train DP federated learning on real data (torch is imported here).
 
     ``dataset``: a built-in name, a "package.module:function" loader, a
@@ -625,88 +662,148 @@ def train(algorithm: str | Design | None = None, /, dataset=None, model=None, cl
     as Opacus's ``secure_mode``; ``seed`` then only labels the replicas.
     Without it a training is a simulation, reproducible by its seed, and
     anyone who knows the seed can draw its noise again.
+
+    The knobs travel as one :class:`Training` (``paretofl.Training``, which
+    holds their defaults): ``train(Training(...))`` is the same run.
     """
-    named = options.pop("algorithm", None)      # algorithm= by keyword (the first argument is positional only)
+    knobs = {k: v for k, v in locals().items() if k not in ("algorithm", "options")}
+    return _run(_training_of(algorithm, knobs, options))
+
+
+@functools.wraps(_train)
+def train(*args, **kwargs) -> TrainResult:
+    """:func:`_train`'s signature and words (``paretofl.train``): a
+    :class:`Training` alone, or its knobs."""
+    if args and isinstance(args[0], Training):
+        if len(args) > 1 or kwargs:            # what is given beside it, even at a default, would be dropped
+            given = [*(f"argument {i + 2}" for i in range(len(args) - 1)), *kwargs]
+            raise ValueError(f"give a Training or keywords, not both ({', '.join(given)} beside a Training)")
+        return _run(args[0])
+    return _train(*args, **kwargs)
+
+
+train.__name__ = train.__qualname__ = "train"
+
+
+def _training_of(first, knobs: dict, options: dict) -> Training:
+    """The :class:`Training` of :func:`train`'s keywords: a Design first is
+    the design trained, ``algorithm=`` by keyword is the algorithm (the
+    first argument is positional only)."""
+    options = dict(options)
+    named = options.pop("algorithm", None)
     if isinstance(named, Design):
         raise ValueError("a design goes first or as design=, not as algorithm=")
-    if isinstance(algorithm, Design):            # train(design, dataset=..., model=...): the design runs whole
-        if design is not None:
+    algorithm = first
+    if isinstance(first, Design):            # train(design, dataset=..., model=...): the design runs whole
+        if knobs["design"] is not None:
             raise ValueError("give the design once: train(design) or train(design=design)")
-        design, algorithm = algorithm, None
+        knobs, algorithm = {**knobs, "design": first}, None
     if named is not None:
         if algorithm is not None and algorithm != named:
             raise ValueError(f"give the algorithm once, not {algorithm!r} and algorithm={named!r}")
         algorithm = named
+    return Training(algorithm=algorithm, options=options, **knobs)
+
+
+def _run(t: Training) -> TrainResult:
+    """Train what ``t`` asks (torch is imported here): its design's
+    checked knobs, the defaults, the data split over the clients, the
+    group design where clients have budgets of their own, then the rounds."""
     torch = _torch("paretofl.train")
+    from dataclasses import replace
+
     from .fl.algorithms import ALGORITHMS, History
     from .fl.algorithms import train as run
     from .fl.build import assemble, prepare
     from .fl.data import load_dataset
     from .fl.names import partition_label
 
-    if history is not None:
-        check_out_path(history, (".csv",))
-    if budgets is not None and design is not None:      # a group design checked against the budgets it was made for
-        _check_design_budgets(design, budgets)
-        budgets = None
-    if budgets is not None and epsilon is not None:
-        raise ValueError("give epsilon (one budget for all) or budgets (a budget per client), not both")
-    groups, spent = None, ()
-    if design is not None:
-        run_of = _run_of_design(design, algorithm, clients, dict(epsilon=epsilon, delta=delta, rounds=rounds),
-                                options)
-        algorithm, options, groups, spent = run_of["algorithm"], run_of["options"], run_of["groups"], run_of["spent"]
-        clients, epsilon, delta, rounds = run_of["clients"], run_of["epsilon"], run_of["delta"], run_of["rounds"]
-        dataset = run_of["dataset"] if dataset is None else dataset
-        model = run_of["model"] if model is None else model
-        if partition is None and design.details.get("partition"):     # the clients the design was made for
-            partition = _design_partition(design.details["partition"], beta)
-    algorithm = TRAIN_DEFAULTS["algorithm"] if algorithm is None else algorithm
-    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
-    if budgets is not None:
-        options = _options_with_budgets(algorithm, options)
-    dataset = TRAIN_DEFAULTS["dataset"] if dataset is None else dataset
-    model = TRAIN_DEFAULTS["model"] if model is None else model
-    epsilon = TRAIN_DEFAULTS["epsilon"] if epsilon is None and budgets is None else epsilon
-    delta = TRAIN_DEFAULTS["delta"] if delta is None else delta
-    asked = rounds            # the rounds a design or the caller asked for; None: up to 100, to the budget
-    rounds = TRAIN_DEFAULTS["rounds"] if rounds is None else rounds
-    _check_train_numbers(torch, seed, clients, rounds, replicas, eval_every, epsilon, delta, device, data_dir, secure)
-    cls = ALGORITHMS[algorithm]
-    config = _config(cls, algorithm, options)
-    ds = load_dataset(dataset, data_dir)
-    partition, beta = _partition_of(partition, beta, ds, None if design is None else design.details.get("partition"))
-    if clients is None and budgets is not None:      # the budgets' own clients (a share file needs the number)
+    t, groups, spent = _with_design(t)
+    asked = t.rounds          # the rounds a design or the caller asked for; None: up to 100, to the budget
+    t = _with_defaults(t, ALGORITHMS)
+    _check_train_numbers(torch, t)
+    cls, options = ALGORITHMS[t.algorithm], t.options
+    if t.budgets is not None:
+        options = _options_with_budgets(t.algorithm, options)
+    config = _config(cls, t.algorithm, options)
+    ds = load_dataset(t.dataset, t.data_dir)
+    partition, beta = _partition_of(t.partition, t.beta, ds,
+                                    None if t.design is None else t.design.details.get("partition"))
+    clients = t.clients
+    if clients is None and t.budgets is not None:      # the budgets' own clients (a share file needs the number)
         from .budgets import clients_in
 
-        clients = clients_in(budgets)
+        clients = clients_in(t.budgets)
     if clients is None and partition != "given":
         clients = 10
     # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
-    setup = prepare(ds, model, clients, partition=partition, beta=beta, seed=seed, strategy=strategy,
+    setup = prepare(ds, t.model, clients, partition=partition, beta=beta, seed=t.seed, strategy=t.strategy,
                     subset="all" if ds.public is None else "rest")
-    parts = setup.parts
-    if budgets is not None:
-        groups, options = _group_design(len(parts), delta, rounds, budgets, config.mechanism, options)
+    if t.budgets is not None:
+        groups, options = _group_design(len(setup.parts), t.delta, t.rounds, t.budgets, config.mechanism, options)
         config = cls.Config(**options)
-        rounds, epsilon = groups.rounds, groups.budget
-        asked = rounds
-    _check_population(cls, config, setup, delta)
-    pol = assemble(setup, algorithm, replicas, seeds=[seed + r for r in range(replicas)], device=device,
-                   epsilon=epsilon, delta=delta, rounds=rounds, groups=groups, secure=secure, **options).policy
+        t = replace(t, rounds=groups.rounds, epsilon=groups.budget)
+        asked = t.rounds
+    _check_population(cls, config, setup, t.delta)
+    pol = assemble(setup, t.algorithm, t.replicas, seeds=[t.seed + r for r in range(t.replicas)], device=t.device,
+                   epsilon=t.epsilon, delta=t.delta, rounds=t.rounds, groups=groups, secure=t.secure,
+                   **options).policy
     if groups is None:
-        _check_first_round(pol, replicas, delta, epsilon, spent)
-    hist = History(history)
+        _check_first_round(pol, t.replicas, t.delta, t.epsilon, spent)
+    hist = History(t.history)
     try:
-        _, hist, fin = run(pol, rounds=rounds, epsilon=epsilon, delta=delta, eval_every=eval_every,
-                           progress=progress, history=hist, spent=spent)
+        _, hist, fin = run(pol, rounds=t.rounds, epsilon=t.epsilon, delta=t.delta, eval_every=t.eval_every,
+                           progress=t.progress, history=hist, spent=spent)
     finally:
         hist.close()
-    problems = train_problems(fin, asked, epsilon, "the design" if design is not None or groups is not None
+    problems = train_problems(fin, asked, t.epsilon, "the design" if t.design is not None or groups is not None
                               else "rounds")
-    return _train_result(fin, problems, algorithm, dataset, setup, config, partition_label(partition, beta), hist,
-                         epsilon, secure, cls)
+    return _train_result(fin, problems, t, setup, config, partition_label(partition, beta), hist, cls)
+
+
+def _with_design(t: Training) -> tuple[Training, object, tuple]:
+    """``t`` with what its design fixes (what the design claims re-derived
+    first), the design's groups and a private pre-trial's charges; ``t``
+    itself where it trains no design.  A budgets file beside a group design
+    is checked against it and dropped."""
+    from dataclasses import replace
+
+    if t.history is not None:
+        check_out_path(t.history, (".csv",))
+    if t.budgets is not None and t.design is not None:      # a group design checked against the budgets it was made for
+        _check_design_budgets(t.design, t.budgets)
+        t = replace(t, budgets=None)
+    if t.budgets is not None and t.epsilon is not None:
+        raise ValueError("give epsilon (one budget for all) or budgets (a budget per client), not both")
+    if t.design is None:
+        return t, None, ()
+    r = _run_of_design(t.design, t.algorithm, t.clients, dict(epsilon=t.epsilon, delta=t.delta, rounds=t.rounds),
+                       t.options)
+    partition = t.partition
+    if partition is None and t.design.details.get("partition"):     # the clients the design was made for
+        partition = _design_partition(t.design.details["partition"], t.beta)
+    t = replace(t, algorithm=r["algorithm"], options=r["options"], clients=r["clients"], epsilon=r["epsilon"],
+                delta=r["delta"], rounds=r["rounds"], partition=partition,
+                dataset=r["dataset"] if t.dataset is None else t.dataset,
+                model=r["model"] if t.model is None else t.model)
+    return t, r["groups"], r["spent"]
+
+
+def _with_defaults(t: Training, algorithms) -> Training:
+    """``t`` with :data:`TRAIN_DEFAULTS` where neither it nor its design
+    says (no ε where the clients have budgets of their own); the algorithm
+    checked to be one of ``algorithms``."""
+    from dataclasses import replace
+
+    D = TRAIN_DEFAULTS
+    algorithm = D["algorithm"] if t.algorithm is None else t.algorithm
+    if not isinstance(algorithm, str) or algorithm not in algorithms:
+        raise ValueError(f"algorithm must be one of {', '.join(algorithms)}, got {algorithm!r}")
+    return replace(t, algorithm=algorithm, dataset=D["dataset"] if t.dataset is None else t.dataset,
+                   model=D["model"] if t.model is None else t.model,
+                   epsilon=D["epsilon"] if t.epsilon is None and t.budgets is None else t.epsilon,
+                   delta=D["delta"] if t.delta is None else t.delta,
+                   rounds=D["rounds"] if t.rounds is None else t.rounds)
 
 
 def _torch(what: str):
@@ -822,10 +919,12 @@ def _run_of_design(design, algorithm: str, clients, named: dict, options: dict) 
                 model=design.model)
 
 
-def _check_train_numbers(torch, seed, clients, rounds, replicas, eval_every, epsilon, delta, device, data_dir,
-                         secure) -> None:
-    """:func:`train`'s numbers and places, one line each."""
+def _check_train_numbers(torch, t: Training) -> None:
+    """A training's numbers and places, one line each."""
     import numpy as np
+
+    seed, clients, rounds, replicas, eval_every = t.seed, t.clients, t.rounds, t.replicas, t.eval_every
+    epsilon, delta, device, data_dir, secure = t.epsilon, t.delta, t.device, t.data_dir, t.secure
 
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**62:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
@@ -941,9 +1040,11 @@ def _check_first_round(pol, replicas: int, delta, epsilon, spent) -> None:
                          f"{float(np.min(one)):.4g} > {epsilon:g}; raise epsilon or sigma")
 
 
-def _train_result(fin, problems, algorithm, dataset, setup, config, partition, hist, epsilon, secure, cls):
-    """The :class:`TrainResult` of a finished training."""
+def _train_result(fin, problems, t: Training, setup, config, partition, hist, cls):
+    """The :class:`TrainResult` of a finished training ``t``."""
     import numpy as np
+
+    algorithm, dataset, epsilon, secure = t.algorithm, t.dataset, t.epsilon, t.secure
 
     mean = lambda v: float(np.mean(v))  # noqa: E731
     mech = mechanism_of(getattr(config, "mechanism", cls.name))

@@ -706,7 +706,7 @@ def cmd_export(a):
 # --------------------------------------------------------------------------
 _RUN_FLAGS = ("dataset", "data_dir", "model", "clients", "partition", "beta", "epsilon", "delta", "rounds",
               "replicas", "seed", "device", "eval_every", "strategy")
-#: flags unset are passed as None: train's own defaults (api.TRAIN_DEFAULTS, its signature) or the design's apply
+#: flags unset are passed as None: the Training's defaults (api.train_defaults) or the design's apply
 
 
 def cmd_train(a):

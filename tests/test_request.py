@@ -79,3 +79,37 @@ def test_a_design_given_first_to_train_runs_whole():
     assert a.per_replica == b.per_replica and a.rounds == d.rounds and a.epsilon <= d.budget * (1 + 1e-9)
     with pytest.raises(ValueError, match="give the design once"):
         paretofl.train(d, design=d, **kw)
+
+
+def test_a_training_and_its_keywords_run_the_same():
+    """``train(Training(...))`` is the keyword run (seeded: the same figures
+    to the last digit), a design inside it too; a keyword beside a Training
+    is refused even at its default, where it would be dropped."""
+    kw = dict(dataset="digits", model="lr", clients=10, rounds=3, epsilon=8.0, eval_every=3)
+    a = paretofl.train(**kw, mechanism="client-aggregate", sigma=1.0, clip=0.5)
+    b = paretofl.train(paretofl.Training(**kw, options=dict(mechanism="client-aggregate", sigma=1.0, clip=0.5)))
+    assert a.to_dict() | {"seconds": 0} == b.to_dict() | {"seconds": 0}
+    assert b.options["clip"] == 0.5 and b.rounds == 3
+    d = paretofl.design(n_clients=10, epsilon=8.0, max_rounds=3, kappa=2.0, q=1.0, local_epochs=1)
+    c = paretofl.train(paretofl.Training(design=d, dataset="digits", model="lr", eval_every=3))
+    assert c.per_replica == paretofl.train(d, dataset="digits", model="lr", eval_every=3).per_replica
+    for given in (dict(seed=0), dict(sigma=1.0)):
+        with pytest.raises(ValueError, match="beside a Training"):
+            paretofl.train(paretofl.Training(**kw), **given)
+    with pytest.raises(ValueError, match="beside a Training"):
+        paretofl.train(paretofl.Training(**kw), "dpfedavg")
+
+
+def test_the_train_keywords_defaults_are_the_trainings():
+    """One place for a training's defaults: the keywords' are the
+    Training's, and the command line's flags read them (api.train_defaults)."""
+    fields = {f.name: f.default for f in dataclasses.fields(paretofl.Training)}
+    params = inspect.signature(paretofl.train).parameters
+    assert set(params) == set(fields)          # options: the **options of the keywords
+    for name, p in params.items():
+        if fields[name] is not dataclasses.MISSING:
+            assert p.default == fields[name], name
+    d = api.train_defaults()
+    assert d["algorithm"] == "dpfedavg" and d["replicas"] == paretofl.Training.replicas
+    a = cli.build_parser().parse_args(["train"])
+    assert a.strategy == paretofl.Training.strategy
