@@ -44,9 +44,9 @@ def _losses(setup, mechanism, bands, q, sigmas, seeds, rounds):
     """Final test loss (len(sigmas), seeds) of one run per (σ, seed)."""
     sig = np.repeat(np.asarray(sigmas, dtype=float), seeds)
     opts = {"bands": bands} if mechanism == "bandmf" else {}
-    pol = assemble(setup, "dpfedavg", len(sig), seeds=list(range(seeds)) * len(sigmas), mechanism=mechanism,
+    pol = assemble(setup, "dpfedavg", list(range(seeds)) * len(sigmas), mechanism=mechanism,
                    sigma=sig, clip=CLIP, lr=LR, client_rate=q, local_epochs=1, batch_size=64, **opts).policy
-    _, _, fin = train(pol, rounds=rounds, epsilon=None, eval_every=rounds)
+    _, _, fin = train(pol, rounds=rounds, epsilon=None, evaluate=rounds)
     return np.asarray(fin["test_loss"]).reshape(len(sigmas), seeds)
 
 

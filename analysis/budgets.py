@@ -42,7 +42,7 @@ import torch
 import paretofl
 from paretofl.budgets import Budgets
 from paretofl.fl.algorithms import train
-from paretofl.fl.build import Setup, assemble, prepare
+from paretofl.fl.build import Budget, Setup, assemble, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 N, DELTA, CLIP, LR = 100, 1e-5, 0.3, 0.1
@@ -61,7 +61,7 @@ def _per_class_accuracy(net, glob, ds):
 
 
 def run(partition, seeds, t_max, out):
-    setup = prepare("fashion-mnist", "lr", N, partition=partition, beta=0.5, seed=0, public_fraction=0.1,
+    setup = prepare("fashion-mnist", "lr", N, partition=partition, seed=0, public_fraction=0.1,
                     subset="rest")
     ds, parts, net = setup.data, setup.parts, setup.model
     labels = ds.y_train.numpy()
@@ -79,10 +79,10 @@ def run(partition, seeds, t_max, out):
             kept = Setup(ds, [parts[i] for i in keep], net)
             pol = assemble(kept, "dpfedavg", seeds, mechanism="client-aggregate", sigma=d.sigma, clip=CLIP, lr=LR,
                            client_rate=min(1.0, d.q), local_epochs=1, batch_size=64,
-                           groups=d if policy == "per-client design" else None).policy
+                           budget=Budget(groups=d if policy == "per-client design" else None)).policy
             t0 = time.perf_counter()
             glob, _, fin = train(pol, rounds=d.rounds, epsilon=None if policy == "per-client design" else d.budget,
-                                 delta=DELTA, eval_every=d.rounds)
+                                 delta=DELTA, evaluate=d.rounds)
             pc = _per_class_accuracy(net, glob, ds)
             per_group = {}
             for g, e in enumerate(eps):

@@ -78,7 +78,7 @@ def _train(setup, plan, seeds, eps):
     pol = assemble(setup, "dpfedavg", seeds, mechanism=mech, sigma=sigma, clip=CLIP, lr=LR, client_rate=q,
                    local_epochs=1, batch_size=64, **opts).policy
     t0 = time.perf_counter()
-    _, _, fin = train(pol, rounds=T, epsilon=eps * (1 + 1e-9), delta=DELTA, eval_every=T)
+    _, _, fin = train(pol, rounds=T, epsilon=eps * (1 + 1e-9), delta=DELTA, evaluate=T)
     return dict(mechanism=mech, bands=b, q=q, sigma=sigma, rounds_planned=T, rounds=int(np.max(fin["rounds"])),
                 epsilon=float(np.max(fin["epsilon"])), accuracy=fin["accuracy"].tolist(),
                 test_loss=fin["test_loss"].tolist(), seconds=time.perf_counter() - t0,

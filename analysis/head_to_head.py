@@ -55,7 +55,7 @@ from paretofl.pretrial.spec import Spec
 from paretofl.pretrial.store import read_table
 from paretofl.pretrial.sweep import run_sweep
 from paretofl.recommendation import shipped_fit
-from paretofl.theory.privacy import calibrate_noise, max_steps
+from paretofl.theory.privacy import calibrate_noise, max_steps_searched
 
 ROOT = Path(__file__).resolve().parent.parent
 DELTA = 1e-5
@@ -91,7 +91,7 @@ def policies(n, eps, t_max, kappa_fit, store):
         q = m / n
         z = calibrate_noise(eps, q, t_max, DELTA)
         out[f"cohort {m}"] = (q, t_max, z / math.sqrt(q * n))
-        t = min(t_max, int(max_steps(eps, q, 1.0, DELTA, refine=True)))
+        t = min(t_max, int(max_steps_searched(eps, q, 1.0, DELTA)))
         out[f"z = 1, cohort {m}"] = (q, t, 1.0 / math.sqrt(q * n)) if t >= 1 else None
     return out
 

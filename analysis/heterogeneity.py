@@ -61,7 +61,7 @@ def setup_for(model, partition):
     if kind == "iid":
         return prepare("fashion-mnist", model, N, partition="iid", seed=0, public_fraction=0.1, subset="rest")
     if kind == "dirichlet":
-        return prepare("fashion-mnist", model, N, partition="dirichlet", beta=float(arg), seed=0,
+        return prepare("fashion-mnist", model, N, partition=f"dirichlet:{float(arg)}", seed=0,
                        public_fraction=0.1, subset="rest")
     if kind == "shards":
         s = prepare("fashion-mnist", model, N, partition="iid", seed=0, public_fraction=0.1, subset="rest")
@@ -104,10 +104,10 @@ def labels_per_client(setup):
 
 
 def run(setup, seeds, q, rounds, sigma, epochs, eps, lr=LR):
-    pol = assemble(setup, "dpfedavg", seeds, seeds=range(seeds), mechanism="client-aggregate", sigma=sigma,
+    pol = assemble(setup, "dpfedavg", seeds, mechanism="client-aggregate", sigma=sigma,
                    clip=CLIP, lr=lr, client_rate=q, local_epochs=epochs, batch_size=64).policy
     t0 = time.perf_counter()
-    _, _, fin = train(pol, rounds=rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, eval_every=rounds)
+    _, _, fin = train(pol, rounds=rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, evaluate=rounds)
     return dict(spent=float(np.max(fin["epsilon"])), accuracy=fin["accuracy"].tolist(),
                 seconds=time.perf_counter() - t0)
 

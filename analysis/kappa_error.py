@@ -71,15 +71,15 @@ def main():
                         rows.append(json.loads(path.read_text()))
                         continue
                     if setup is None:
-                        setup = prepare("fashion-mnist", model, N, partition=partition, beta=0.5, seed=0,
+                        setup = prepare("fashion-mnist", model, N, partition=partition, seed=0,
                                         public_fraction=0.1, subset="rest")
                     d = paretofl.design(N, eps, DELTA, max_rounds=T_MAX, kappa=k0 * f, **SIGMA_RANGE)
-                    pol = assemble(setup, "dpfedavg", a.seeds, seeds=range(a.seeds), mechanism="client-aggregate",
+                    pol = assemble(setup, "dpfedavg", a.seeds, mechanism="client-aggregate",
                                    sigma=d.sigma, clip=CLIP, lr=LR, client_rate=d.q, local_epochs=1,
                                    batch_size=64).policy
                     t0 = time.perf_counter()
                     _, _, fin = train(pol, rounds=d.rounds, epsilon=eps * (1 + 1e-9), delta=DELTA,
-                                      eval_every=d.rounds)
+                                      evaluate=d.rounds)
                     row = dict(model=label(model), partition=partition, epsilon=eps, factor=f, kappa=k0 * f,
                                q=d.q, rounds=d.rounds, sigma=d.sigma, spent=float(np.max(fin["epsilon"])),
                                accuracy=fin["accuracy"].tolist(), seconds=time.perf_counter() - t0)

@@ -103,10 +103,10 @@ def store_for(partition: str, out: Path, q: float = 0.5, model: str = "lr") -> s
 
 
 def run(setup, seeds, d, clip=CLIP, lr=LR):
-    pol = assemble(setup, "dpfedavg", seeds, seeds=range(seeds), mechanism="client-aggregate", sigma=d.sigma,
+    pol = assemble(setup, "dpfedavg", seeds, mechanism="client-aggregate", sigma=d.sigma,
                    clip=clip, lr=lr, client_rate=d.q, local_epochs=d.local_epochs, batch_size=64).policy
     t0 = time.perf_counter()
-    _, _, fin = train(pol, rounds=d.rounds, epsilon=d.budget * (1 + 1e-9), delta=DELTA, eval_every=d.rounds)
+    _, _, fin = train(pol, rounds=d.rounds, epsilon=d.budget * (1 + 1e-9), delta=DELTA, evaluate=d.rounds)
     return dict(spent=float(np.max(fin["epsilon"])), accuracy=fin["accuracy"].tolist(),
                 test_loss=fin["test_loss"].tolist(), seconds=time.perf_counter() - t0)
 
@@ -192,7 +192,8 @@ def tuned_row(a, out, setup, partition, eps, fit_path, d_row, o) -> str:
         row = json.loads(path.read_text())
     else:
         t0 = time.perf_counter()
-        paretofl.api.tune(d, store_for(partition, out, a.pretrial_q, a.model), clips=TUNE_CLIPS, lrs=TUNE_LRS)
+        paretofl.api.tune(d, store_for(partition, out, a.pretrial_q, a.model),
+                          paretofl.api.Grid(clips=TUNE_CLIPS, lrs=TUNE_LRS))
         tuning = time.perf_counter() - t0
         row = dict(partition=partition, epsilon=eps, policy="tuned", q=d.q, rounds=d.rounds, sigma=d.sigma,
                    epochs=d.local_epochs, clip=d.clip, lr=d.lr, edges=d.tuning["on_grid_edge"],

@@ -33,7 +33,7 @@ import torch
 
 import paretofl
 from paretofl.fl.algorithms import train
-from paretofl.fl.build import Setup, assemble
+from paretofl.fl.build import Budget, Setup, assemble
 from paretofl.fl.data import Dataset, load_dataset
 from paretofl.fl.models import build_model
 
@@ -55,9 +55,10 @@ def _data():
 
 
 def _loss(ds, parts, eps, rounds, calibration, seeds, clip=C0, k=None):
-    pol = assemble(Setup(ds, parts, build_model("lr", ds.shape)), "nbafl", seeds, epsilon=eps, rounds=rounds,
-                   delta=DELTA, clip=clip, calibration=calibration, clients_per_round=k).policy
-    _, _, fin = train(pol, rounds=rounds, delta=DELTA, eval_every=rounds)
+    pol = assemble(Setup(ds, parts, build_model("lr", ds.shape)), "nbafl", seeds,
+                   budget=Budget(epsilon=eps, delta=DELTA, rounds=rounds), clip=clip, calibration=calibration,
+                   clients_per_round=k).policy
+    _, _, fin = train(pol, rounds=rounds, delta=DELTA, evaluate=rounds)
     return fin["test_loss"].tolist(), float(pol.fixed_epsilon())
 
 

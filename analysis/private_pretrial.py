@@ -43,7 +43,7 @@ N, DELTA, CLIP, LR, T_MAX = 100, 1e-5, 0.3, 0.1, 200
 
 def grid_for(eps_pre, partition):
     base = dict(dataset="fashion-mnist", model="lr", subset="rest", public_fraction=0.1, clients=N,
-                partition=partition, beta=0.5, q=[1.0], rounds=[2, 4, 8, 16, 32], seeds=3, clip=CLIP, lr=LR,
+                partition=partition, q=[1.0], rounds=[2, 4, 8, 16, 32], seeds=3, clip=CLIP, lr=LR,
                 delta=DELTA, private=True, epsilon=eps_pre)
     lo, hi = 0.01, 100.0
     for _ in range(60):      # the least scale whose grid fits the pre-trial's share
@@ -70,9 +70,9 @@ def cross_device(epsilons, out):
     for eps in epsilons:
         d = paretofl.design(n, eps, DELTA, max_rounds=1000, q_max=0.01, fit=str(fit_path), sigma_min=0.01,
                             sigma_max=30.0)
-        pol = assemble(setup, "dpfedavg", 3, seeds=range(3), mechanism="client-aggregate", sigma=d.sigma, clip=CLIP,
+        pol = assemble(setup, "dpfedavg", 3, mechanism="client-aggregate", sigma=d.sigma, clip=CLIP,
                        lr=LR, client_rate=d.q, local_epochs=1, batch_size=64).policy
-        _, _, fin = train(pol, rounds=d.rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, eval_every=d.rounds,
+        _, _, fin = train(pol, rounds=d.rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, evaluate=d.rounds,
                           spent=from_data(f.private_charges))
         row = dict(partition="iid, N = 10^4", epsilon=eps, pre_sigmas=spec.sigmas, pre_epsilon=f.private_epsilon,
                    kappa=f.kappa, kappa_ci=f.kappa_ci, problems=f.problems, q=d.q, rounds=d.rounds, sigma=d.sigma,
@@ -97,7 +97,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for partition in a.partitions:
-        setup = prepare("fashion-mnist", "lr", N, partition=partition, beta=0.5, seed=0, public_fraction=0.1,
+        setup = prepare("fashion-mnist", "lr", N, partition=partition, seed=0, public_fraction=0.1,
                         subset="rest")
         for eps in a.epsilons:
             spec = grid_for(a.share * eps, partition)
@@ -116,11 +116,11 @@ def main():
                 rows.append(row)
                 print(partition, eps, "no design:", exc, flush=True)
                 continue
-            pol = assemble(setup, "dpfedavg", 3, seeds=range(3), mechanism="client-aggregate", sigma=d.sigma,
+            pol = assemble(setup, "dpfedavg", 3, mechanism="client-aggregate", sigma=d.sigma,
                            clip=CLIP, lr=LR, client_rate=d.q, local_epochs=1, batch_size=64).policy
             from paretofl.theory.privacy import charges_from_data as from_data
 
-            _, _, fin = train(pol, rounds=d.rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, eval_every=d.rounds,
+            _, _, fin = train(pol, rounds=d.rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, evaluate=d.rounds,
                               spent=from_data(f.private_charges))
             row.update(q=d.q, rounds=d.rounds, sigma=d.sigma, training_epsilon=d.details["pretrial"][
                 "training_epsilon"], total=float(np.max(fin["epsilon"])), accuracy=fin["accuracy"].tolist())

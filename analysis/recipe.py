@@ -51,11 +51,11 @@ def _train(setup, q, rounds, sigma, reps, **kw):
     from paretofl.fl.algorithms import History, train
     from paretofl.fl.build import assemble
 
-    pol = assemble(setup, "dpfedavg", len(reps), seeds=[s for _, _, s in reps], mechanism="client-aggregate",
+    pol = assemble(setup, "dpfedavg", [s for _, _, s in reps], mechanism="client-aggregate",
                    sigma=sigma, clip=np.array([c for c, _, _ in reps]), lr=np.array([e for _, e, _ in reps]),
                    client_rate=q, local_epochs=1, batch_size=64, **kw).policy
     h = History()
-    train(pol, rounds=rounds, epsilon=None, delta=DELTA, eval_at=[rounds], history=h)
+    train(pol, rounds=rounds, epsilon=None, delta=DELTA, evaluate=[rounds], history=h)
     last = {r["replica"]: r for r in h.rows if r["round"] == rounds}
     return [(last[i]["accuracy"], last[i]["test_loss"], last[i]["epsilon"]) for i in range(len(reps))], pol
 
@@ -63,7 +63,7 @@ def _train(setup, q, rounds, sigma, reps, **kw):
 def cell(partition, eps, seeds, max_rounds):
     from paretofl.fl.build import prepare
 
-    setup = prepare("fashion-mnist", "lr", N, partition=partition, beta=0.5, seed=0, public_fraction=0.1,
+    setup = prepare("fashion-mnist", "lr", N, partition=partition, seed=0, public_fraction=0.1,
                     subset="rest")
     t0 = time.time()
     # one local epoch, as every policy here trains (the design chooses the local work since issue 46: §13)

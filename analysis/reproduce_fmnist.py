@@ -33,7 +33,7 @@ from paretofl.fl.algorithms import train
 from paretofl.fl.build import Setup, assemble
 from paretofl.fl.data import load_dataset, make_partition
 from paretofl.fl.models import build_model
-from paretofl.theory.privacy import compute_epsilon, max_steps
+from paretofl.theory.privacy import compute_epsilon, max_steps_searched
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -55,7 +55,7 @@ def run(name, algo, partition, seeds, rounds, local_test=False, device="cpu", **
         parts = [np.sort(p[: int(0.75 * len(p))]) for p in split]
         held = [np.sort(p[int(0.75 * len(p)):]) for p in split]
     eps = kw.pop("budget")
-    pol = assemble(Setup(ds, parts, build_model(model, ds.shape)), algo, len(seeds), seeds=seeds, device=device,
+    pol = assemble(Setup(ds, parts, build_model(model, ds.shape)), algo, seeds, device=device,
                    **kw).policy
     eng = pol.engine
 
@@ -83,7 +83,7 @@ def run(name, algo, partition, seeds, rounds, local_test=False, device="cpu", **
     # accuracy over rounds (what ALI-DPFL's published code prints and averages
     # as "best") can be set beside the final one; longer runs every 1,000th
     every = 1 if rounds <= 1000 else max(1, min(rounds, 10**4) // 10)
-    glob, hist, fin = train(pol, rounds=rounds, epsilon=eps, delta=1e-5, eval_every=every, progress=False)
+    glob, hist, fin = train(pol, rounds=rounds, epsilon=eps, delta=1e-5, evaluate=every, progress=False)
     best = np.full(len(seeds), -np.inf)
     for h in hist.rows:
         best[h["replica"]] = max(best[h["replica"]], h["accuracy"])
@@ -119,7 +119,7 @@ def main():
     # ε = 2 under the classic conversion); we stop at our accountant's ε of 317 steps
     sigma_002, R_c, R_s = 1.1, 317, 158
     eps_002 = compute_epsilon(q, sigma_002, R_c, 1e-5) * (1 + 1e-9)
-    assert max_steps(eps_002, q, sigma_002, 1e-5, refine=True) == R_c
+    assert max_steps_searched(eps_002, q, sigma_002, 1e-5) == R_c
     common = dict(sigma=sigma_002, clip=C, lr=0.5, batch_rate=q, budget=eps_002)
     shards = dict(clip=C, lr=0.5, batch_rate=78 / 6000, budget=2.0)
     jobs = [

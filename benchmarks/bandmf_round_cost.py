@@ -31,13 +31,13 @@ def one(setup, mechanism, bands, q, rounds, warmup, replicas):
     from paretofl.fl.build import assemble
 
     opts = {"bands": bands} if mechanism == "bandmf" else {}
-    pol = assemble(setup, "dpfedavg", replicas, seeds=range(replicas), mechanism=mechanism, sigma=0.5, clip=0.3,
+    pol = assemble(setup, "dpfedavg", replicas, mechanism=mechanism, sigma=0.5, clip=0.3,
                    lr=0.1, client_rate=q, local_epochs=1, batch_size=32, **opts).policy
-    run(pol, rounds=warmup, eval_every=10**9)        # untimed: allocation, first-touch
-    pol = assemble(setup, "dpfedavg", replicas, seeds=range(replicas), mechanism=mechanism, sigma=0.5, clip=0.3,
+    run(pol, rounds=warmup, evaluate=10**9)        # untimed: allocation, first-touch
+    pol = assemble(setup, "dpfedavg", replicas, mechanism=mechanism, sigma=0.5, clip=0.3,
                    lr=0.1, client_rate=q, local_epochs=1, batch_size=32, **opts).policy
     t0 = time.perf_counter()
-    run(pol, rounds=rounds, eval_every=rounds)
+    run(pol, rounds=rounds, evaluate=rounds)
     return (time.perf_counter() - t0) / rounds
 
 

@@ -62,12 +62,12 @@ def one(n_clients: int, synthetic: bool, rounds: int, cohort: int) -> dict:
         setup = prepare(ds, "lr", None, partition="given")
     else:
         setup = prepare("fashion-mnist", "lr", n_clients, partition="iid", subset="rest", public_fraction=0.1)
-    pol = assemble(setup, "dpfedavg", 1, seeds=[0], mechanism="client-aggregate", sigma=1.0, clip=1.0, lr=0.1,
+    pol = assemble(setup, "dpfedavg", [0], mechanism="client-aggregate", sigma=1.0, clip=1.0, lr=0.1,
                    client_rate=cohort / n_clients, local_epochs=1, batch_size=32).policy
     before = _status_mb("VmRSS")
     _reset_peak()
     t0 = time.perf_counter()
-    _, _, fin = run(pol, rounds=rounds, eval_every=rounds)
+    _, _, fin = run(pol, rounds=rounds, evaluate=rounds)
     seconds = time.perf_counter() - t0
     peak = _status_mb("VmHWM")
     return {"clients": n_clients, "data": "synthetic" if synthetic else "fashion-mnist", "rounds": rounds,

@@ -29,6 +29,7 @@ from engine_vs_opacus import PER_CLIENT, RATE, N, fake_fmnist, lenet_flops_per_c
 
 import paretofl.fl.models as models  # noqa: E402
 from paretofl.fl.build import Setup, assemble  # noqa: E402
+from paretofl.fl.engine import DPSGD  # noqa: E402
 
 
 class Timers:
@@ -66,7 +67,7 @@ def lr_step(reps=100):
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
     eng = assemble(Setup(ds, parts, models.build_model("lr", (1, 28, 28))), replicas=4).engine
     params = eng.broadcast(eng.init_global())
-    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
+    kw = dict(steps=1, lr=0.1, dpsgd=DPSGD(RATE, 1.0, RATE * PER_CLIENT, sigma=1.0))
     eng.local_steps(params, **kw)
     tm = Timers()
     for obj, name in ((eng, "poisson_batches"), (eng, "noise_like"), (eng.net, "clipped_grads"),

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from engine_vs_opacus import PER_CLIENT, RATE, N, _sync, fake_fmnist  # noqa: E402
 
 from paretofl.fl.build import Setup, assemble  # noqa: E402
+from paretofl.fl.engine import DPSGD  # noqa: E402
 from paretofl.fl.models import build_model  # noqa: E402
 
 SHAPES = {"cifar-cnn": (3, 32, 32)}
@@ -55,7 +56,7 @@ def measure(name, ds, replicas, device, min_seconds=1.0):
     eng = assemble(Setup(ds, parts, build_model(name, ds.x_train.shape[1:])), replicas=replicas,
                    device=device).engine
     params = eng.broadcast(eng.init_global())
-    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
+    kw = dict(steps=1, lr=0.1, dpsgd=DPSGD(RATE, 1.0, RATE * PER_CLIENT, sigma=1.0))
     dt = _timed(lambda: eng.local_steps(params, **kw), device, min_seconds)
     peak = torch.cuda.max_memory_allocated() if device != "cpu" else None
     rate = eng.vec(RATE)

@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from paretofl.fl.build import Setup, assemble
 from paretofl.fl.data import Dataset
+from paretofl.fl.engine import DPSGD
 from paretofl.fl.models import build_model
 
 N, PER_CLIENT, RATE = 10, 6000, 90 / 6000
@@ -54,7 +55,7 @@ def engine_runner(name, ds, replicas, device):
     replica on the engine; returns client-steps per second."""
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
     eng = assemble(Setup(ds, parts, build_model(name, (1, 28, 28))), replicas=replicas, device=device).engine
-    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
+    kw = dict(steps=1, lr=0.1, dpsgd=DPSGD(RATE, 1.0, RATE * PER_CLIENT, sigma=1.0))
     return timed_steps(eng, kw, device)
 
 

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from engine_vs_opacus import PER_CLIENT, RATE, N, fake_fmnist  # noqa: E402
 
 from paretofl.fl.build import Setup, assemble  # noqa: E402
+from paretofl.fl.engine import DPSGD  # noqa: E402
 from paretofl.fl.models import build_model  # noqa: E402
 
 
@@ -85,7 +86,7 @@ def main():
         samplers["float64, two summed"] = float64_summed_normals
     ds = fake_fmnist()
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
-    kw = dict(steps=1, lr=0.1, batch_rate=RATE, sigma=1.0, clip=1.0, batch_divisor=RATE * PER_CLIENT)
+    kw = dict(steps=1, lr=0.1, dpsgd=DPSGD(RATE, 1.0, RATE * PER_CLIENT, sigma=1.0))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     for name in (["lr", "lenet"] if a.model == "both" else [a.model]):
         eng = assemble(Setup(ds, parts, build_model(name, (1, 28, 28))), replicas=4).engine

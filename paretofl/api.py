@@ -124,6 +124,16 @@ def account(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
                       SAMPLING_RELATIONS[sampling])
 
 
+def __getattr__(name: str):
+    """``paretofl.api.Grid``, a public tuning's grid (:func:`tune`): its
+    module is loaded when asked for, so that a design starts without it."""
+    if name == "Grid":
+        from .pretrial.tune import Grid
+
+        return Grid
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _R = recommendation.Request     # the design's defaults, in one place
 
 
@@ -331,26 +341,30 @@ def _same_charges(a, b) -> bool:
                and int(x.steps) == int(y.steps) for x, y in zip(a, b))
 
 
-def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: int = 3, progress: bool = False,
-         chunk: int | None = None, epochs=None) -> Design:
+def tune(d: Design, store, grid=None, by: str = "accuracy", progress: bool = False,
+         chunk: int | None = None) -> Design:
     """The rest of the recipe, a step of its own (docs/theory.md §4.C):
-    train the ``clips`` × ``lrs`` grid (default 0.03–3 and 0.03–1) on the
+    train the ``grid`` (a :class:`paretofl.pretrial.tune.Grid`: its clips
+    × lrs, default 0.03–3 and 0.03–1, ``seeds`` runs each) on the
     public share of the pre-trial ``store`` at design ``d``'s T and noise on
-    the average (``seeds`` each; torch is imported; at most ``chunk``
+    the average (torch is imported; at most ``chunk``
     replicas trained together) and take the pair with the highest accuracy
     (``by`` "accuracy") or the lowest loss ("loss") on samples held out of
     the public share (never the test split) as its C
     and η (:func:`paretofl.pretrial.tune.tune`).  Fills ``d.clip``,
     ``d.lr``, ``d.local_epochs``, ``d.batch_size``, ``d.tuning``,
-    ``d.sources`` and notes in place, and returns ``d``.  ``epochs``: local
-    epochs searched with (C, η) (default: the design's own, else the
-    pre-trial's)."""
-    from .pretrial.tune import CLIPS, LRS, check_grid
+    ``d.sources`` and notes in place, and returns ``d``.  The grid's
+    ``epochs``: local epochs searched with (C, η) (default: the design's
+    own, else the pre-trial's)."""
+    from dataclasses import replace
+
+    from .pretrial.tune import At, Grid
     from .pretrial.tune import tune as run_tune
 
-    clips = check_grid(CLIPS if clips is None else clips, "clips")
-    lrs = check_grid(LRS if lrs is None else lrs, "lrs")
-    spec = _tunable(d, store, by, epochs)
+    grid = Grid() if grid is None else grid
+    if not isinstance(grid, Grid):
+        raise ValueError(f"the tuning's grid must be a paretofl.api.Grid, got {type(grid).__name__}")
+    spec = _tunable(d, store, by, grid.epochs)
     said = (d.tuning or {}).get("notes_said", [])                # an earlier tuning's notes, replaced below
     said = {n for n in said if isinstance(n, str)} if isinstance(said, list) else set()
     # the pair the pre-trial behind kappa used: the fit's, carried forward by a tuning (a second tuning keeps it;
@@ -362,10 +376,11 @@ def tune(d: Design, store, clips=None, lrs=None, by: str = "accuracy", seeds: in
         measured_at = (float(prior["clip"]), float(prior["lr"])) if ok else None      # unknown where not numbers
     else:
         measured_at = (d.clip, d.lr) if d.clip is not None else None
-    if epochs is None and d.local_epochs is not None:
-        epochs = (d.local_epochs,)
-    t = run_tune(store, d.q, d.rounds, d.noise_multiplier, d.n_clients, clips, lrs, seeds=seeds, progress=progress,
-                 select=by, chunk=chunk, epochs=epochs)
+    if grid.epochs is None and d.local_epochs is not None:
+        grid = replace(grid, epochs=(d.local_epochs,))
+    t = run_tune(store, At(d.q, d.rounds, d.noise_multiplier, d.n_clients), grid, select=by, progress=progress,
+                 chunk=chunk)
+    clips, lrs = grid.clips, grid.lrs
     if measured_at is not None:         # the pair the fit (its kappa and prediction) measured, kept beside the tuning
         t["measured_at"] = {"clip": measured_at[0], "lr": measured_at[1]}
     d.tuning = t
@@ -714,7 +729,7 @@ def _run(t: Training) -> TrainResult:
 
     from .fl.algorithms import ALGORITHMS, History
     from .fl.algorithms import train as run
-    from .fl.build import assemble, prepare
+    from .fl.build import Budget, assemble, prepare
     from .fl.data import load_dataset
     from .fl.names import partition_label
 
@@ -737,22 +752,21 @@ def _run(t: Training) -> TrainResult:
     if clients is None and partition != "given":
         clients = 10
     # a data set that marks its public share keeps it for pre-trials: the clients hold the rest
-    setup = prepare(ds, t.model, clients, partition=partition, beta=beta, seed=t.seed, strategy=t.strategy,
-                    subset="all" if ds.public is None else "rest")
+    setup = prepare(ds, t.model, clients, partition=partition_label(partition, beta), seed=t.seed,
+                    strategy=t.strategy, subset="all" if ds.public is None else "rest")
     if t.budgets is not None:
         groups, options = _group_design(len(setup.parts), t.delta, t.rounds, t.budgets, config.mechanism, options)
         config = cls.Config(**options)
         t = replace(t, rounds=groups.rounds, epsilon=groups.budget)
         asked = t.rounds
     _check_population(cls, config, setup, t.delta)
-    pol = assemble(setup, t.algorithm, t.replicas, seeds=[t.seed + r for r in range(t.replicas)], device=t.device,
-                   epsilon=t.epsilon, delta=t.delta, rounds=t.rounds, groups=groups, secure=t.secure,
-                   **options).policy
+    pol = assemble(setup, t.algorithm, [t.seed + r for r in range(t.replicas)], device=t.device,
+                   budget=Budget(t.epsilon, t.delta, t.rounds, groups), secure=t.secure, **options).policy
     if groups is None:
         _check_first_round(pol, t.replicas, t.delta, t.epsilon, spent)
     hist = History(t.history)
     try:
-        _, hist, fin = run(pol, rounds=t.rounds, epsilon=t.epsilon, delta=t.delta, eval_every=t.eval_every,
+        _, hist, fin = run(pol, rounds=t.rounds, epsilon=t.epsilon, delta=t.delta, evaluate=t.eval_every,
                            progress=t.progress, history=hist, spent=spent)
     finally:
         hist.close()

@@ -335,10 +335,10 @@ def _largest_rate(mech, eps, z, T, delta, lo, hi, orders=DEFAULT_ORDERS, rtol=1e
     return lo
 
 
-def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sigma_max, orders) -> dict:
-    """The group design where one noise goes on the sum (aggregate view): the
-    design's fields, ``groups`` among them."""
-    n, counts, eps = budgets.n_clients, budgets.counts, budgets.epsilons
+def _rates_on_grid(mech, budgets, delta, ts, q_max, sigma_min, sigma_max, orders) -> tuple:
+    """The noise multipliers on the sum searched, ``zs``, and each group's
+    largest rate at every (z, T) of ``zs`` × ``ts`` (G, Z, T)."""
+    n, eps = budgets.n_clients, budgets.epsilons
     qs = np.geomspace(q_max * 1e-3, q_max, 24)
     # noise multipliers on the sum up to the most σ_max can release (every client a round)
     zs = np.geomspace(max(0.05, sigma_min), max(mech.noise(1.0, sigma_max, n).std, 0.1), 40)
@@ -367,7 +367,14 @@ def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sig
         frac = (np.log(np.maximum(ti, 1)) - lt) / (np.log(np.maximum(ti, 1)) - np.log(np.maximum(tj, 1)))
     frac = np.where(np.isfinite(frac) & (j > i), np.clip(frac, 0, 1), 0.0)
     lq = np.log(qs)
-    rate = np.where(k > 0, np.exp(lq[i] + frac * (lq[j] - lq[i])), 0.0)      # (G, Z, T)
+    return zs, np.where(k > 0, np.exp(lq[i] + frac * (lq[j] - lq[i])), 0.0)
+
+
+def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sigma_max, orders) -> dict:
+    """The group design where one noise goes on the sum (aggregate view): the
+    design's fields, ``groups`` among them."""
+    n, counts, eps = budgets.n_clients, budgets.counts, budgets.epsilons
+    zs, rate = _rates_on_grid(mech, budgets, delta, ts, q_max, sigma_min, sigma_max, orders)     # (G, Z, T)
     m = np.tensordot(counts, rate, axes=1)                                   # (Z, T)
     feasible = np.all(rate > 0, axis=0) & (m >= 1 - 1e-9)
     with np.errstate(divide="ignore", invalid="ignore"):

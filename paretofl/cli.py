@@ -433,8 +433,8 @@ def cmd_design(a):
             print(json.dumps({"feasible": False, "budget": exc.epsilon, "min_epsilon": exc.min_epsilon, **exc.where}))
         raise
     if a.tune is not None:
-        api.tune(d, a.tune, clips=a.clips, lrs=a.lrs, by=a.tune_by or "accuracy", progress=not a.json, chunk=a.chunk,
-                 epochs=a.tune_epochs)
+        grid = {k: v for k, v in (("clips", a.clips), ("lrs", a.lrs), ("epochs", a.tune_epochs)) if v is not None}
+        api.tune(d, a.tune, api.Grid(**grid), by=a.tune_by or "accuracy", progress=not a.json, chunk=a.chunk)
     out = d.to_dict()
     out["feasible"] = True
     out["notes"] = [_flagged(n, a.flags) for n in d.notes]

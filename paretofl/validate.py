@@ -33,8 +33,7 @@ from .theory.privacy import max_steps
 
 
 def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | None = None,
-             executor: str = "local", ray_address=None, progress: bool = True, bootstrap: int = 300,
-             name: str = "validate") -> dict:
+             executor: str = "local", ray_address=None, progress: bool = True, bootstrap: int = 300) -> dict:
     _check_args(spec, full_fraction, budget)
     outdir = Path(outdir)
     # the full sweep trains on the whole training set (or its full_fraction),
@@ -44,7 +43,7 @@ def validate(spec: Spec, outdir, full_fraction: float = 1.0, budget: float | Non
 
     masked = load_dataset(spec.dataset, spec.data_dir).public is not None
     full = replace(spec, public_fraction=full_fraction, subset="all" if masked else spec.subset)
-    stores = {k: str(outdir / f"{name}_{k}.sqlite") for k in ("public", "full")}
+    stores = {k: str(outdir / f"validate_{k}.sqlite") for k in ("public", "full")}
     run_sweep(spec, stores["public"], executor=executor, ray_address=ray_address, progress=progress)
     run_sweep(full, stores["full"], executor=executor, ray_address=ray_address, progress=progress)
     # wall times from the stores (a resumed sweep's own time would undercount)

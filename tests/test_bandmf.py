@@ -206,7 +206,7 @@ def _release(mechanism, bands, replicas, clients, q=None, sigma=1.0):
 
     setup = A._setup(A._synthetic(4 * clients, 1, 2), clients)
     q = 1 / bands if q is None else q
-    return assemble(setup, "dpfedavg", replicas=replicas, seeds=range(replicas), mechanism=mechanism, bands=bands,
+    return assemble(setup, "dpfedavg", replicas=range(replicas), mechanism=mechanism, bands=bands,
                     client_rate=q, sigma=sigma, clip=1.0, lr=0.1).policy.release
 
 

@@ -300,7 +300,7 @@ def test_a_design_files_recipe_is_checked_on_load(tmp_path, edit, match, capsys)
 def test_the_tuning_keeps_a_k_the_design_chose(tmp_path):
     d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
     with pytest.raises(ValueError, match="the tuning searches C and the learning rate at them"):
-        paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), epochs=(1, 2))
+        paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(epochs=(1, 2)))
 
 
 def test_the_empirical_mode_does_not_take_a_k_it_never_saw(tmp_path):
@@ -417,7 +417,7 @@ def test_a_tuning_that_moves_the_learning_rate_leaves_the_prediction_behind(lrs,
 
     d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
     assert d.prediction_applies() and d.predicted_at()["lr"] == d.lr == 0.1
-    paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), clips=(0.3,), lrs=lrs, seeds=1)
+    paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3,), lrs=lrs, seeds=1))
     assert d.lr == lrs[0] and d.predicted_at() == {"clip": 0.3, "lr": 0.1, "local_epochs": d.local_epochs}
     assert d.prediction_applies() is applies
     said = "\n".join(_local_work_lines(d))
@@ -433,7 +433,7 @@ def test_a_tuning_that_moves_the_learning_rate_leaves_the_prediction_behind(lrs,
     _predicted_lines(d, run, out)
     assert "prediction_error" in out
     # a second tuning keeps the fit's pair, not the first tuning's (an attack)
-    paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), clips=(0.3,), lrs=lrs, seeds=1)
+    paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3,), lrs=lrs, seeds=1))
     assert d.predicted_at()["lr"] == 0.1 and d.prediction_applies() is applies
 
 
@@ -451,7 +451,7 @@ def test_the_prediction_is_of_the_fits_pair_not_the_tuning_stores(tmp_path, caps
                  "0.02", "--out", str(store)]) in (0, None)
     capsys.readouterr()
     d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
-    paretofl.api.tune(d, str(store), clips=(0.3,), lrs=(0.1,), seeds=1)
+    paretofl.api.tune(d, str(store), paretofl.api.Grid(clips=(0.3,), lrs=(0.1,), seeds=1))
     assert d.predicted_at()["clip"] == 0.3 and d.predicted_at()["lr"] == 0.1 and d.prediction_applies()
     d.save(tmp_path / "d.json")
     assert paretofl.Design.load(tmp_path / "d.json").prediction_applies()
@@ -459,7 +459,7 @@ def test_the_prediction_is_of_the_fits_pair_not_the_tuning_stores(tmp_path, caps
     assert main(["pretrial", "--dataset", "digits", "--model", "lr", "--clients", "4", "--sigmas", "1",
                  "--rounds", "2", "--seeds", "1", "--q", "1", "--out", str(digits)]) in (0, None)
     with pytest.raises(ValueError, match="another model or data than the design's fit"):
-        paretofl.api.tune(paretofl.design(N, EPS, DELTA, max_rounds=TMAX), str(digits), seeds=1)
+        paretofl.api.tune(paretofl.design(N, EPS, DELTA, max_rounds=TMAX), str(digits), paretofl.api.Grid(seeds=1))
 
 
 def test_the_partition_measured_is_the_one_named(tmp_path, capsys):
@@ -486,20 +486,20 @@ def test_the_partition_measured_is_the_one_named(tmp_path, capsys):
                  "--rounds", "2", "--seeds", "1", "--q", "1", "--public-fraction", "0.02", "--partition", "shards:2",
                  "--out", str(store)]) in (0, None)
     with pytest.raises(ValueError, match="splits its public clients shards:2, the design's own pre-trial iid"):
-        paretofl.api.tune(paretofl.design(N, EPS, DELTA, max_rounds=TMAX), str(store), seeds=1)
+        paretofl.api.tune(paretofl.design(N, EPS, DELTA, max_rounds=TMAX), str(store), paretofl.api.Grid(seeds=1))
     # a design from a store (no fit, no dissimilarity record) knows its pre-trial's split too (the attack: unchecked)
     empirical = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, from_store=str(ROOT_PRETRIALS / "lr_fmnist.sqlite"))
     assert empirical.details["pretrial_partition"] == "iid"
     with pytest.raises(ValueError, match="splits its public clients shards:2, the design's own pre-trial iid"):
-        paretofl.api.tune(empirical, str(store), seeds=1)
+        paretofl.api.tune(empirical, str(store), paretofl.api.Grid(seeds=1))
 
 
 def test_a_second_tuning_replaces_the_first_tunings_notes():
     d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
     store = str(ROOT_PRETRIALS / "lr_fmnist.sqlite")
-    paretofl.api.tune(d, store, clips=(1.0,), lrs=(0.5,), seeds=1)
+    paretofl.api.tune(d, store, paretofl.api.Grid(clips=(1.0,), lrs=(0.5,), seeds=1))
     assert any("C = 1, lr = 0.5" in n for n in d.notes)
-    paretofl.api.tune(d, store, clips=(0.1,), lrs=(0.03,), seeds=1)
+    paretofl.api.tune(d, store, paretofl.api.Grid(clips=(0.1,), lrs=(0.03,), seeds=1))
     assert not any("C = 1, lr = 0.5" in n for n in d.notes) and any("C = 0.1, lr = 0.03" in n for n in d.notes)
 
 
@@ -527,7 +527,7 @@ def test_an_edited_tuning_record_is_unknown_not_a_crash(tmp_path, edit):
     e = paretofl.Design.load(tmp_path / "e.json")
     if "measured_at" in edit:
         assert e.prediction_applies() is False
-    paretofl.api.tune(e, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), clips=(0.3,), lrs=(0.1,), seeds=1)
+    paretofl.api.tune(e, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3,), lrs=(0.1,), seeds=1))
 
 
 def test_a_beta_beside_a_design_of_dirichlet_clients_is_refused_not_dropped():
@@ -666,9 +666,10 @@ def test_the_lower_levels_speak_the_same_vocabulary(tmp_path):
     from paretofl.fl.data import make_partition
 
     a = prepare("digits", "lr", 4, partition="dirichlet:0.3")
-    b = prepare("digits", "lr", 4, partition="dirichlet", beta=0.3)
-    assert [p.tolist() for p in a.parts] == [p.tolist() for p in b.parts]
     y = a.data.y_train.numpy()
+    assert [p.tolist() for p in a.parts] == [p.tolist() for p in make_partition("dirichlet", y, 4, beta=0.3)]
+    assert [p.tolist() for p in prepare("digits", "lr", 4, partition="dirichlet").parts] == \
+        [p.tolist() for p in make_partition("dirichlet", y, 4, beta=0.5)]
     assert [p.tolist() for p in make_partition("dirichlet", y, 4)] == \
         [p.tolist() for p in make_partition("dirichlet", y, 4, beta=0.5)]
     (tmp_path / "s.toml").write_text('dataset = "digits"\nmodel = "lr"\npartition = "dirichlet"\nbeta = 0.7\n')

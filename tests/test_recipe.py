@@ -246,13 +246,14 @@ def test_tune_returns_the_grids_best_at_the_designs_noise(digits_store):
     from paretofl import api
 
     d = api.tune(paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5), str(digits_store),
-                 clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5))
+                 paretofl.api.Grid(clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5)))
     t = d.tuning
     assert len(t["grid"]) == 6 and t["select"] == "accuracy"
     best = max(t["grid"], key=lambda g: g["accuracy"])
     assert (d.clip, d.lr) == (best["clip"], best["lr"])
     by_loss = api.tune(paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5), str(digits_store),
-                       clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5), by="loss", chunk=4)   # in chunks: the same runs
+                       paretofl.api.Grid(clips=(0.01, 0.3, 3.0), lrs=(0.05, 0.5)), by="loss",
+                       chunk=4)   # in chunks: the same runs
     assert by_loss.tuning["grid"] == t["grid"]                        # the same seeded public runs
     low = min(t["grid"], key=lambda g: g["test_loss"])
     assert (by_loss.clip, by_loss.lr) == (low["clip"], low["lr"])
@@ -275,10 +276,10 @@ def test_tune_never_reads_the_test_split(digits_store):
     from dataclasses import replace
 
     from paretofl.pretrial import sweep
-    from paretofl.pretrial.tune import spec_of_store, tune
+    from paretofl.pretrial.tune import At, Grid, spec_of_store, tune
 
-    kw = dict(clips=(0.01, 0.3), lrs=(0.05, 0.5), seeds=1)
-    before = tune(str(digits_store), 1.0, 3, 2.0, 20, **kw)
+    kw = dict(grid=Grid(clips=(0.01, 0.3), lrs=(0.05, 0.5), seeds=1))
+    before = tune(str(digits_store), At(1.0, 3, 2.0, 20), **kw)
     spec = spec_of_store(str(digits_store))
     setup = sweep.prepared(spec)
     ds = setup.data
@@ -286,7 +287,7 @@ def test_tune_never_reads_the_test_split(digits_store):
     key = next(iter(sweep._SETUP_CACHE))
     sweep._SETUP_CACHE[key] = replace(setup, data=scrambled)
     try:
-        after = tune(str(digits_store), 1.0, 3, 2.0, 20, **kw)
+        after = tune(str(digits_store), At(1.0, 3, 2.0, 20), **kw)
     finally:
         sweep._SETUP_CACHE.clear()
     assert after["grid"] == before["grid"] and (after["clip"], after["lr"]) == (before["clip"], before["lr"])

@@ -240,7 +240,7 @@ def test_a_users_data_pretrial_with_local_work_fits_and_its_tuning_knows_the_dat
     assert main(["fit", "u.sqlite", "--out", "u_fit.json"]) in (0, 1)
     assert json.loads((tmp_path / "u_fit.json").read_text())["local_work"]["epochs"] == [1, 2]
     d = paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5)
-    t = paretofl.api.tune(d, "u.sqlite", clips=(0.3, 1.0), lrs=(0.5,), seeds=1).tuning
+    t = paretofl.api.tune(d, "u.sqlite", paretofl.api.Grid(clips=(0.3, 1.0), lrs=(0.5,), seeds=1)).tuning
     assert t["validation_samples"] == 12                  # 20 % of each of 4 clients' 15 public samples: 3 each
     assert any("12 held-out public samples only" in n for n in t["notes_said"])
     capsys.readouterr()
@@ -252,4 +252,22 @@ def test_a_users_data_pretrial_with_local_work_fits_and_its_tuning_knows_the_dat
     sweep._SETUP_CACHE.clear()
     with pytest.raises(ValueError, match="changed since its pre-trial .*data fingerprint"):
         paretofl.api.tune(paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5), "u.sqlite",
-                          clips=(0.3,), lrs=(0.5,), seeds=1)
+                          paretofl.api.Grid(clips=(0.3,), lrs=(0.5,), seeds=1))
+
+
+@pytest.mark.parametrize("bad, said", [
+    (dict(clips=()), "clips grid must hold positive"), (dict(lrs=(0.1, -1)), "lrs grid must hold positive"),
+    (dict(clips=(float("inf"),)), "clips grid must hold positive"), (dict(lrs="x"), "lrs grid must be a list"),
+    (dict(epochs=(0,)), "local-epochs grid must hold integers"), (dict(epochs=(1.5,)), "local-epochs grid"),
+])
+def test_a_tuning_grid_refuses_a_bad_axis_when_it_is_made(bad, said):
+    with pytest.raises(ValueError, match=said):
+        paretofl.api.Grid(**bad)
+
+
+def test_a_tuning_takes_its_grid_as_a_grid():
+    """A grid given as a list (the old keywords' shape) is refused in one line, never read as something else."""
+    d = paretofl.design(20, 4.0, delta=1e-3, max_rounds=6, q=1.0, kappa=0.5)
+    with pytest.raises(ValueError, match="grid must be a paretofl.api.Grid"):
+        paretofl.api.tune(d, "pretrials/lr_fmnist.sqlite", [0.3, 1.0])
+    assert paretofl.api.Grid(clips=(1, 0.3, 1)).clips == (0.3, 1.0)      # sorted, once each

@@ -72,7 +72,7 @@ import torch
 from ..mechanisms import REGISTRY, AuditSetting, audit_setting, audit_settings
 from ..mechanisms import get as get_mechanism
 from ..theory.privacy import Charge
-from .build import Setup, assemble, assemble_pretrial
+from .build import Budget, Setup, assemble, assemble_pretrial
 from .data import Dataset
 from .engine import Engine
 from .models import build_model
@@ -284,6 +284,15 @@ def _engine(ds, n_clients, replicas, first_seed, broken):
     return cls(setup.model, ds, setup.parts, replicas, seeds=range(first_seed, first_seed + replicas))
 
 
+def _break_engine(pol, broken):
+    """``pol`` with its engine's clipping skipped where ``broken`` is
+    "no-clip" (the one engine the assembly built, broken in place: its
+    release and policy see the same object)."""
+    if broken == "no-clip":
+        pol.engine.__class__ = _UnclippedEngine
+    return pol
+
+
 def _canary_column(glob, features):
     """Flat indices of the weights of the canary feature (one per class)."""
     out = glob[0].shape[-1]
@@ -317,26 +326,30 @@ def _policy(s: AuditSetting, ds, n_clients, replicas, first_seed, broken="none",
     ``ds``, its release broken where ``broken`` is a break in the release."""
     p = s.params
     factor = 0.1 if broken == "noise/10" else 1.0
-    run = dict(replicas=replicas, seeds=range(first_seed, first_seed + replicas), sizes=sizes,
-               delta=p.get("delta", 1e-5), engine_class=_UnclippedEngine if broken == "no-clip" else Engine)
+    seeds = range(first_seed, first_seed + replicas)
     setup = _setup(ds, n_clients)
     if s.canary == "sample-replace":          # NbAFL: its own algorithm, parameter clipping
-        pol = assemble(setup, REGISTRY[s.mechanism].algorithm, epsilon=p["epsilon"], rounds=1, clip=p["clip"],
-                       exposures=1, lr=p["lr"], local_steps=5, batch_size=64, calibration=p["calibration"],
-                       **run).policy
+        budget = Budget(epsilon=p["epsilon"], delta=p.get("delta", 1e-5), rounds=1, sizes=sizes)
+        pol = _break_engine(assemble(setup, REGISTRY[s.mechanism].algorithm, seeds, budget=budget, clip=p["clip"],
+                                     exposures=1, lr=p["lr"], local_steps=5, batch_size=64,
+                                     calibration=p["calibration"]).policy, broken)
         pol.sigma_u, pol.sigma_d = pol.sigma_u * factor, pol.sigma_d * factor
         return pol
     if s.canary == "sample-add":              # DP-SGD inside the client
-        return assemble(setup, "dpfedavg", mechanism=s.mechanism, sigma=p["sigma"] * factor, clip=p.get("clip", 1.0),
-                        lr=p.get("lr", 0.1), batch_rate=p["q"], local_steps=1, client_rate=1.0,
-                        declared_sizes="data" if sizes is None else None, **run).policy
+        budget = Budget(delta=p.get("delta", 1e-5), sizes=sizes)
+        return _break_engine(assemble(setup, "dpfedavg", seeds, budget=budget, mechanism=s.mechanism,
+                                      sigma=p["sigma"] * factor, clip=p.get("clip", 1.0), lr=p.get("lr", 0.1),
+                                      batch_rate=p["q"], local_steps=1, client_rate=1.0,
+                                      declared_sizes="data" if sizes is None else None).policy, broken)
     groups = _groups(s) if "group_of" in p else None
     sigma = (groups.groups[0]["sigma"] if groups is not None else p["sigma"]) * factor
     q = p["cohort"] / p["clients"] if "cohort" in p else (
         float(groups.client_rates().mean()) if groups is not None else p["q"])
     opts = {k: p[k] for k in REGISTRY[s.mechanism].constructor_options if k in p}
-    pol = assemble(setup, "dpfedavg", mechanism=s.mechanism, sigma=sigma, clip=p.get("clip", 1.0),
-                   lr=p.get("lr", 0.1), client_rate=q, batch_size=64, groups=groups, **opts, **run).policy
+    budget = Budget(delta=p.get("delta", 1e-5), groups=groups, sizes=sizes)
+    pol = _break_engine(assemble(setup, "dpfedavg", seeds, budget=budget, mechanism=s.mechanism, sigma=sigma,
+                                 clip=p.get("clip", 1.0), lr=p.get("lr", 0.1), client_rate=q, batch_size=64,
+                                 **opts).policy, broken)
     eng = pol.engine
     rel = pol.release
     if broken in _BROKEN:
@@ -516,14 +529,13 @@ def _pipeline(s: AuditSetting, replicas, first_seed, broken="none"):
     ds = _synthetic(p["samples"] * p["clients"], 12345, p["features"])
     setup = _setup(ds, p["clients"])
     factor = 0.1 if broken == "noise/10" else 1.0
-    opts = dict(clip=p.get("clip", 1.0), lr=p.get("lr", 0.1), batch_size=64, delta=p["delta"],
-                engine_class=_UnclippedEngine if broken == "no-clip" else Engine)
+    opts = dict(clip=p.get("clip", 1.0), lr=p.get("lr", 0.1), batch_size=64)
     runs = [(sg * factor, first_seed + i) for i in range(replicas) for sg in p["sigmas"]]
-    pre = assemble_pretrial(setup, p["q"], runs, private=broken != "shared-noise", mechanism=s.mechanism,
-                            **opts).policy
+    pre = _break_engine(assemble_pretrial(setup, p["q"], runs, private=broken != "shared-noise", mechanism=s.mechanism,
+                                          budget=Budget(delta=p["delta"]), **opts).policy, broken)
     seeds = range(first_seed + _TRAINING_SEEDS, first_seed + _TRAINING_SEEDS + replicas)
-    train = assemble(setup, "dpfedavg", replicas, seeds=seeds, mechanism=s.mechanism, sigma=p["sigma"] * factor,
-                     client_rate=p["q"], **opts).policy
+    train = _break_engine(assemble(setup, "dpfedavg", seeds, budget=Budget(delta=p["delta"]), mechanism=s.mechanism,
+                                   sigma=p["sigma"] * factor, client_rate=p["q"], **opts).policy, broken)
     return pre, train
 
 

@@ -6,6 +6,7 @@ their runs here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 from ..mechanisms import REGISTRY
 from ..mechanisms import get as mechanism_of
@@ -56,23 +57,24 @@ class Setup:
     model: Model
 
 
-def prepare(dataset, model, clients: int | None, partition: str = "iid", beta: float | None = None, seed: int = 0,
-            data_dir: str | None = None, public_fraction: float = 1.0, subset: str = "all",
-            strategy: str = "auto") -> Setup:
-    """Load the data, keep its public share (``subset`` "public"), the rest
-    ("rest") or all of it ("all": a random ``public_fraction`` of the whole
-    training set, any public mask of the data's own ignored), split it over
-    ``clients`` clients (None with partition "given": the data's own
-    clients; ``partition`` in the vocabulary of
-    :func:`paretofl.fl.names.split_partition`: dirichlet:ALPHA, or dirichlet
-    at ``beta``, default 0.5), build the model."""
+def prepare(dataset, model, clients: int | None, partition: str = "iid", seed: int = 0,
+            public_fraction: float = 1.0, subset: str = "all", strategy: str = "auto") -> Setup:
+    """Load the data (``dataset``: a name, a loader or a
+    :class:`~paretofl.fl.data.Dataset`; :func:`load_dataset` with a folder
+    of your own first), keep its public share (``subset`` "public"), the
+    rest ("rest") or all of it ("all": a random ``public_fraction`` of the
+    whole training set, any public mask of the data's own ignored), split
+    it over ``clients`` clients (None with partition "given": the data's
+    own clients; ``partition`` in the vocabulary of
+    :func:`paretofl.fl.names.split_partition`: dirichlet:ALPHA, plain
+    dirichlet at 0.5), build the model."""
     from dataclasses import replace
 
     from .names import split_partition
 
-    partition, beta = split_partition(partition, beta, strict=False)
+    partition, beta = split_partition(partition, None, strict=False)
 
-    ds = load_dataset(dataset, data_dir)
+    ds = load_dataset(dataset)
     if subset not in ("all", "public", "rest"):
         raise ValueError(f"subset must be all, public or rest, got {subset!r}")
     if subset == "rest" or (subset == "public" and (public_fraction < 1 or ds.public is not None)):
@@ -157,15 +159,28 @@ class Run:
     policy: object
 
 
-def assemble(setup: Setup, algorithm: str = "dpfedavg", replicas: int = 1, seeds=None, device: str = "cpu",
-             epsilon=None, delta: float = 1e-5, rounds=None, groups=None, sizes=None, engine_class=None,
-             lower: str | None = None, secure: bool = False, **options) -> Run:
+@dataclass(frozen=True)
+class Budget:
+    """What a run's policy is built for: the budget ``epsilon`` (None:
+    none; a run stops at it), ``delta``, the ``rounds`` T (None: the
+    run's), clients with budgets of their own (``groups``, a design with
+    groups) and the clients' declared sizes (``sizes``, DP-SGD's divisor
+    and weights; None: its config's ``declared_sizes``)."""
+
+    epsilon: float | None = None
+    delta: float = 1e-5
+    rounds: int | None = None
+    groups: object = None
+    sizes: object = None
+
+
+def assemble(setup: Setup, algorithm: str = "dpfedavg", replicas=1, device: str = "cpu",
+             budget: Budget = Budget(), secure: bool = False, lower: str | None = None, **options) -> Run:
     """Engine and policy over ``setup`` (:func:`prepare`): ``replicas``
-    replicas (``seeds``: one each, default 0, 1, ...) of ``algorithm``
-    (one of :data:`paretofl.fl.algorithms.ALGORITHMS`) with ``options``
-    (its config's fields), the run's budget (``epsilon``, ``delta``,
-    ``rounds``), clients with budgets of their own (``groups``, a design
-    with groups) and declared sizes (``sizes``).  ``secure``: a real
+    replicas (their number, seeded 0, 1, ...; or their seeds, one each) of
+    ``algorithm`` (one of :data:`paretofl.fl.algorithms.ALGORITHMS`) with
+    ``options`` (its config's fields), built for ``budget``
+    (:class:`Budget`).  ``secure``: a real
     release, every random generator seeded from the operating system's
     entropy (the seeds only label the replicas); otherwise a simulation,
     reproducible by its seeds.
@@ -179,6 +194,15 @@ def assemble(setup: Setup, algorithm: str = "dpfedavg", replicas: int = 1, seeds
     from .algorithms.base import LOWER
     from .engine import Engine
 
+    seeds = None
+    if not isinstance(replicas, (bool, int, str)) and hasattr(replicas, "__iter__"):     # the replicas' seeds
+        seeds = list(replicas)
+        if any(isinstance(s, bool) or not isinstance(s, Integral) for s in seeds):
+            raise ValueError(f"the replicas' seeds must be integers, got {seeds!r}")
+        seeds, replicas = [int(s) for s in seeds], len(seeds)
+    if not isinstance(budget, Budget):
+        raise ValueError(f"budget must be a paretofl.fl.build.Budget, got {type(budget).__name__}")
+    groups, sizes = budget.groups, budget.sizes
     cls, config = check_fits(setup, algorithm, replicas, device, lower, groups, **options)
     mech = getattr(config, "mechanism", None)
     if secure and mech is not None and mechanism_of(mech).noise_on == "gradient" and sizes is None \
@@ -191,13 +215,12 @@ def assemble(setup: Setup, algorithm: str = "dpfedavg", replicas: int = 1, seeds
                          "'data' to take the clients' own counts and publish them")
     ds, parts, net = setup.data, setup.parts, setup.model
     lower = lower or LOWER
-    seeds = list(range(replicas)) if seeds is None else list(seeds)
-    eng = (engine_class or Engine)(net, ds, parts, replicas, device=device, seeds=seeds, dtype=torch.float32,
-                                   secure=secure)
+    seeds = list(range(replicas)) if seeds is None else seeds
+    eng = Engine(net, ds, parts, replicas, device=device, seeds=seeds, dtype=torch.float32, secure=secure)
     kw = {"groups": groups} if groups is not None else {}
     if sizes is not None:
         kw["sizes"] = sizes
-    pol = cls(eng, config, epsilon=epsilon, delta=delta, rounds=rounds, **kw)
+    pol = cls(eng, config, epsilon=budget.epsilon, delta=budget.delta, rounds=budget.rounds, **kw)
     pol.lower = lower
     return Run(setup, eng, pol)
 
@@ -216,6 +239,6 @@ def assemble_pretrial(setup: Setup, q: float, replicas, private: bool, mechanism
     import numpy as np
 
     replicas = [(float(s), int(seed)) for s, seed in replicas]
-    return assemble(setup, "dpfedavg", len(replicas), seeds=[seed for _, seed in replicas], device=device,
+    return assemble(setup, "dpfedavg", [seed for _, seed in replicas], device=device,
                     lower=lower, secure=bool(private), mechanism=mechanism,
                     sigma=np.array([s for s, _ in replicas]), client_rate=q, **options)

@@ -70,6 +70,22 @@ def _chunk_pool(n):
     return _POOLS[n]
 
 
+@dataclass(frozen=True)
+class DPSGD:
+    """DP-SGD's local steps, as a release inside the client sets them
+    (:meth:`Engine.local_steps`): Poisson batches at ``batch_rate``, each
+    per-sample gradient clipped to ``clip``, Gaussian noise of standard
+    deviation ``sigma`` times ``clip`` added to the clipped sum (``sigma``
+    None: none), the sum divided by ``batch_divisor``, a public number (e.g.
+    the expected batch of a declared size, never the data's own count).
+    Each a scalar, per replica (R,) or per row (K,)."""
+
+    batch_rate: object
+    clip: object
+    batch_divisor: object = None
+    sigma: object = None
+
+
 @dataclass
 class StepStats:
     loss: torch.Tensor              # (K,) mean training loss of the last local step
@@ -404,29 +420,33 @@ class Engine:
         return idx, weight.to(self.dtype)
 
     # ------------------------------------------------------------ local work
-    def local_steps(self, params, steps, lr, batch_rate=None, sigma=None, clip=None, batch_size=None,
-                    prox_mu=None, anchor=None, batch_divisor=None, adam=None, cohort: Cohort | None = None):
+    def local_steps(self, params, steps, lr, batch_size=None, dpsgd: DPSGD | None = None, prox=None, adam=None,
+                    cohort: Cohort | None = None):
         """Run up to max(steps) local steps on the K rows of ``cohort``
         (every client of every replica by default); ``params`` are the
         rows' models (K, ...).
 
-        * DP-SGD (``clip`` given): Poisson batches at ``batch_rate``, each
-          per-sample gradient clipped to ``clip``, N(0, σ²C²) added to the
-          sum, divided by ``batch_divisor`` (K,): a public number, e.g. the
-          expected batch of a declared size, never the data's own count.
-        * plain SGD (``clip`` None): batches of ``batch_size``, mean gradient.
+        * DP-SGD (``dpsgd``, a :class:`DPSGD`): Poisson batches, each
+          per-sample gradient clipped to C, N(0, σ²C²) added to the sum,
+          divided by the public batch divisor.
+        * plain SGD (``dpsgd`` None): batches of ``batch_size``, mean gradient.
         Settings are scalars, per replica (R,) or per row (K,).
         ``steps`` (K,) lets rows stop early (e.g. an adaptive τ per replica,
         or local epochs of clients of different sizes);
-        ``prox_mu`` adds the proximal term μ/2‖w - anchor‖² (NbAFL).
+        ``prox`` = (μ, anchor) adds the proximal term μ/2‖w - anchor‖² (NbAFL).
         ``adam`` (an :class:`AdamState`): Adam steps on that gradient with
         learning rate ``lr`` instead of SGD steps; the rows' moments advance
         in place.
         Returns (params, StepStats of each row's last step; zeros for a
         row that took no step).
         """
-        if clip is not None and batch_divisor is None:
+        if dpsgd is not None and not isinstance(dpsgd, DPSGD):
+            raise ValueError(f"dpsgd must be a paretofl.fl.engine.DPSGD, got {type(dpsgd).__name__}")
+        if dpsgd is not None and dpsgd.batch_divisor is None:
             raise ValueError("DP-SGD needs a public batch_divisor (e.g. the expected batch of a declared size)")
+        batch_rate, clip, batch_divisor, sigma = (None,) * 4 if dpsgd is None else (
+            dpsgd.batch_rate, dpsgd.clip, dpsgd.batch_divisor, dpsgd.sigma)
+        prox_mu, anchor = (None, None) if prox is None else prox
         c = cohort or self.everyone()
         K = c.size
         steps = torch.as_tensor(steps, device=self.device).reshape(-1)

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..mechanisms import REGISTRY, Mechanism
-from .engine import Cohort, Engine
+from .engine import DPSGD, Cohort, Engine
 from .options import per_replica
 
 __all__ = ["Release", "SumRelease", "CorrelatedRelease", "UpdateRelease", "GradientRelease", "DistributedRelease",
@@ -352,12 +352,12 @@ class GradientRelease(Release):
         n = torch.as_tensor(self.sizes, dtype=eng.dtype, device=eng.device)[c.client]
         return eng.rows(self.batch_rate, c) * n
 
-    def local_noise(self, c: Cohort) -> dict:
+    def local_noise(self, c: Cohort) -> DPSGD:
         """What DP-SGD's local steps need: per-sample clipping, noise and the public divisor."""
         eng = self.engine
         std = self.mech.noise(self.batch_rate, self.sigma, eng.N).std       # σ on each step's clipped sum
-        return dict(batch_rate=eng.rows(self.batch_rate, c), sigma=eng.rows(std, c),
-                    clip=eng.rows(self.clip, c), batch_divisor=self.divisor(c))
+        return DPSGD(batch_rate=eng.rows(self.batch_rate, c), clip=eng.rows(self.clip, c),
+                     batch_divisor=self.divisor(c), sigma=eng.rows(std, c))
 
     def release(self, glob, new, c: Cohort, active):
         """The clients' models averaged with their declared sizes' weights;

@@ -70,13 +70,15 @@ def prepared(spec: Spec):
     """The pre-trial's training subset, partition and model (cached per
     process): :func:`paretofl.fl.build.prepare`."""
     from ..fl.build import prepare
+    from ..fl.data import load_dataset
+    from ..fl.names import split_name
 
     key = (spec.dataset, spec.data_dir, spec.public_fraction, spec.data_seed, spec.partition, spec.beta,
            spec.clients, spec.subset, spec.model)
     if key not in _SETUP_CACHE:
-        setup = prepare(spec.dataset, spec.model, spec.clients, partition=spec.partition, beta=spec.beta,
-                        seed=spec.data_seed, data_dir=spec.data_dir, public_fraction=spec.public_fraction,
-                        subset=spec.subset)
+        setup = prepare(load_dataset(spec.dataset, spec.data_dir), spec.model, spec.clients,
+                        partition=split_name(spec.partition, spec.beta, strict=False), seed=spec.data_seed,
+                        public_fraction=spec.public_fraction, subset=spec.subset)
         _SETUP_CACHE.clear()
         _SETUP_CACHE[key] = setup
     return _SETUP_CACHE[key]
@@ -146,8 +148,8 @@ def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
         if on_round is not None:
             on_round(t)
 
-    train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, eval_at=job.rounds, on_round=after,
-          history=hist)
+    hist.on_round = after
+    train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, evaluate=job.rounds, history=hist)
     return rows
 
 
@@ -175,9 +177,8 @@ def run_local_work_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
     seeds = [(0.0, sd) for _, sd in job.replicas]
     pol = assemble_pretrial(prepared(spec), job.q, seeds, False, MECHANISM, device=spec.device, lower=LOWER_CHUNK,
                             clip=spec.clip, lr=spec.lr, local_epochs=epochs, batch_size=spec.batch_size).policy
-    hist = History()
-    train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, eval_at=job.rounds, on_round=on_round,
-          history=hist)
+    hist = History(on_round=on_round)
+    train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, evaluate=job.rounds, history=hist)
     wanted = set(job.rounds)
     return [dict(epochs=epochs, rounds=h["round"], seed=job.replicas[h["replica"]][1], q=job.q,
                  test_loss=h["test_loss"], accuracy=h["accuracy"]) for h in hist.rows if h["round"] in wanted]

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -116,6 +118,34 @@ def matched_noise(q: float, n_clients: int, noise_multiplier: float, pretrial_cl
     return 1.0, noise_multiplier * pretrial_clients / m
 
 
+@dataclass(frozen=True)
+class Grid:
+    """What a public tuning searches: the clips C and learning rates η
+    (each a non-empty list of positive numbers, kept sorted), the local
+    epochs (None: the design's, else the pre-trial's), every combination
+    trained ``seeds`` times."""
+
+    clips: tuple = CLIPS
+    lrs: tuple = LRS
+    epochs: tuple | None = None
+    seeds: int = 3
+
+    def __post_init__(self):
+        object.__setattr__(self, "clips", check_grid(self.clips, "clips"))
+        object.__setattr__(self, "lrs", check_grid(self.lrs, "lrs"))
+        if self.epochs is not None:
+            object.__setattr__(self, "epochs", check_epochs(self.epochs))
+
+
+class At(NamedTuple):
+    """The design a tuning trains at: its q, T and noise multiplier z for N clients."""
+
+    q: float
+    rounds: int
+    noise_multiplier: float
+    n_clients: int
+
+
 def _check_args(seeds, rounds, chunk, select) -> None:
     if select not in SELECT:
         raise ValueError(f"select must be one of {', '.join(SELECT)}, got {select!r}")
@@ -154,7 +184,7 @@ def _train_grid(spec: Spec, reps: list, bounds: list, rounds: int, noise: tuple,
     # each replica's random stream is its own: the chunks change no result
     for first, last in bounds:
         part = reps[first:last]
-        pol = assemble(setup, "dpfedavg", len(part), seeds=[s for *_, s in part], device=spec.device,
+        pol = assemble(setup, "dpfedavg", [s for *_, s in part], device=spec.device,
                        lower="lower chunk (the replicas of the grid trained together) or use a smaller model",
                        mechanism=MECHANISM, sigma=sigma,
                        clip=np.array([c for c, *_ in part]), lr=np.array([e for _, e, *_ in part]), client_rate=qp,
@@ -171,9 +201,8 @@ def _train_grid(spec: Spec, reps: list, bounds: list, rounds: int, noise: tuple,
             for r in np.flatnonzero(c.counts):
                 norms[first + r].append((t + 1, *np.quantile(v[b[r]:b[r + 1]], QUANTILES)))
 
-        part_hist = History()
-        train(pol, rounds=rounds, epsilon=None, delta=spec.delta, eval_at=[rounds], on_round=record,
-              history=part_hist)
+        part_hist = History(on_round=record)
+        train(pol, rounds=rounds, epsilon=None, delta=spec.delta, evaluate=[rounds], history=part_hist)
         for h in part_hist.rows:
             hist.add(**{**h, "replica": first + h["replica"]})
     return hist, norms, len(setup.data.y_test)
@@ -218,28 +247,29 @@ def _on_edges(best: dict, clips: tuple, lrs: tuple, epochs: tuple) -> list:
     return edges
 
 
-def tune(store, q: float, rounds: int, noise_multiplier: float, n_clients: int, clips=CLIPS, lrs=LRS,
-         seeds: int = 3, device: str = "cpu", progress: bool = False, select: str = "accuracy",
-         chunk: int | None = None, epochs=None) -> dict:
-    """Train the (C, η) grid on the public share of the pre-trial ``store``
-    at the design's (q, T, z) for N clients (see the module's docstring),
-    ``chunk`` replicas at most at a time (default: all).
-    ``epochs``: the local epochs searched beside (C, η) (issue 46; default
-    the pre-trial's alone).  Returns the chosen ``clip``, ``lr`` and
+def tune(store, at: At, grid: Grid = Grid(), select: str = "accuracy", device: str = "cpu",
+         progress: bool = False, chunk: int | None = None) -> dict:
+    """Train the (C, η) ``grid`` on the public share of the pre-trial
+    ``store`` at the design's (q, T, z) for N clients, ``at`` (see the
+    module's docstring), ``chunk`` replicas at most at a time (default:
+    all); the grid's local epochs (issue 46) default to the pre-trial's
+    alone.  Returns the chosen ``clip``, ``lr`` and
     ``local_epochs`` (best by ``select``), the pre-trial's ``batch_size``, the
     ``grid`` (mean and sd over seeds of the final
     loss and accuracy on the validation split held out of the public share),
     the update ``norms`` of the chosen pair
     (quantiles over clients, median over rounds, and over the first tenth
     of the rounds), and what was run."""
-    clips, lrs = check_grid(clips, "clips"), check_grid(lrs, "lrs")
-    _check_args(seeds, rounds, chunk, select)
-    rounds, seeds = int(rounds), int(seeds)
+    if not isinstance(grid, Grid):
+        raise ValueError(f"the tuning's grid must be a paretofl.api.Grid, got {type(grid).__name__}")
+    clips, lrs, seeds = grid.clips, grid.lrs, grid.seeds
+    _check_args(seeds, at.rounds, chunk, select)
+    rounds, seeds = int(at.rounds), int(seeds)
     spec = spec_of_store(store)
     spec.device = device
     check_same_data(store, spec)
-    epochs = (spec.local_epochs,) if epochs is None else check_epochs(epochs)
-    qp, zp = matched_noise(q, n_clients, noise_multiplier, spec.clients)
+    epochs = (spec.local_epochs,) if grid.epochs is None else grid.epochs
+    qp, zp = matched_noise(at.q, at.n_clients, at.noise_multiplier, spec.clients)
     mp = qp * spec.clients
     # the σ at which the pre-trial's mechanism releases the matched noise multiplier zp on its sum
     sigma = mechanism_of(MECHANISM).sigma_for(zp, qp, spec.clients, cohort=mp) if zp > 0 else 0.0

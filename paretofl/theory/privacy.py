@@ -29,7 +29,7 @@ Contents
   ``get_epsilon``); steps with different σ or sampling compose.  Opacus's
   PRV accountant has the same interface in :mod:`paretofl.fl.prv`, which
   registers it in :data:`OTHER_ACCOUNTANTS`: ``account(..., accountant="prv")``.
-* :func:`calibrate_noise` and :func:`max_steps` (ALI-DPFL, Algorithm 3).
+* :func:`calibrate_noise`, :func:`max_steps` and :func:`max_steps_searched` (ALI-DPFL, Algorithm 3).
 * :class:`Charge` -- what a round charges: the one form every mechanism
   gives its charge in (:mod:`paretofl.mechanisms`), and every ledger reads.
 """
@@ -61,6 +61,7 @@ __all__ = [
     "compute_epsilon",
     "calibrate_noise",
     "max_steps",
+    "max_steps_searched",
     "Charge",
     "account",
     "charges_as_data",
@@ -849,7 +850,7 @@ def compute_epsilon(q: float, noise_multiplier: float, steps: int, delta: float,
 # --------------------------------------------------------------------------
 def max_steps(target_epsilon: float, q: float, noise_multiplier, delta: float,
               orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved", sampling: str = "poisson",
-              refine: bool = False, prior=()):
+              prior=()):
     """The largest number of steps whose ε stays within ``target_epsilon``.
 
     ALI-DPFL's Algorithm 3 finds R_c by binary search on the steps; with RDP
@@ -857,16 +858,23 @@ def max_steps(target_epsilon: float, q: float, noise_multiplier, delta: float,
     ε(T) = min_α [T·RDP(α) + c_α]: ``T_max = max_α floor((ε - c_α) / RDP(α))``.
     Vectorised over the noise multiplier; where the best order is the grid's
     largest (small budgets), larger orders are tried.  That is the answer on
-    the order grid (what the design's search uses: fast, and conservative).
-    ``refine``: the answer for the order-searched ε that
-    :func:`compute_epsilon` reports (a few more steps, at most), found by
-    stepping up from the grid's answer.  Returns 0 where even one step
-    exceeds the budget.  ``prior``: charges (:class:`Charge`) already spent,
-    composed with the steps (a private pre-trial before the training).
+    the order grid (what the design's search uses: fast, and conservative;
+    :func:`max_steps_searched` gives the answer for the order-searched ε).
+    Returns 0 where even one step exceeds the budget.  ``prior``: charges
+    (:class:`Charge`) already spent, composed with the steps (a private
+    pre-trial before the training).
     """
+    return _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling, prior)
+
+
+def max_steps_searched(target_epsilon: float, q: float, noise_multiplier, delta: float,
+                       orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
+                       sampling: str = "poisson", prior=()):
+    """:func:`max_steps` for the order-searched ε that :func:`compute_epsilon`
+    reports (a few more steps than on the order grid, at most), found by
+    stepping up from the grid's answer: the most steps a trainer that
+    stops at its reported ε takes."""
     t = _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversion, sampling, prior)
-    if not refine:
-        return t
     z_all = np.atleast_1d(np.asarray(noise_multiplier, dtype=float))
     t_all = np.atleast_1d(t).copy()
 
@@ -1079,14 +1087,20 @@ def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversi
     return t if np.ndim(noise_multiplier) else int(t[0])
 
 
+#: the noise multipliers :func:`calibrate_noise` searches, and its bisection's relative tolerance
+CALIBRATION_BRACKET, CALIBRATION_RTOL = (1e-3, 1e5), 1e-7
+
+
 def calibrate_noise(target_epsilon: float, q: float, steps: int, delta: float,
                     orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
-                    sampling: str = "poisson", lo: float = 1e-3, hi: float = 1e5, rtol: float = 1e-7) -> float:
-    """The smallest noise multiplier with ε(q, σ, steps, δ) <= target (bisection).
+                    sampling: str = "poisson") -> float:
+    """The smallest noise multiplier with ε(q, σ, steps, δ) <= target
+    (bisection over :data:`CALIBRATION_BRACKET` to :data:`CALIBRATION_RTOL`).
 
     Returns the upper end of the final bracket, so the result always meets
-    the target.  Raises ``ValueError`` if even ``hi`` does not.
+    the target.  Raises ``ValueError`` if even the bracket's top does not.
     """
+    (lo, hi), rtol = CALIBRATION_BRACKET, CALIBRATION_RTOL
     _check_positive(target_epsilon, "target_epsilon")
     check_rate(q)
     if isinstance(steps, bool) or int(steps) != steps or steps < 1:

@@ -173,7 +173,7 @@ def test_built_in_and_module_lr_train_alike(digits):
     for key, model in (("net", "lr"), ("module", lr_module)):
         eng = _engine(model_from(model, digits), digits, parts, [0, 1, 2, 3])
         pol = DPFedAvg(eng, mechanism="client-aggregate", sigma=0.5, clip=1.0, lr=0.5, client_rate=1.0)
-        _, _, fin = train(pol, rounds=30, epsilon=2.0, eval_every=30)
+        _, _, fin = train(pol, rounds=30, epsilon=2.0, evaluate=30)
         assert (fin["rounds"] == 5).all()
         accs[key] = fin["accuracy"]
         assert fin["epsilon"].max() <= 2.0

@@ -12,7 +12,7 @@ from conftest import torch_threads
 from paretofl.fl import data as D
 from paretofl.fl import engine as engine_mod
 from paretofl.fl.algorithms import ALGORITHMS, train
-from paretofl.fl.engine import Engine
+from paretofl.fl.engine import DPSGD, Engine
 from paretofl.fl.models import build_model
 
 _threads = torch_threads(2)
@@ -165,9 +165,9 @@ def test_dpsgd_noise_has_the_claimed_mean_and_variance(digits, device):
     eng = Engine(build_model("lr", digits.shape), digits, parts, R, seeds=range(R), device=device)
     g0 = eng.init_global()
     g0 = [p[:1].expand_as(p).clone() for p in g0]  # same model everywhere
-    new, _ = eng.local_steps(eng.broadcast(g0), 1, lr, batch_rate=1.0, sigma=sigma, clip=C, batch_divisor=200.0)
+    new, _ = eng.local_steps(eng.broadcast(g0), 1, lr, dpsgd=DPSGD(1.0, C, 200.0, sigma=sigma))
     upd = (eng.flat(g0) - eng.flat(new)) * 200 / lr                   # clipped sum + noise
-    exact, _ = eng.local_steps(eng.broadcast(g0), 1, lr, batch_rate=1.0, sigma=None, clip=C, batch_divisor=200.0)
+    exact, _ = eng.local_steps(eng.broadcast(g0), 1, lr, dpsgd=DPSGD(1.0, C, 200.0))
     clean = (eng.flat(g0) - eng.flat(exact)) * 200 / lr
     noise = (upd - clean).cpu().numpy()
     d = noise.shape[1]
@@ -261,8 +261,7 @@ def test_adam_clients_step_as_torch_optim_adam(digits):
     adam = AdamState(start, eng.M)
     params = start
     for steps in ([3, 1], [2, 2]):                      # two rounds; model 1 stops early in the first
-        params, _ = eng.local_steps(params, torch.tensor(steps), lr, batch_rate=1.0, clip=1e9, adam=adam,
-                                    batch_divisor=float(n))
+        params, _ = eng.local_steps(params, torch.tensor(steps), lr, adam=adam, dpsgd=DPSGD(1.0, 1e9, float(n)))
     assert adam.t[adam.slots(eng.everyone().ids(eng.N))].tolist() == [5, 3] and adam.clients == 2
     x, y = eng.x[:n], eng.y[:n]
     for m, total in ((0, 5), (1, 3)):
@@ -337,7 +336,7 @@ def test_dpsgd_divides_by_the_declared_size_not_the_data(digits):
         divs.append(pol.release.divisor(eng.everyone()).cpu().numpy())
     assert np.array_equal(divs[0], divs[1]) and np.allclose(divs[0], 10.0)
     with pytest.raises(ValueError, match="batch_divisor"):
-        eng.local_steps(eng.broadcast(eng.init_global()), 1, 0.1, batch_rate=0.1, sigma=1.0, clip=1.0)
+        eng.local_steps(eng.broadcast(eng.init_global()), 1, 0.1, dpsgd=DPSGD(0.1, 1.0, sigma=1.0))
 
 
 def test_batched_run_equals_replica_by_replica(digits, device):
@@ -474,7 +473,7 @@ def test_models_that_do_not_step_cost_nothing_and_change_nothing(dp, device):
                    torch.randn(20, 1, 28, 28, generator=g), torch.randint(0, 10, (20,), generator=g))
     parts = D.partition_iid(ds.y_train.numpy(), 4, seed=0)
     net = build_model("lenet", ds.shape)
-    kw = dict(batch_rate=0.2, sigma=1.0, clip=0.5, batch_divisor=6.0) if dp else dict(batch_size=8)
+    kw = dict(dpsgd=DPSGD(0.2, 0.5, 6.0, sigma=1.0)) if dp else dict(batch_size=8)
     eng = Engine(net, ds, parts, 2, seeds=[3, 4], device=device)
     params = eng.broadcast(eng.init_global())
     some = torch.tensor([3, 0, 2, 3, 0, 3, 1, 0], device=device)
@@ -528,8 +527,8 @@ def test_run_stops_when_budget_is_spent(digits):
     _, hist, fin = train(pol, rounds=200, epsilon=1.0, delta=1e-5)
     assert np.all(fin["epsilon"] <= 1.0)
     assert fin["rounds"][0] < fin["rounds"][1]        # less noise, fewer rounds
-    from paretofl.theory.privacy import compute_epsilon, max_steps
-    assert fin["rounds"][0] == max_steps(1.0, 0.2, 0.8, 1e-5, refine=True)   # as far as the reported ε allows
+    from paretofl.theory.privacy import compute_epsilon, max_steps_searched
+    assert fin["rounds"][0] == max_steps_searched(1.0, 0.2, 0.8, 1e-5)   # as far as the reported ε allows
     assert fin["epsilon"][0] == pytest.approx(compute_epsilon(0.2, 0.8, int(fin["rounds"][0]), 1e-5))
 
 
@@ -687,7 +686,7 @@ def test_policies_adapt_every_round_whatever_the_eval_interval(digits):
             calls.append((t, val_loss is not None))
             super().after_round(t, glob, val_loss)
 
-    train(Spy(eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.05), rounds=6, epsilon=20.0, eval_every=100)
+    train(Spy(eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.05), rounds=6, epsilon=20.0, evaluate=100)
     assert calls == [(t, True) for t in range(6)]
 
 
@@ -711,8 +710,9 @@ def test_a_policy_that_validates_is_reported_on_other_test_samples(digits):
     for cls, val_size, held in ((Spy, 100, 100), (Spy, 10**6, n // 2), (ALGORITHMS["dpfedavg"], 100, 0)):
         eng = Engine(build_model("lr", digits.shape), digits, parts, 2, seeds=[0, 1])
         seen.clear()
-        glob, _, fin = train(cls(eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.1), rounds=3, epsilon=50.0,
-                             val_size=val_size)
+        pol = cls(eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.1)
+        pol.val_size = val_size
+        glob, _, fin = train(pol, rounds=3, epsilon=50.0)
         xt, yt = eng.x_test, eng.y_test
         for r in range(2):
             logits = eng.net.forward([p[r:r + 1] for p in glob], xt[None, :n - held])[0]
@@ -731,9 +731,10 @@ def test_a_policy_that_validates_needs_samples_to_hold_out(digits):
     eng = Engine(build_model("lr", digits.shape), ds, D.partition_iid(ds.y_train.numpy(), 4), 1, seeds=[0])
     with pytest.raises(ValueError, match="at least 2 test samples"):
         train(ALGORITHMS["adap-dpfl"](eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.1), rounds=2, epsilon=50.0)
+    pol = ALGORITHMS["adap-dpfl"](eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.1)
+    pol.val_size = 0
     with pytest.raises(ValueError, match="val_size of at least 1"):
-        train(ALGORITHMS["adap-dpfl"](eng, sigma=2.0, clip=1.0, lr=0.5, batch_rate=0.1), rounds=2, epsilon=50.0,
-              val_size=0)
+        train(pol, rounds=2, epsilon=50.0)
 
 
 def test_adap_dpfl_reported_epsilon_is_opacus_rdp_of_the_sigmas_it_used(digits):
@@ -807,7 +808,7 @@ def test_a_cohort_trains_as_a_population_of_just_its_clients(dp, device):
     ds = _population(40, per_client=12)
     parts = D.partition_given(ds.clients)
     net = build_model("lr", ds.shape, 4)
-    kw = dict(batch_rate=0.3, sigma=1.0, clip=0.5, batch_divisor=2.0) if dp else dict(batch_size=4)
+    kw = dict(dpsgd=DPSGD(0.3, 0.5, 2.0, sigma=1.0)) if dp else dict(batch_size=4)
     big = Engine(net, ds, parts, 2, seeds=[3, 4], device=device)
     g = torch.Generator().manual_seed(9)
     mask = torch.rand(2, 40, generator=g) < 0.2
@@ -986,13 +987,13 @@ def test_the_trainer_runs_groups_only_under_a_mechanism_that_runs_them(digits):
     assert {"flower", "flower-accounted", "sample", "bandmf", "distributed"} <= set(refused)
     # an algorithm of its own never reaches a release: the trainer's entry refuses it by name (it said "give either
     # a config or options")
-    from paretofl.fl.build import assemble, prepare
+    from paretofl.fl.build import Budget, assemble, prepare
 
     setup = prepare(digits, "lr", clients=n, partition="iid", seed=0)
     with pytest.raises(ValueError, match="per-client budgets run with dpfedavg under client-aggregate or "
                                          "client-local, not nbafl"):
-        assemble(setup, "nbafl", 1, groups=_groups("client-aggregate", (0.1, 1.0), (1.0, 1.0), n), epsilon=2.0,
-                 rounds=3)
+        assemble(setup, "nbafl", 1, budget=Budget(epsilon=2.0, rounds=3,
+                                                  groups=_groups("client-aggregate", (0.1, 1.0), (1.0, 1.0), n)))
 
 
 def test_the_local_view_adds_each_groups_own_noise(digits, device):
@@ -1031,7 +1032,7 @@ def test_training_with_budgets_keeps_each_group_within_its_own(digits):
 
 
 def test_a_run_with_groups_stops_where_the_next_round_would_pass_any_groups_budget(digits):
-    from paretofl.theory.privacy import max_steps
+    from paretofl.theory.privacy import max_steps_searched
 
     n = 10
     gd = _groups("client-aggregate", (0.3, 0.9), (0.8, 0.8), n, budgets=(1.0, 3.0))
@@ -1040,7 +1041,7 @@ def test_a_run_with_groups_stops_where_the_next_round_would_pass_any_groups_budg
                                  groups=gd)
     _, hist, fin = train(pol, rounds=500)
     z = gd.noise_multiplier
-    want = min(int(max_steps(1.0, 0.3, z, 1e-5, refine=True)), int(max_steps(3.0, 0.9, z, 1e-5, refine=True)))
+    want = min(int(max_steps_searched(1.0, 0.3, z, 1e-5)), int(max_steps_searched(3.0, 0.9, z, 1e-5)))
     assert np.all(fin["rounds"] == want) and want < 500
     assert np.all(fin["epsilon_groups"]["1"] <= 1.0) and np.all(fin["epsilon_groups"]["3"] <= 3.0)
 
@@ -1182,3 +1183,28 @@ def test_ali_dpfl_stops_at_its_iterations_and_says_why():
     capped = paretofl.train("ali-dpfl", dataset="digits", rounds=10, epsilon=3.0, rounds_server=3)
     assert capped.rounds == 3 and "ALI-DPFL's own limit" in capped.problems[0]
     assert "would have spent more than the budget" not in " ".join(capped.problems)
+
+
+def test_the_assembly_takes_replicas_as_a_number_or_their_seeds(digits):
+    """``assemble(setup, alg, 3)`` seeds its replicas 0, 1, 2, the same runs
+    as ``assemble(setup, alg, [0, 1, 2])``; other seeds draw other runs; a
+    seed that is not an integer, a budget that is not a Budget and DP-SGD
+    settings that are not a DPSGD are refused in one line."""
+    from paretofl.fl.algorithms import train
+    from paretofl.fl.build import Budget, assemble, prepare
+
+    setup = prepare(digits, "lr", clients=4, partition="iid", seed=0)
+    kw = dict(mechanism="client-aggregate", sigma=1.0, clip=0.5, lr=0.3, client_rate=1.0)
+    finals = [train(assemble(setup, "dpfedavg", r, budget=Budget(epsilon=50.0), **kw).policy, rounds=2,
+                    epsilon=50.0)[2]["test_loss"].tolist() for r in (3, [0, 1, 2], [5, 6, 7])]
+    assert finals[0] == finals[1] and finals[2] != finals[0]
+    assert assemble(setup, "dpfedavg", range(2), **kw).engine.R == 2
+    for bad, said in (([0, 1.5], "seeds must be integers"), ([True], "seeds must be integers"),
+                      (0, "replicas must be an integer >= 1")):
+        with pytest.raises(ValueError, match=said):
+            assemble(setup, "dpfedavg", bad, **kw)
+    with pytest.raises(ValueError, match="budget must be a paretofl.fl.build.Budget"):
+        assemble(setup, "dpfedavg", 1, budget=dict(epsilon=2.0), **kw)
+    eng = assemble(setup, "dpfedavg", 1, **kw).engine
+    with pytest.raises(ValueError, match="dpsgd must be a paretofl.fl.engine.DPSGD"):
+        eng.local_steps(eng.broadcast(eng.init_global()), 1, 0.1, dpsgd=dict(batch_rate=0.1, clip=1.0))

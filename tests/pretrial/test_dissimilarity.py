@@ -111,7 +111,7 @@ def small_setup(model, shape=(1, 6, 6), clients=3, n=40, partition="dirichlet", 
     x = torch.randn(n, *shape, generator=g)
     y = torch.arange(n) % 3
     ds = Dataset.from_arrays(x, y, x[:6], y[:6])
-    return prepare(ds, model, clients, partition=partition, beta=1.0, seed=seed)
+    return prepare(ds, model, clients, partition="dirichlet:1" if partition == "dirichlet" else partition, seed=seed)
 
 
 def autograd_means(setup, loss_of, seed=0):
@@ -207,10 +207,12 @@ def fashion():
 
 def test_fashion_mnist_label_skew_orders_b2(fashion):
     from paretofl.fl.build import prepare
+    from paretofl.fl.names import split_name
     from paretofl.pretrial.dissimilarity import dissimilarity
 
     def b2(partition, beta=0.5):
-        s = prepare(fashion, "lr", 10, partition=partition, beta=beta, public_fraction=0.1, subset="public", seed=0)
+        s = prepare(fashion, "lr", 10, partition=split_name(partition, beta, strict=False), public_fraction=0.1,
+                    subset="public", seed=0)
         return dissimilarity(s, max_per_client=300)
 
     iid, mild, skewed = b2("iid"), b2("dirichlet", 0.5), b2("dirichlet", 0.1)
@@ -225,7 +227,6 @@ def test_fashion_mnist_global_gradient_does_not_depend_on_the_partition(fashion)
     from paretofl.fl.build import prepare
     from paretofl.pretrial.dissimilarity import dissimilarity
 
-    norms = [dissimilarity(prepare(fashion, "lr", 10, partition=p, beta=beta, public_fraction=0.1, subset="public",
-                                   seed=0), max_per_client=6000)["grad_norm2"]
-             for p, beta in (("iid", 0.5), ("dirichlet", 0.1), ("shards", 0.5))]
+    norms = [dissimilarity(prepare(fashion, "lr", 10, partition=p, public_fraction=0.1, subset="public", seed=0),
+                           max_per_client=6000)["grad_norm2"] for p in ("iid", "dirichlet:0.1", "shards")]
     assert norms == pytest.approx([norms[0]] * 3, rel=1e-5)

@@ -52,7 +52,7 @@ def _one_round(secure: bool):
     from paretofl.fl.build import assemble, prepare
 
     setup = prepare("digits", "lr", N, subset="all")
-    pol = assemble(setup, "dpfedavg", 3, seeds=[0, 0, 0], secure=secure, mechanism="client-aggregate",
+    pol = assemble(setup, "dpfedavg", [0, 0, 0], secure=secure, mechanism="client-aggregate",
                    sigma=np.array(SIGMAS), clip=1.0, lr=0.5, client_rate=1.0).policy
     glob, _, _ = train(pol, rounds=1)
     return glob

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ...theory.convergence import ALIStep, ali_batch_hat, ali_next_tau
-from ...theory.privacy import max_steps
+from ...theory.privacy import max_steps_searched
 from ..options import ALIDPFLConfig
 from .dpfedavg import DPFedAvg
 
@@ -38,8 +38,8 @@ class ALIDPFL(DPFedAvg):
         c, R = self.config, engine.R
         self.gamma, self.tau_max = float(c.gamma), int(c.tau_max)
         charge = self.mech.charge(self.batch_rate, self.sigma)     # one DP-SGD step of each replica
-        self.R_c = np.array([max_steps(self.epsilon, ch.rate, ch.noise_multiplier, self.delta, sampling=ch.sampling,
-                                       refine=True) for ch in map(charge.at, range(R))])
+        self.R_c = np.array([max_steps_searched(self.epsilon, ch.rate, ch.noise_multiplier, self.delta,
+                                                sampling=ch.sampling) for ch in map(charge.at, range(R))])
         rs = c.rounds_server if c.rounds_server is not None else self.rounds
         self.R_s = np.full(R, int(rs) if rs is not None else 10**9)
         self.t_iter = np.zeros(R, dtype=int)

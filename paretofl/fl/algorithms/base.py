@@ -20,11 +20,18 @@ from ..options import options_of, per_replica
 class History:
     """Per-round records, one row per (round, replica).  With ``path`` every
     row is written to that CSV file as it comes (flushed), so an interrupted
-    run keeps the rounds it finished."""
+    run keeps the rounds it finished.  ``on_round(t)``, where given, is
+    called after every round ``t`` (0-based) a run trains (an outer sweep's
+    progress, or what a caller reads off the policy each round)."""
 
-    def __init__(self, path=None):
-        self.rows, self.path = [], path
+    def __init__(self, path=None, on_round=None):
+        self.rows, self.path, self.on_round = [], path, on_round
         self._file = self._writer = None
+
+    def round_done(self, t: int) -> None:
+        """Round ``t`` has been trained (and evaluated where it was due)."""
+        if self.on_round is not None:
+            self.on_round(t)
 
     def add(self, **kw):
         self.rows.append(kw)
@@ -63,6 +70,8 @@ class Policy:
     name = "policy"
     Config = None
     needs_validation = False  # does after_round use the server's validation loss?
+    #: the test samples a validating policy holds out (at most half of them; :func:`held_out`)
+    val_size = 2000
 
     def __init__(self, engine: Engine, config=None, *, epsilon=None, delta=1e-5, rounds=None, **options):
         if config is None:
@@ -257,18 +266,30 @@ class _Books:
         return {} if self.names is None else {f"epsilon_{n}": float(e) for n, e in zip(self.names, eps_r)}
 
 
-def held_out(policy: Policy, val_size: int) -> tuple[slice, slice]:
+def held_out(policy: Policy) -> tuple[slice, slice]:
     """The test samples a run reports on, and those the server validates on:
     a policy that adapts to a validation loss (Adap DP-FL's noise decay)
-    validates on the last ``val_size`` test samples (at most half of them),
+    validates on the last ``policy.val_size`` test samples (at most half of them),
     and its accuracy and loss are reported on the others only, never on the
     samples its choices were made on."""
-    n = len(policy.engine.y_test)
+    n, val_size = len(policy.engine.y_test), policy.val_size
     held = min(int(val_size), n // 2) if policy.needs_validation else 0
     if policy.needs_validation and held < 1:
         raise ValueError(f"{policy.name} adapts to a validation loss on held-out test samples: it needs at least 2 "
                          f"test samples and a val_size of at least 1 (has {n} and {val_size})")
     return slice(0, n - held), slice(n - held, n)
+
+
+def _when(evaluate) -> tuple:
+    """(every k rounds, or None; the set of rounds to evaluate after, or None) of :func:`train`'s ``evaluate``."""
+    if isinstance(evaluate, (int, np.integer)) and not isinstance(evaluate, bool):
+        if evaluate < 1:
+            raise ValueError(f"evaluate must be a number of rounds >= 1 or a list of rounds, got {evaluate}")
+        return int(evaluate), None
+    try:
+        return 1, {int(x) for x in evaluate}
+    except (TypeError, ValueError):
+        raise ValueError(f"evaluate must be a number of rounds >= 1 or a list of rounds, got {evaluate!r}") from None
 
 
 def _final(eng: Engine, glob, fresh, books: _Books, done_rounds, delta: float, test: slice = slice(None)) -> dict:
@@ -290,19 +311,18 @@ def _final(eng: Engine, glob, fresh, books: _Books, done_rounds, delta: float, t
     return final
 
 
-def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_every: int = 1,
-          progress: bool = False, val_size: int = 2000, eval_at=None, on_round=None, history: History | None = None,
-          spent=()):
+def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, evaluate=1, progress: bool = False,
+          history: History | None = None, spent=()):
     """Run up to ``rounds`` rounds for every replica; a replica stops early
     when its next round would spend more than ``epsilon`` (RDP accountant,
     charged every round before the round runs) or when its policy says so.
 
     The test set (less a validating policy's held-out samples:
-    :func:`held_out`) is evaluated every ``eval_every`` rounds, or exactly after
-    the rounds listed in ``eval_at`` (a pre-trial's T grid: a run of T rounds
-    is the first T rounds of a longer run with the same seed).  ``on_round(t)``
-    is called after each round (progress of an outer sweep).  ``history``
-    (a :class:`History`, e.g. one writing to a file) receives the rows.
+    :func:`held_out`) is evaluated every ``evaluate`` rounds (an integer),
+    or exactly after the rounds ``evaluate`` lists (a pre-trial's T grid: a
+    run of T rounds is the first T rounds of a longer run with the same
+    seed), and after the last.  ``history`` (a :class:`History`, e.g. one
+    writing to a file, or calling back after each round) receives the rows.
     ``spent``: charges already spent on the same clients before the run (a
     private pre-trial): every ledger starts with them, so the run stops at
     the budget they share and reports the two composed.
@@ -312,13 +332,13 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
     eng = policy.engine
     check_memory(policy)
     books = _Books(policy, delta, epsilon, spent)
-    test, val = held_out(policy, val_size)
+    eval_every, eval_at = _when(evaluate)
+    test, val = held_out(policy)
     glob = eng.init_global()
     active = np.ones(eng.R, dtype=bool)
     done_rounds = np.zeros(eng.R, dtype=int)
     hist = history if history is not None else History()
     cap = policy.max_rounds()
-    eval_at = None if eval_at is None else {int(x) for x in eval_at}
     last_acc = float("nan")
     fresh = None  # (test_loss, acc) of the current global models, if evaluated since they last changed
     # rounds done and the time left, on a terminal; a long round still shows its elapsed time
@@ -355,8 +375,7 @@ def train(policy: Policy, rounds: int, epsilon=None, delta: float = 1e-5, eval_e
                     hist.add(round=t + 1, replica=r, active=bool(active[r]), test_loss=float(test_loss[r]),
                              accuracy=float(acc[r]), epsilon=float(eps[r].max()), **books.per_group(eps[r]),
                              **policy.info_row(r))
-            if on_round is not None:
-                on_round(t)
+            hist.round_done(t)
             bar.note(best_acc=f"{last_acc:.3f}", active=int(active.sum()))
             bar.update(1)
     finally:

@@ -138,7 +138,7 @@ class DPFedAvg(Policy):
             steps = torch.as_tensor(self.steps_this_round(), device=eng.device)[c.replica]
             params = eng.broadcast(glob, c)
             new, self.last_stats = eng.local_steps(params, steps, eng.rows(self.lr, c), adam=self._adam_state(params),
-                                                   cohort=c, **self.release.local_noise(c))
+                                                   cohort=c, dpsgd=self.release.local_noise(c))
             return self.release.release(glob, new, c, active)
         return self.release.release(glob, self.local_updates(glob, c), c, active)
 

@@ -114,7 +114,7 @@ class NbAFL(Policy):
         c = eng.cohort(sel & torch.as_tensor(active, device=eng.device)[:, None])
         params = eng.broadcast(glob, c)
         new, _ = eng.local_steps(params, self.local_steps, self.lr, batch_size=self.batch_size,
-                                 prox_mu=self.prox_mu, anchor=params, cohort=c)
+                                 prox=(self.prox_mu, params), cohort=c)
         w, _ = eng.clip_rows(eng.flat(new), self.C)                              # clip parameters
         w = w + self.sigma_u * eng.noise_like([w], c)[0]                         # uplink noise
         weights = self.weights[c.client]
