@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from paretofl.fl.algorithms import train
-from paretofl.fl.build import Setup, assemble
+from paretofl.fl.build import Budget, Setup, assemble
 from paretofl.fl.data import load_dataset, make_partition
 from paretofl.fl.models import build_model
 from paretofl.theory.privacy import compute_epsilon, max_steps_searched
@@ -55,7 +55,8 @@ def run(name, algo, partition, seeds, rounds, local_test=False, device="cpu", **
         parts = [np.sort(p[: int(0.75 * len(p))]) for p in split]
         held = [np.sort(p[int(0.75 * len(p)):]) for p in split]
     eps = kw.pop("budget")
-    pol = assemble(Setup(ds, parts, build_model(model, ds.shape)), algo, seeds, device=device,
+    budget = Budget(epsilon=kw.pop("epsilon", None))       # ALI-DPFL calibrates its iterations R_c to it
+    pol = assemble(Setup(ds, parts, build_model(model, ds.shape)), algo, seeds, device=device, budget=budget,
                    **kw).policy
     eng = pol.engine
 

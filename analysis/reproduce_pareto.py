@@ -149,7 +149,8 @@ def part_design(lines, seeds):
     from paretofl.validate import validate
 
     spec = replace(Spec.from_toml(PRE / "lr_fmnist.toml"), seeds=seeds)
-    r = validate(spec, OUT, full_fraction=1.0, progress=True, name="design_lr")
+    (OUT / "design_lr").mkdir(parents=True, exist_ok=True)
+    r = validate(spec, OUT / "design_lr", full_fraction=1.0, progress=True)
     lines += ["## Low-cost design, §V-D (LR: public 10 % → full training set)", "", "```", *r["report"], "```", ""]
 
 

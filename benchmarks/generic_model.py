@@ -44,6 +44,7 @@ from engine_vs_opacus import _sync, timed_steps  # noqa: E402
 
 from paretofl.fl.build import Setup, assemble  # noqa: E402
 from paretofl.fl.data import Dataset  # noqa: E402
+from paretofl.fl.engine import DPSGD  # noqa: E402
 from paretofl.fl.models import build_model  # noqa: E402
 from paretofl.fl.modules import ModuleModel  # noqa: E402
 
@@ -72,7 +73,7 @@ def engine_runner(model, ds, replicas, device, dp):
     parts = [np.arange(i * PER_CLIENT, (i + 1) * PER_CLIENT) for i in range(N)]
     eng = assemble(Setup(ds, parts, model), replicas=replicas, device=device).engine
     if dp:
-        kw = dict(steps=1, lr=0.1, batch_rate=BATCH / PER_CLIENT, sigma=1.0, clip=1.0, batch_divisor=BATCH)
+        kw = dict(steps=1, lr=0.1, dpsgd=DPSGD(BATCH / PER_CLIENT, 1.0, BATCH, sigma=1.0))
     else:
         kw = dict(steps=1, lr=0.1, batch_size=BATCH)
     return timed_steps(eng, kw, device)

@@ -26,7 +26,8 @@ __all__ = ["__version__", "design", "Request", "Design", "InfeasibleBudget", "nb
            "spec", "validate", "audit", "audit_jobs", "audit_names", "export", "design_figure", "pareto_figure",
            "pretrial_figures", "names", "algorithm_options", "unused_options", "check_out_path", "stored_runs",
            "keep_freed_memory", "is_reference", "pretrial_spend", "load_design", "check_design", "unit_text",
-           "SAMPLING_RELATIONS"]
+           "SAMPLING_RELATIONS",
+           "Grid"]  # noqa: F822  (loaded when asked for: the module's __getattr__)
 
 
 #: the neighbouring relation each sampling of :func:`account` assumes, and
@@ -603,6 +604,19 @@ class Training:
     secure: bool = False
     options: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        # what each knob is, checked where a Training is made (its numbers are checked before anything trains)
+        if isinstance(self.algorithm, Design):
+            raise ValueError("a design goes first or as design=, not as algorithm=")
+        if self.design is not None and not isinstance(self.design, Design):
+            raise ValueError(f"design must be a paretofl Design (Design.load(path) reads a saved one), got "
+                             f"{type(self.design).__name__}")
+        if not isinstance(self.options, dict) or not all(isinstance(k, str) for k in self.options):
+            raise ValueError(f"options must be a dict of the algorithm's options by name (e.g. {{'sigma': 1.0}}), "
+                             f"got {type(self.options).__name__}")
+
+    __hash__ = None         # its options are a dict
+
 
 def set_by_design(design: Design) -> tuple:
     """What ``design`` fixes, by :func:`train`'s names: :data:`SET_BY_DESIGN`,
@@ -689,6 +703,8 @@ def _train(algorithm: str | Design | None = _T.algorithm, /, dataset=_T.dataset,
 def train(*args, **kwargs) -> TrainResult:
     """:func:`_train`'s signature and words (``paretofl.train``): a
     :class:`Training` alone, or its knobs."""
+    if any(isinstance(a, Training) for a in args[1:]) or any(isinstance(v, Training) for v in kwargs.values()):
+        raise ValueError("a Training goes alone: train(Training(...)), its design inside it (Training(design=d))")
     if args and isinstance(args[0], Training):
         if len(args) > 1 or kwargs:            # what is given beside it, even at a default, would be dropped
             given = [*(f"argument {i + 2}" for i in range(len(args) - 1)), *kwargs]

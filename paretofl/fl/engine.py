@@ -85,6 +85,11 @@ class DPSGD:
     batch_divisor: object = None
     sigma: object = None
 
+    def __post_init__(self):
+        for name in ("batch_rate", "clip"):
+            if getattr(self, name) is None:
+                raise ValueError(f"DP-SGD's local steps need a {name}")
+
 
 @dataclass
 class StepStats:
@@ -446,6 +451,9 @@ class Engine:
             raise ValueError("DP-SGD needs a public batch_divisor (e.g. the expected batch of a declared size)")
         batch_rate, clip, batch_divisor, sigma = (None,) * 4 if dpsgd is None else (
             dpsgd.batch_rate, dpsgd.clip, dpsgd.batch_divisor, dpsgd.sigma)
+        if prox is not None and (not isinstance(prox, tuple) or len(prox) != 2):
+            raise ValueError(f"prox must be (mu, anchor): the proximal term's weight and the models it pulls "
+                             f"towards, got {prox!r}")
         prox_mu, anchor = (None, None) if prox is None else prox
         c = cohort or self.everyone()
         K = c.size

@@ -1208,3 +1208,34 @@ def test_the_assembly_takes_replicas_as_a_number_or_their_seeds(digits):
     eng = assemble(setup, "dpfedavg", 1, **kw).engine
     with pytest.raises(ValueError, match="dpsgd must be a paretofl.fl.engine.DPSGD"):
         eng.local_steps(eng.broadcast(eng.init_global()), 1, 0.1, dpsgd=dict(batch_rate=0.1, clip=1.0))
+
+
+def test_the_round_loop_refuses_an_evaluation_schedule_it_would_misread(digits):
+    """``evaluate``: a number of rounds >= 1, or a non-empty list of rounds;
+    text was read digit by digit ("12": after rounds 1 and 2), a fraction
+    floored, nothing listed quietly meant the last round only.  The
+    schedule given is the one kept, and a callback, a prox term or DP-SGD
+    settings that cannot be are refused where they are given."""
+    from paretofl.fl.algorithms import History, train
+    from paretofl.fl.build import assemble, prepare
+
+    setup = prepare(digits, "lr", clients=4, partition="iid", seed=0)
+    kw = dict(mechanism="client-aggregate", sigma=1.0, clip=0.5, lr=0.3, client_rate=1.0)
+    for bad in ("12", "2", [2.5], ["2"], {3: 1}, [0, 3], [-3], [], 0, -1, True, 1.5, None):
+        with pytest.raises(ValueError, match="evaluate must be a number of rounds"):
+            train(assemble(setup, "dpfedavg", 1, **kw).policy, rounds=4, evaluate=bad)
+    for every, want in ((2, [2, 4]), ([1, 3], [1, 3, 4]), (np.int64(3), [3, 4])):
+        h = History()
+        train(assemble(setup, "dpfedavg", 1, **kw).policy, rounds=4, evaluate=every, history=h)
+        assert [r["round"] for r in h.rows] == want
+    seen = []
+    train(assemble(setup, "dpfedavg", 1, **kw).policy, rounds=3, history=History(on_round=seen.append))
+    assert seen == [0, 1, 2]
+    with pytest.raises(ValueError, match="on_round must be a function"):
+        History(on_round=5)
+    eng = assemble(setup, "dpfedavg", 1, **kw).engine
+    for prox in (0.1, (0.1,), [0.1, None]):
+        with pytest.raises(ValueError, match="prox must be"):
+            eng.local_steps(eng.broadcast(eng.init_global()), 1, 0.1, batch_size=8, prox=prox)
+    with pytest.raises(ValueError, match="need a clip"):
+        DPSGD(0.1, None, 10.0)

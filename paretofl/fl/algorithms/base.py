@@ -25,6 +25,8 @@ class History:
     progress, or what a caller reads off the policy each round)."""
 
     def __init__(self, path=None, on_round=None):
+        if on_round is not None and not callable(on_round):
+            raise ValueError(f"on_round must be a function of the round, got {on_round!r}")
         self.rows, self.path, self.on_round = [], path, on_round
         self._file = self._writer = None
 
@@ -282,14 +284,16 @@ def held_out(policy: Policy) -> tuple[slice, slice]:
 
 def _when(evaluate) -> tuple:
     """(every k rounds, or None; the set of rounds to evaluate after, or None) of :func:`train`'s ``evaluate``."""
-    if isinstance(evaluate, (int, np.integer)) and not isinstance(evaluate, bool):
-        if evaluate < 1:
-            raise ValueError(f"evaluate must be a number of rounds >= 1 or a list of rounds, got {evaluate}")
+    def whole(x):
+        return isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1
+
+    if whole(evaluate):
         return int(evaluate), None
-    try:
-        return 1, {int(x) for x in evaluate}
-    except (TypeError, ValueError):
-        raise ValueError(f"evaluate must be a number of rounds >= 1 or a list of rounds, got {evaluate!r}") from None
+    if isinstance(evaluate, (str, bytes, dict)) or not hasattr(evaluate, "__iter__") \
+            or not (rounds := list(evaluate)) or not all(whole(x) for x in rounds):
+        raise ValueError(f"evaluate must be a number of rounds >= 1, or a non-empty list of rounds (integers >= 1) "
+                         f"to evaluate after, got {evaluate!r}")
+    return 1, {int(x) for x in rounds}
 
 
 def _final(eng: Engine, glob, fresh, books: _Books, done_rounds, delta: float, test: slice = slice(None)) -> dict:
