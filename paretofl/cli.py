@@ -790,7 +790,8 @@ def cmd_train(a):
 # pretrial / fit / plot / validate
 # --------------------------------------------------------------------------
 _SPEC_FLAGS = ("dataset", "data_dir", "public_fraction", "partition", "beta", "clients", "model", "q", "sigmas",
-               "rounds", "seeds", "clip", "lr", "local_epochs", "batch_size", "delta", "device", "chunk", "local_work")
+               "rounds", "seeds", "clip", "lr", "local_epochs", "batch_size", "delta", "device", "chunk", "local_work",
+               "scored_on")
 
 
 def _spec_from_args(a):
@@ -1177,6 +1178,9 @@ def _spec_flags(s, known, DATA, MODEL):
     s.add_argument("--local-work", type=INT, nargs="+", help="also measure these local epochs without noise "
                    "(e.g. 1 2 4 8; public data only): the design then chooses the local work")
     s.add_argument("--batch-size", type=INT, help="local batch size")
+    s.add_argument("--scored-on", choices=("held-out", "test"),
+                   help="where each run's loss is scored: 20%% of each client's samples held out of its training "
+                        "(default), or the data set's test split (stores made before 2026-11-27; a private pre-trial)")
     s.add_argument("--delta", type=FLOAT, help="the delta of the privacy objective")
     s.add_argument("--device", choices=("cpu", "cuda"), help="where to train")
     s.add_argument("--chunk", type=INT, help="most replicas (sigma, seed) trained together in one job (lower it "

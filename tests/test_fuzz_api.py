@@ -103,6 +103,29 @@ CALLS = {
         "sigma": [("an option of the wrong kind", v) for v in ("1.0", 1j, {"a": 1})],
         "dropout": [("an option of the wrong kind", v) for v in ([0.1], "0.1")],
         "bands": [("an option of the wrong kind", v) for v in ([2], "2")]}),
+    # a public tuning's grid (issue 47's objects): checked when it is made, never read item by item from text
+    "tuning grid": (lambda **kw: paretofl.api.Grid(**kw), dict(clips=(0.3,), lrs=(0.1,), epochs=None, seeds=1), {
+        "clips": [("not a grid", v) for v in ((), "3", ["0.1"], [True], {0.1: 1}, 3, [0.0], [-1.0], [math.nan],
+                                              [math.inf], [None])],
+        "lrs": [("not a grid", v) for v in ((), "0.1", [b"1"], [1j], (0.1, -0.1))],
+        "epochs": [("not a grid", v) for v in ((), (0,), (1.5,), ("2",), (True,), (10**6,), "12", (math.nan,))],
+        "seeds": _numbers("zero", "negative", "text", "boolean", "None") + [("not an integer", 2.5)]}),
+    # a training asked as one object: what it is checked where it is made, its numbers before anything trains
+    "Training": (lambda **kw: paretofl.train(paretofl.Training(**kw)),
+                 dict(dataset="digits", model="lr", clients=4, rounds=1, epsilon=50.0, options={"sigma": 1.0}), {
+        "options": [("not options", v) for v in (None, [("sigma", 1.0)], "sigma", {1: 2.0}, {"sigma": "1"},
+                                                   {"nope": 1})],
+        "seed": _numbers("negative", "text", "boolean", "NaN") + [("not an integer", 2.5)],
+        "clients": _numbers("zero", "negative", "text", "boolean") + [("not an integer", 2.5)],
+        "rounds": _numbers("zero", "negative", "text", "boolean") + [("not an integer", 2.5)],
+        "replicas": _numbers("zero", "negative", "text", "boolean", "None"),
+        "eval_every": _numbers("zero", "negative", "text", "boolean", "None"),
+        "epsilon": _numbers("zero", "negative", "NaN", "infinite", "text", "boolean"),
+        "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.5)],
+        "device": [("not a device", v) for v in ("gpu", 1, None)],
+        "secure": [("not a flag", v) for v in ("yes", 1, None)],
+        "design": [("not a design", v) for v in ("design.json", 3, {"q": 1.0})],
+        "algorithm": [("not an algorithm", v) for v in ("nope", 3, "DPFedAvg")]}),
     "flower_epsilon": (flower.flower_epsilon, dict(num_clients=10, num_sampled_clients=5, noise_multiplier=1.0,
                                                    rounds=3, delta=1e-3), {
         "delta": _numbers("zero", "negative", "NaN", "text") + [("delta not below 1/N", 0.5),

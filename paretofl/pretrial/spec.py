@@ -22,8 +22,11 @@ MECHANISM = DEFAULT
 #: fields that do not change what a run computes (grid, seeds, where it runs)
 _NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk", "local_work")
 #: fields added after stores were shipped: left out of a store's identity at their default
-_NEW_DEFAULTS = {"subset": "public", "private": False, "epsilon": None}
+_NEW_DEFAULTS = {"subset": "public", "private": False, "epsilon": None, "scored_on": "test"}
 SUBSETS = ("public", "rest", "all")
+#: where a pre-trial scores its runs' loss: samples held out of its own training data (the default), or the data
+#: set's test split (the stores made before held-out scoring, and a private pre-trial's: see Spec.scored_on)
+SCORED_ON = ("held-out", "test")
 
 
 def read_toml(path) -> dict:
@@ -126,6 +129,11 @@ class Spec:
     # the local work to measure (issue 46; docs/theory.md §4.E): noise-free runs at each of these local
     # epochs, for the grid's largest T at the largest q, evaluated at every T of the grid; public data only
     local_work: list = field(default_factory=list)
+    # where the runs' loss is scored (κ and the local work are fitted to it): "held-out", 20 % of each client's
+    # samples held out of the pre-trial's training (paretofl.fl.build.hold_out), so that nothing fitted reads the
+    # test split results are reported on; or "test", the data set's test split (stores made before held-out
+    # scoring, and a private pre-trial, whose clients' samples are not public).  Default: held-out, test if private
+    scored_on: str | None = None
 
     # ------------------------------------------------------------------ load
     @classmethod
@@ -135,7 +143,9 @@ class Spec:
         fingerprints of a user's model and data, the public share): the one
         reader of a store's spec."""
         known = {f.name for f in fields(cls)}
-        return cls.from_dict({k: v for k, v in base.items() if k in known}, where=where, grid=False)
+        # a base without scored_on is a store's from before held-out scoring: its runs were scored on the test split
+        return cls.from_dict({"scored_on": "test", **{k: v for k, v in base.items() if k in known}}, where=where,
+                             grid=False)
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "spec", grid: bool = True) -> Spec:
@@ -202,6 +212,7 @@ class Spec:
 
             check.refusal(check_delta, self.delta, self.clients)
         check.num("chunk", 0, 100_000, integer=True)
+        self._check_scored_on(check)
         if self.local_work:
             self._check_local_work(check)
         from ..mechanisms import get as mechanism_of
@@ -210,6 +221,14 @@ class Spec:
         for q in self.q:      # what the aggregate view needs (q·N >= 1), asked of the mechanism itself
             check.refusal(mech.check_rate, q, self.clients)
         self._check_private(check, grid)
+
+    def _check_scored_on(self, check: _Checker) -> None:
+        if self.scored_on is None:
+            self.scored_on = "test" if self.private is True else "held-out"
+        check.choice("scored_on", SCORED_ON)
+        if self.private is True and self.scored_on == "held-out":
+            check.bad("a private pre-trial scores its runs on the data set's test split (scored_on = \"test\"): a "
+                      "loss on samples held out of the clients' data would be a release nothing charges")
 
     def _check_local_work(self, check: _Checker) -> None:
         from ..theory.local_work import MAX_LOCAL_EPOCHS

@@ -84,6 +84,34 @@ def prepared(spec: Spec):
     return _SETUP_CACHE[key]
 
 
+#: the share of each client's samples a pre-trial scored on held-out samples (``Spec.scored_on``), and the public
+#: tuning, hold out of training and score their runs on
+HELD_OUT = 0.2
+
+
+def scored(spec: Spec):
+    """The setup a pre-trial's runs train and are scored on: :func:`prepared`,
+    with HELD_OUT of each client's samples held out of training and made the
+    test set where the spec scores on held-out samples
+    (:func:`paretofl.fl.build.hold_out`, seeded by the data seed: the split
+    the public tuning ranks on too), else its test split as it is."""
+    return held_out(spec) if spec.scored_on == "held-out" else prepared(spec)
+
+
+def held_out(spec: Spec):
+    """:func:`prepared` with HELD_OUT of each client's samples held out (cached per process)."""
+    from ..fl.build import hold_out
+
+    setup = prepared(spec)
+    hit = _HELD_CACHE.get("last")
+    if hit is None or hit[0] is not setup:        # the setup it was held out of, kept: never another's by its id
+        _HELD_CACHE["last"] = (setup, hold_out(setup, HELD_OUT, seed=spec.data_seed))
+    return _HELD_CACHE["last"][1]
+
+
+_HELD_CACHE: dict = {}
+
+
 def identity(spec: Spec) -> dict:
     """What a results store records of a spec: its base settings; for a
     user's model, the model's fingerprint (class, parameter names and
@@ -117,7 +145,7 @@ def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
 
     if spec.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("device cuda asked for, but no CUDA device is available")
-    pol = assemble_pretrial(prepared(spec), job.q, job.replicas, spec.private, MECHANISM, device=spec.device,
+    pol = assemble_pretrial(scored(spec), job.q, job.replicas, spec.private, MECHANISM, device=spec.device,
                             lower=LOWER_CHUNK, clip=spec.clip, lr=spec.lr, local_epochs=spec.local_epochs,
                             batch_size=spec.batch_size).policy
     wanted = set(job.rounds)
@@ -175,7 +203,7 @@ def run_local_work_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
 
     epochs = int(job.replicas[0][0])
     seeds = [(0.0, sd) for _, sd in job.replicas]
-    pol = assemble_pretrial(prepared(spec), job.q, seeds, False, MECHANISM, device=spec.device, lower=LOWER_CHUNK,
+    pol = assemble_pretrial(scored(spec), job.q, seeds, False, MECHANISM, device=spec.device, lower=LOWER_CHUNK,
                             clip=spec.clip, lr=spec.lr, local_epochs=epochs, batch_size=spec.batch_size).policy
     hist = History(on_round=on_round)
     train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, evaluate=job.rounds, history=hist)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import NamedTuple
 
 import numpy as np
@@ -37,41 +38,44 @@ import numpy as np
 from ..mechanisms import get as mechanism_of
 from ..progress import Progress
 from .spec import MECHANISM, Spec
+from .sweep import HELD_OUT, held_out
 
 #: the default grid: clipping norms and learning rates, each a factor of about 3 apart
 CLIPS = (0.03, 0.1, 0.3, 1.0, 3.0)
 LRS = (0.03, 0.1, 0.3, 1.0)
-#: the share of each public client's samples held out of the tuning's training, to rank the pairs on
-VALIDATION = 0.2
 #: the update-norm quantiles recorded
 QUANTILES = (0.1, 0.5, 0.9)
 #: what the public runs are ranked by
 SELECT = ("accuracy", "loss")
 
 
+def _axis(values, name: str) -> list:
+    """A grid axis's values: a list (tuple, ...) of numbers, never text or a mapping read item by item."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"the {name} grid must be a list of numbers, got {values!r}")
+    v = list(values)
+    if any(isinstance(x, bool) or not isinstance(x, Real) for x in v):
+        raise ValueError(f"the {name} grid must hold numbers, got {v!r}")
+    return v
+
+
 def check_grid(values, name: str) -> tuple:
     """A (C, η) grid axis: a non-empty list of positive finite numbers."""
-    try:
-        v = [float(x) for x in values]
-    except (TypeError, ValueError):
-        raise ValueError(f"the {name} grid must be a list of positive numbers, got {values!r}") from None
-    if not v or any(isinstance(x, bool) or not (x > 0) or math.isinf(x) for x in values):
+    v = [float(x) for x in _axis(values, name)]
+    if not v or any(not (x > 0) or math.isinf(x) for x in v):
         raise ValueError(f"the {name} grid must hold positive finite numbers, got {list(values)}")
     return tuple(sorted(set(v)))
 
 
 def check_epochs(values) -> tuple:
     """The local epochs a tuning searches: a non-empty list of integers in [1, 64]."""
-    try:
-        v = sorted({int(x) for x in values})
-    except (TypeError, ValueError):
-        raise ValueError(f"the local-epochs grid must be a list of integers, got {values!r}") from None
     from ..theory.local_work import MAX_LOCAL_EPOCHS
 
-    if not v or any(isinstance(x, bool) or float(x) != int(x) for x in values) or v[0] < 1 \
-            or v[-1] > MAX_LOCAL_EPOCHS:
+    v = _axis(values, "local-epochs")
+    if not v or any(not math.isfinite(x) or float(x) != int(x) for x in v) or min(v) < 1 \
+            or max(v) > MAX_LOCAL_EPOCHS:
         raise ValueError(f"the local-epochs grid must hold integers in [1, {MAX_LOCAL_EPOCHS}], got {list(values)}")
-    return tuple(v)
+    return tuple(sorted({int(x) for x in v}))
 
 
 def best_pair(grid: list, by: str = "accuracy") -> dict:
@@ -135,6 +139,8 @@ class Grid:
         object.__setattr__(self, "lrs", check_grid(self.lrs, "lrs"))
         if self.epochs is not None:
             object.__setattr__(self, "epochs", check_epochs(self.epochs))
+        if isinstance(self.seeds, bool) or not isinstance(self.seeds, Integral) or not 1 <= self.seeds <= 1000:
+            raise ValueError(f"the tuning's seeds must be an integer in [1, 1000], got {self.seeds!r}")
 
 
 class At(NamedTuple):
@@ -152,8 +158,8 @@ def _check_args(seeds, rounds, chunk, select) -> None:
     for name, v in (("seeds", seeds), ("rounds", rounds), ("chunk", chunk)):
         if v is None and name == "chunk":
             continue
-        if isinstance(v, bool) or int(v) != v or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v}")
+        if isinstance(v, bool) or not isinstance(v, Integral) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
 def _chunks(reps: list, epochs: tuple, size: int) -> list:
@@ -172,12 +178,11 @@ def _train_grid(spec: Spec, reps: list, bounds: list, rounds: int, noise: tuple,
     (q', σ); returns the History of all replicas and each replica's update-norm
     quantiles per recorded round."""
     from ..fl.algorithms import History, train
-    from ..fl.build import assemble, hold_out
-    from .sweep import prepared
+    from ..fl.build import assemble
 
     qp, sigma = noise
     # ranked on samples held out of the public share, never on the test split results report (results §9)
-    setup = hold_out(prepared(spec), VALIDATION, seed=spec.data_seed)
+    setup = held_out(spec)          # the split a pre-trial scored on held-out samples scored on
     every = max(1, rounds // 40)
     norms = [[] for _ in reps]        # per replica: (round, quantiles)
     hist = History()
@@ -294,7 +299,7 @@ def tune(store, at: At, grid: Grid = Grid(), select: str = "accuracy", device: s
             "grid": grid, "norms": norm_summary, "norms_early": norm_early,
             "on_grid_edge": _on_edges(best, clips, lrs, epochs),
             "store": str(store), "seeds": seeds, "rounds": rounds, "select": select,
-            "scored_on": f"validation: {n_val} samples (about {VALIDATION:.0%} of each public client's) held "
+            "scored_on": f"validation: {n_val} samples (about {HELD_OUT:.0%} of each public client's) held "
                          "out of the tuning's training", "validation_samples": n_val,
             "pretrial": {"clients": spec.clients, "q": qp, "noise_multiplier": zp,
                          "noise_on_mean": zp / mp, "model": spec.model, "dataset": spec.dataset,
