@@ -825,6 +825,9 @@ def cmd_pretrial(a):
             + (f"; local work: {_plural(summary['local_work_added'], 'noise-free run')} added"
                if summary.get("local_work_jobs") else "")
             + (f"; {_plural(others, 'replica')} left to another process working on this store" if others else "")
+            + (f"\nscored on {summary['scored_samples']} samples held out of its training"
+               if summary.get("scored_on") == "held-out" else
+               f"\nscored on the data set's test split ({summary.get('scored_samples')} samples)")
             + f"\nnext: paretofl fit {out}")
     _emit(summary, a.json, text)
 

@@ -132,7 +132,8 @@ class Spec:
     # where the runs' loss is scored (κ and the local work are fitted to it): "held-out", 20 % of each client's
     # samples held out of the pre-trial's training (paretofl.fl.build.hold_out), so that nothing fitted reads the
     # test split results are reported on; or "test", the data set's test split (stores made before held-out
-    # scoring, and a private pre-trial, whose clients' samples are not public).  Default: held-out, test if private
+    # scoring, and a pre-trial on the clients' own data, whose samples are not public).  Default: held-out on the
+    # public share, test on the clients' data (subset rest or all; held-out refused there where private)
     scored_on: str | None = None
 
     # ------------------------------------------------------------------ load
@@ -223,8 +224,8 @@ class Spec:
         self._check_private(check, grid)
 
     def _check_scored_on(self, check: _Checker) -> None:
-        if self.scored_on is None:
-            self.scored_on = "test" if self.private is True else "held-out"
+        if self.scored_on is None:     # held out of a public share; the test split on the clients' own data
+            self.scored_on = "held-out" if self.subset == "public" and self.private is not True else "test"
         check.choice("scored_on", SCORED_ON)
         if self.private is True and self.scored_on == "held-out":
             check.bad("a private pre-trial scores its runs on the data set's test split (scored_on = \"test\"): a "

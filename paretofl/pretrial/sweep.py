@@ -85,8 +85,8 @@ def prepared(spec: Spec):
 
 
 #: the share of each client's samples a pre-trial scored on held-out samples (``Spec.scored_on``), and the public
-#: tuning, hold out of training and score their runs on
-HELD_OUT = 0.2
+#: tuning, hold out of training and score their runs on; fewer held-out samples than MIN_HELD_OUT are refused
+HELD_OUT, MIN_HELD_OUT = 0.2, 10
 
 
 def scored(spec: Spec):
@@ -254,7 +254,14 @@ def check_runnable(spec: Spec):
     from ..fl.build import check_fits
 
     largest = min(spec.chunk, (len(spec.sigmas) + 1) * spec.seeds)
-    check_fits(prepared(spec), "dpfedavg", largest, spec.device, LOWER_CHUNK, mechanism=MECHANISM,
+    setup = scored(spec)           # a split that leaves nothing to score on is refused before the store is made
+    n = len(setup.data.y_test)
+    if spec.scored_on == "held-out" and n < MIN_HELD_OUT:
+        raise ValueError(f"the pre-trial would score its runs on {n} held-out sample(s) (about {HELD_OUT:.0%} of each "
+                         f"client's, at least one, never its last): too few to tell runs apart; give it more samples "
+                         f"(a larger public_fraction, fewer clients) or score on the data set's test split "
+                         f"(scored_on \"test\")")
+    check_fits(setup, "dpfedavg", largest, spec.device, LOWER_CHUNK, mechanism=MECHANISM,
                sigma=1.0, clip=spec.clip, lr=spec.lr, client_rate=max(spec.q), local_epochs=spec.local_epochs,
                batch_size=spec.batch_size)
 
@@ -327,7 +334,8 @@ def run_sweep(spec: Spec, results, executor: str = "local", ray_address: str | N
         return {"results": str(results), "jobs": len(jobs), "runs_added": len(store) - before,
                 "runs_total": len(store), "runs_in_spec": len(spec.configurations()),
                 "runs_trained": trained, "replicas_left_to_others": skipped, "seconds": time.perf_counter() - t0,
-                "local_work_added": store.local_work_count() - lw_before, "local_work_jobs": len(lw_jobs)}
+                "local_work_added": store.local_work_count() - lw_before, "local_work_jobs": len(lw_jobs),
+                "scored_on": spec.scored_on, "scored_samples": len(scored(spec).data.y_test)}
     finally:
         store.close()
 

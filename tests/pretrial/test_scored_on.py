@@ -101,3 +101,24 @@ def test_a_store_scored_on_the_test_split_is_kept_apart_and_says_so(tmp_path):
     assert not any("test split" in n for n in paretofl.fit(new, bootstrap=0).notes)
     with sqlite3.connect(new) as db:       # the store records where it scored
         assert '"scored_on": "held-out"' in dict(db.execute("SELECT key, value FROM meta"))["base"]
+
+
+def test_a_split_too_small_to_score_on_is_refused_before_a_store_is_made(tmp_path):
+    """Ten clients on thirteen public samples: one sample held out, every run
+    scored 0 or 1 (the attack) — refused in one line, no store left behind;
+    the test split (scored_on "test") still scores such a pre-trial."""
+    tiny = dict(SMALL, clients=10, public_fraction=0.0075)
+    with pytest.raises(ValueError, match="score its runs on 1 held-out sample"):
+        sweep.run_sweep(Spec.from_dict(tiny), tmp_path / "tiny.sqlite", progress=False)
+    assert not (tmp_path / "tiny.sqlite").exists()
+    summary = sweep.run_sweep(Spec.from_dict(dict(tiny, scored_on="test")), tmp_path / "t.sqlite", progress=False)
+    assert summary["scored_on"] == "test" and summary["runs_added"] == summary["runs_in_spec"] > 0
+
+
+def test_a_pretrial_on_the_clients_own_data_scores_on_the_test_split_by_default():
+    """The clients' samples are not public: a pre-trial on them (subset rest
+    or all) is scored on the test split unless it asks otherwise, private or
+    not; only a public share is held out by default."""
+    for subset in ("rest", "all"):
+        assert Spec.from_dict(dict(SMALL, subset=subset)).scored_on == "test"
+        assert "scored_on" not in Spec.from_dict(dict(SMALL, subset=subset)).base()
