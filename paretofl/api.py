@@ -164,19 +164,29 @@ def _design(n_clients: int, epsilon: float | None = _R.epsilon, delta: float = _
     return _solve(Request(**locals()))
 
 
-@functools.wraps(_design)
-def design(*args, **kwargs) -> Design:
-    """:func:`_design`'s signature and words (``paretofl.design``): a
-    :class:`Request` alone, or its fields."""
-    if args and isinstance(args[0], Request):
-        if len(args) > 1 or kwargs:            # what is given beside it, even at a default, would be dropped
-            given = [*(f"argument {i + 2}" for i in range(len(args) - 1)), *kwargs]
-            raise ValueError(f"give a Request or keywords, not both ({', '.join(given)} beside a Request)")
-        return _solve(args[0])
-    return _design(*args, **kwargs)
+def _face(keywords, asked: type, run, name: str):
+    """``name``: :func:`keywords`'s signature and words, taking one ``asked``
+    object alone (run by ``run``) or its fields as keywords, never both:
+    what is given beside the object, even at a default, would be dropped."""
+    what = asked.__name__
+
+    @functools.wraps(keywords)
+    def face(*args, **kwargs):
+        if any(isinstance(a, asked) for a in args[1:]) or any(isinstance(v, asked) for v in kwargs.values()):
+            raise ValueError(f"a {what} goes alone, first: {name}({what}(...))")
+        if args and isinstance(args[0], asked):
+            if len(args) > 1 or kwargs:
+                given = [*(f"argument {i + 2}" for i in range(len(args) - 1)), *kwargs]
+                raise ValueError(f"give a {what} or keywords, not both ({', '.join(given)} beside a {what})")
+            return run(args[0])
+        return keywords(*args, **kwargs)
+
+    face.__name__ = face.__qualname__ = name
+    return face
 
 
-design.__name__ = design.__qualname__ = "design"
+#: ``paretofl.design``: a :class:`Request` alone, or its fields
+design = _face(_design, Request, lambda r: _solve(r), "design")
 
 
 def _solve(r: Request) -> Design:
@@ -699,21 +709,8 @@ def _train(algorithm: str | Design | None = _T.algorithm, /, dataset=_T.dataset,
     return _run(_training_of(algorithm, knobs, options))
 
 
-@functools.wraps(_train)
-def train(*args, **kwargs) -> TrainResult:
-    """:func:`_train`'s signature and words (``paretofl.train``): a
-    :class:`Training` alone, or its knobs."""
-    if any(isinstance(a, Training) for a in args[1:]) or any(isinstance(v, Training) for v in kwargs.values()):
-        raise ValueError("a Training goes alone: train(Training(...)), its design inside it (Training(design=d))")
-    if args and isinstance(args[0], Training):
-        if len(args) > 1 or kwargs:            # what is given beside it, even at a default, would be dropped
-            given = [*(f"argument {i + 2}" for i in range(len(args) - 1)), *kwargs]
-            raise ValueError(f"give a Training or keywords, not both ({', '.join(given)} beside a Training)")
-        return _run(args[0])
-    return _train(*args, **kwargs)
-
-
-train.__name__ = train.__qualname__ = "train"
+#: ``paretofl.train``: a :class:`Training` alone (its design inside it), or its knobs
+train = _face(_train, Training, lambda t: _run(t), "train")
 
 
 def _training_of(first, knobs: dict, options: dict) -> Training:

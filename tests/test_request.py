@@ -23,6 +23,8 @@ def test_a_request_and_its_keywords_give_the_same_design():
     with pytest.raises(ValueError, match="delta beside a Request"):
         paretofl.design(paretofl.Request(**kw, delta=1e-3), delta=1e-5)
     assert paretofl.design.__name__ == "design"
+    with pytest.raises(ValueError, match="a Request goes alone, first"):      # one face for design and train
+        paretofl.design(50, paretofl.Request(**kw))
     with pytest.raises(ValueError, match="takes a Request"):
         paretofl.recommendation.design(kw)
 
