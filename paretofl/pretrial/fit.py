@@ -276,10 +276,10 @@ class Fit:
 def _notes(res: Results) -> list[str]:
     out = []
     if (res.base or {}).get("scored_on", "test") == "test" and not (res.base or {}).get("private"):
-        out.append("its runs were scored on the data set's test split (a store from before pre-trials scored on "
-                   "samples held out of their own data): results reported on that split lean on kappa; run the "
-                   "pre-trial again into a new store with scored_on \"held-out\" (the default where its spec does "
-                   "not say \"test\") to fit on held-out samples")
+        out.append("its runs were scored on the data set's test split (as every store made before pre-trials scored "
+                   "on held-out samples was): results reported on that split lean on kappa; run the pre-trial again "
+                   "into a new store with scored_on held-out (the default on a public share) to fit on held-out "
+                   "samples")
     if res.uncharged_gaps:
         out.append(f"{res.uncharged_gaps} run(s) its spend log charged have no rows in the store (deleted, or a sweep "
                    "interrupted before their first evaluation): they stay charged")

@@ -228,7 +228,7 @@ class Spec:
             self.scored_on = "held-out" if self.subset == "public" and self.private is not True else "test"
         check.choice("scored_on", SCORED_ON)
         if self.private is True and self.scored_on == "held-out":
-            check.bad("a private pre-trial scores its runs on the data set's test split (scored_on = \"test\"): a "
+            check.bad("a private pre-trial scores its runs on the data set's test split (scored_on test): a "
                       "loss on samples held out of the clients' data would be a release nothing charges")
 
     def _check_local_work(self, check: _Checker) -> None:

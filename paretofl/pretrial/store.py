@@ -266,10 +266,9 @@ class Store:
                                  "finish, or write to another results file")
             raise ValueError(f"{self.path} holds runs of a different spec (differs in {', '.join(diff)}); "
                              "write to another results file"
-                             + ("; its runs were scored on the data set's test split, before pre-trials scored on "
-                                "samples held out of their own training data: add scored_on = \"test\" to the spec "
-                                "to add to it as it was" if diff == ["scored_on"] and "scored_on" not in self.base
-                                else ""))
+                             + ("; its runs were scored on the data set's test split (as every store made before "
+                                "pre-trials scored on held-out samples was): give scored_on test to add to it as it "
+                                "was" if diff == ["scored_on"] and "scored_on" not in self.base else ""))
 
     # ------------------------------------------------------------------ writing
     @_guarded

@@ -260,7 +260,7 @@ def check_runnable(spec: Spec):
         raise ValueError(f"the pre-trial would score its runs on {n} held-out sample(s) (about {HELD_OUT:.0%} of each "
                          f"client's, at least one, never its last): too few to tell runs apart; give it more samples "
                          f"(a larger public_fraction, fewer clients) or score on the data set's test split "
-                         f"(scored_on \"test\")")
+                         f"(scored_on test)")
     check_fits(setup, "dpfedavg", largest, spec.device, LOWER_CHUNK, mechanism=MECHANISM,
                sigma=1.0, clip=spec.clip, lr=spec.lr, client_rate=max(spec.q), local_epochs=spec.local_epochs,
                batch_size=spec.batch_size)

@@ -226,3 +226,30 @@ def test_the_cost_of_a_wrong_kappa_every_design_quotes_is_the_measured_table():
     assert max(a[2] - a[1] for a in acc) == pytest.approx(KAPPA_FACTOR3_COST["too small"], abs=1e-9)
     d = paretofl.design(100, 2.0, max_rounds=200)
     assert any(f"3x too large cost up to {KAPPA_FACTOR3_COST['too large']:.1f}" in n for n in d.notes)
+
+
+def test_a_private_store_at_a_fits_path_is_never_passed_over(private_fit, tmp_path):
+    """A fit edited to say public (its private fields dropped, its digest
+    made to match the edited spec) beside nothing, its private store still
+    at the path it records: refused, not designed as public (the attack: ε
+    15.7 for 16.4); and a private fit whose store was replaced by another
+    private pre-trial's is refused, not taken as absent."""
+    import json
+
+    from paretofl.recommendation import store_digest
+
+    _, _, path = private_fit
+    data = json.loads(path.read_text())
+    forged = {k: v for k, v in data.items() if k not in ("private", "private_charges", "private_epsilon")}
+    forged["spec"] = {k: v for k, v in data["spec"].items() if k != "epsilon"} | {"private": False,
+                                                                                   "subset": "public"}
+    forged["results_digest"] = store_digest(forged["spec"])
+    (tmp_path / "forged_fit.json").write_text(json.dumps(forged))
+    with pytest.raises(ValueError, match="holds another pre-trial"):
+        paretofl.design(N, 12.0, delta=1e-4, max_rounds=30, fit=str(tmp_path / "forged_fit.json"), sigma_min=0.05)
+    other = tmp_path / "other.sqlite"
+    run_sweep(_spec(clip=0.5, sigmas=[2.0, 4.0], rounds=[2], seeds=1), other, progress=False)
+    moved = dict(data, results=str(other))
+    (tmp_path / "moved_fit.json").write_text(json.dumps(moved))
+    with pytest.raises(ValueError, match="holds another pre-trial"):
+        paretofl.design(N, 12.0, delta=1e-4, max_rounds=30, fit=str(tmp_path / "moved_fit.json"), sigma_min=0.05)

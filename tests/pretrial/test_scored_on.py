@@ -92,7 +92,7 @@ def test_a_store_scored_on_the_test_split_is_kept_apart_and_says_so(tmp_path):
     path = tmp_path / "old.sqlite"
     sweep.run_sweep(old, path, progress=False)
     assert "scored_on" not in read_base(path)
-    with pytest.raises(ValueError, match='differs in scored_on.*add scored_on = "test"'):
+    with pytest.raises(ValueError, match='differs in scored_on.*give scored_on test'):
         sweep.run_sweep(Spec.from_dict(SMALL), path, progress=False)
     assert sweep.run_sweep(old, path, progress=False)["runs_added"] == 0
     assert any("scored on the data set's test split" in n for n in paretofl.fit(path, bootstrap=0).notes)
