@@ -21,7 +21,8 @@ simulation (Ray) of the same clients and model doing the local-SGD step,
 its rate taken between the first and the last round's server evaluation
 (Ray's start-up excluded).
 
-    .venv/bin/python benchmarks/generic_model.py [--models lr lenet mlp] [--flower] [--device cuda] [--json]
+    .venv/bin/python benchmarks/generic_model.py [--models lr lenet mlp] [--flower] [--device cuda]
+                                                 [--clients N] [--json]
 """
 
 from __future__ import annotations
@@ -167,16 +168,19 @@ def flower_rate(name, ds, rounds=4):
 
 
 def main():
+    global N
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["lr", "lenet", "mlp"], choices=("lr", "lenet", "mlp"))
     ap.add_argument("--strategies", nargs="+", default=["loop", "vmap"], choices=("loop", "vmap"))
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--replicas", type=int, default=4)
+    ap.add_argument("--clients", type=int, default=N, help="clients N (the plain loop steps N x replicas modules)")
     ap.add_argument("--rounds", type=int, default=4, help="rounds per timing block")
     ap.add_argument("--repeats", type=int, default=3, help="blocks per runner, alternated")
     ap.add_argument("--flower", action="store_true", help="also time a Flower simulation round (Ray)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
+    N = a.clients
     warnings.filterwarnings("ignore")
     ds = fake_fmnist()
     out = {}

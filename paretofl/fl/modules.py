@@ -24,7 +24,8 @@ so ``strategy="auto"`` follows what benchmarks/generic_model.py measured
 on this project's 2-core CPU: a loop (each thread a share of the models)
 for convolutional modules and for per-sample gradients, ``vmap`` over the
 models for the client-level gradients of the others; on CUDA, where small
-per-client kernels are bound by launches, ``vmap``.  Modules with dropout
+per-client kernels are bound by launches, ``vmap`` (measured on an H200:
+10-80x the loop, per-sample gradients included; docs/performance.md).  Modules with dropout
 loop on CPU (exact per-replica masks, below).
 
 Randomness: a module with dropout draws from PyTorch's global generator
