@@ -513,13 +513,15 @@ def _local_work_lines(d) -> list[str]:
         return []
     dis = lw.get("dissimilarity") or {}
     out = []
+    what = ("test loss, from a fit scored on samples held out of the pre-trial's training"
+            if lw.get("scored_on") == "held-out" else "test loss, from a fit scored on the test split")
     if lw.get("interval"):
         lo, hi = lw["interval"]
         over = "the pre-trial's seeds" + (" and kappa's interval" if "kappa_range" in d.details else "")
-        out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  (test loss; 95 % interval [{lo:.4g}, {hi:.4g}] "
+        out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  ({what}; 95 % interval [{lo:.4g}, {hi:.4g}] "
                    f"over {over}; docs/theory.md 4.E)")
     else:
-        out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  (test loss; docs/theory.md 4.E)")
+        out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  ({what}; docs/theory.md 4.E)")
     if not d.prediction_applies():
         at = d.predicted_at()
         out.append(f"                      of the pre-trial's {_pair(at)}: the tuning moved them to C = {d.clip:g}, "

@@ -960,6 +960,8 @@ def design(request: Request, utility=None, spec: dict | None = None, pretrial=No
         d = solve(job)
     else:
         d, k = _design_local_work(job, lw, solve, r.local_epochs, ci)
+        # which split the fit's losses were scored on: the prediction estimates the test loss either way
+        d.local_work["scored_on"] = (spec or {}).get("scored_on", "test")
         job = _Job(**{**job.__dict__, "utility": ClosedForm(d.kappa, d.kappa_source)})
         ci = None if ci is None else [x * lw.ratio(k) for x in ci]
     if fit is not None:
@@ -1467,9 +1469,20 @@ def nbafl_design(n_clients: int, epsilon: float, delta: float, clip: float, clie
 # --------------------------------------------------------------------------
 def _tmax(eps, q, s, delta, orders, acct):
     """The most rounds within ε at each σ: the most charged participations
-    (:func:`max_steps`), as rounds."""
-    return acct.rounds_for(max_steps(eps, acct.rate, np.asarray(s) * acct.zf, delta, orders, sampling=acct.sampling,
-                                     prior=acct.prior))
+    (:func:`max_steps`), as rounds.  Remembered: the searches of one design
+    (one per candidate number of local epochs; the accountant's answer does
+    not depend on κ) split the same σ intervals the same way, so about half
+    their questions are asked before."""
+    z = np.asarray(s, dtype=float) * acct.zf
+    steps = _max_steps_of(float(eps), float(acct.rate), z.tobytes(), float(delta), tuple(orders), acct.sampling,
+                          tuple(acct.prior))
+    return acct.rounds_for(steps.copy() if z.ndim else int(steps[0]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _max_steps_of(eps, rate, z_bytes, delta, orders, sampling, prior):
+    return np.atleast_1d(max_steps(eps, rate, np.frombuffer(z_bytes, dtype=float), delta, orders, sampling=sampling,
+                                   prior=prior))
 
 
 def _initial_grid(q, eps, delta, t_cap, s_lo, s_hi, orders, acct):
