@@ -122,7 +122,8 @@ def pretrial_of(model, pretrial, out):
     """(fit JSON, store) of the model's public pre-trial: the shipped ones
     for built-in models, else the store given (fitted here, once)."""
     if ":" not in model:
-        return str(shipped_fit(f"{model}_fmnist")), str(ROOT / "pretrials" / f"{model}_fmnist.sqlite")
+        fit = shipped_fit(f"{model}_fmnist")
+        return str(fit), str(ROOT / json.loads(fit.read_text())["results"])       # the store the fit records
     if pretrial is None:
         raise SystemExit(f"{model}: give its pre-trial store with --pretrial")
     fit_path = out / f"{label(model)}_pretrial_fit.json"

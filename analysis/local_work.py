@@ -96,9 +96,10 @@ TUNE_CLIPS, TUNE_LRS = (0.1, 0.3, 1.0), (0.025, 0.05, 0.1, 0.2)
 
 
 def store_for(partition: str, out: Path, q: float = 0.5, model: str = "lr") -> str:
-    """The results store behind :func:`fit_for`'s fit (the shipped pre-trial's for LR on IID)."""
+    """The results store behind :func:`fit_for`'s fit (the shipped pre-trial's for LR on IID: the store its fit
+    records)."""
     if partition == "iid" and q == 0.5 and model == "lr":
-        return str(ROOT / "pretrials" / "lr_fmnist.sqlite")
+        return str(ROOT / json.loads(shipped_fit().read_text())["results"])
     return str(out / f"{prefix(model)}pretrial_{partition.replace(':', '')}.sqlite")
 
 

@@ -33,7 +33,7 @@ from local_work import run  # noqa: E402
 
 import paretofl  # noqa: E402
 
-STORES = {"test split (shipped)": ROOT / "pretrials" / "lr_fmnist.sqlite",
+STORES = {"test split (shipped until 2026-11-27)": ROOT / "pretrials" / "lr_fmnist.sqlite",
           "held-out": ROOT / "pretrials" / "lr_fmnist_heldout.sqlite"}
 
 

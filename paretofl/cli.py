@@ -586,8 +586,10 @@ def _recipe_lines(d) -> list[str]:
         best = next(g for g in d.tuning["grid"] if g["clip"] == d.clip and g["lr"] == d.lr
                     and g.get("local_epochs", d.local_epochs) == d.local_epochs)
         split = "held-out" if d.tuning.get("scored_on") else "test"      # older tunings scored the test split
+        n_val = d.tuning.get("validation_samples")
+        on = f" (on {n_val} held-out samples)" if isinstance(n_val, int) and split == "held-out" else ""
         lines.append(f"  public tuning       {split} loss {best['test_loss']:.4g}, accuracy "
-                     f"{100 * best['accuracy']:.1f} % "
+                     f"{100 * best['accuracy']:.1f} %{on} "
                      f"at C = {d.clip:g}, lr = {d.lr:g}, {d.local_epochs} local epoch(s) (noise on the mean "
                      f"{d.tuning['pretrial']['noise_on_mean']:.4g} "
                      f"x C, {d.tuning['pretrial']['clients']} public clients, {d.tuning['seconds']:.0f} s)")

@@ -41,7 +41,7 @@ from .mechanisms import names as mechanism_names
 from .mechanisms.base import Mechanism
 from .mechanisms.statement import statement as privacy_statement
 from .theory import pareto
-from .theory.local_work import LocalWork
+from .theory.local_work import SCORED_ON, LocalWork
 from .theory.privacy import (
     DEFAULT_ORDERS,
     Charge,
@@ -447,6 +447,9 @@ def _check_recipe(d: Design, where: str) -> None:
             isinstance(interval, list) and len(interval) == 2 and all(isinstance(x, (int, float)) for x in interval)
             and interval[0] <= predicted <= interval[1])):
         bad('its "local_work" predicts a loss that is not a number inside its interval')
+    if lw.get("scored_on", "test") not in SCORED_ON:
+        bad(f'its "local_work" says its fit was scored on {lw.get("scored_on")!r}, which is neither of '
+            f'{", ".join(SCORED_ON)}')
 
 
 #: how far a recorded privacy figure may sit from the one re-derived (float noise across machines)
@@ -1474,15 +1477,21 @@ def _tmax(eps, q, s, delta, orders, acct):
     not depend on κ) split the same σ intervals the same way, so about half
     their questions are asked before."""
     z = np.asarray(s, dtype=float) * acct.zf
-    steps = _max_steps_of(float(eps), float(acct.rate), z.tobytes(), float(delta), tuple(orders), acct.sampling,
-                          tuple(acct.prior))
-    return acct.rounds_for(steps.copy() if z.ndim else int(steps[0]))
+    prior = tuple(acct.prior)
+    key = (float(eps), float(acct.rate), z.tobytes(), float(delta), np.asarray(orders, dtype=float).tobytes(),
+           acct.sampling, tuple((c.sampling, *(np.asarray(v, dtype=float).tobytes() + bytes(str(np.shape(v)), "ascii")
+                                             for v in (c.rate, c.noise_multiplier, c.steps))) for c in prior))
+    steps = _MOST_STEPS.get(key)
+    if steps is None:
+        steps = np.atleast_1d(max_steps(eps, acct.rate, z.ravel(), delta, orders, sampling=acct.sampling, prior=prior))
+        if len(_MOST_STEPS) >= 4096:
+            _MOST_STEPS.clear()
+        _MOST_STEPS[key] = steps
+    return acct.rounds_for(steps.reshape(z.shape).copy() if z.ndim else int(steps[0]))
 
 
-@functools.lru_cache(maxsize=4096)
-def _max_steps_of(eps, rate, z_bytes, delta, orders, sampling, prior):
-    return np.atleast_1d(max_steps(eps, rate, np.frombuffer(z_bytes, dtype=float), delta, orders, sampling=sampling,
-                                   prior=prior))
+#: :func:`_tmax`'s answers, by every input of them (the charges before the training by value); bounded
+_MOST_STEPS: dict = {}
 
 
 def _initial_grid(q, eps, delta, t_cap, s_lo, s_hi, orders, acct):

@@ -474,3 +474,20 @@ def test_a_message_is_said_in_flags_but_its_paths_and_quotes_word_for_word():
         assert _flagged(text, m, error=True) == f'--fit says "kappa {odd} clip" and --clip {odd}'
     m.given = ("./tune/lrs",)                                      # said back as the library writes it: tune/lrs
     assert _flagged("fit file tune/lrs is a folder", m, error=True) == "--fit file tune/lrs is a folder"
+
+
+def test_the_tunings_line_says_on_how_many_held_out_samples_it_ranked():
+    """The text's tuning line names the split it ranked on and, held out, how many samples; an older tuning
+    (scored on the test split) is said to be one, with no count."""
+    import paretofl
+    from paretofl.cli import _recipe_lines
+
+    d = paretofl.design(100, 2, max_rounds=50, local_epochs=1)
+    row = {"clip": d.clip, "lr": d.lr, "local_epochs": 1, "test_loss": 0.7, "accuracy": 0.75}
+    d.tuning = {"grid": [row], "scored_on": "validation: 1200 samples held out", "validation_samples": 1200,
+                "pretrial": {"noise_on_mean": 0.07, "clients": 10}, "seconds": 3.0}
+    line = next(x for x in _recipe_lines(d) if "public tuning" in x)
+    assert "held-out loss 0.7" in line and "(on 1200 held-out samples)" in line, line
+    d.tuning = {k: v for k, v in d.tuning.items() if k not in ("scored_on", "validation_samples")}
+    line = next(x for x in _recipe_lines(d) if "public tuning" in x)
+    assert "test loss 0.7" in line and "held-out samples" not in line, line

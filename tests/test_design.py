@@ -222,3 +222,37 @@ def test_what_a_user_sees_of_a_design_reads_plainly():
     assert len(str(inspect.signature(paretofl.design))) < 700      # the order grid alone would pass 1,000
     f = paretofl.fit(Path(__file__).resolve().parent.parent / "pretrials" / "lr_fmnist.sqlite", bootstrap=20)
     assert "front=[" not in repr(f) and len(repr(f)) < 2000
+
+
+def test_the_remembered_most_rounds_answer_each_question_as_asked_afresh():
+    """The design remembers the most rounds at each (q, σ grid) across its
+    searches (one per candidate local epochs); each answer must be the one
+    computed afresh for exactly that question: another prior spend, another
+    rate or another conversion to rounds is another question, and a prior
+    given as numpy numbers is the same question as one given as floats."""
+    s = np.geomspace(0.8, 8.0, 15)
+    orders = P.DEFAULT_ORDERS
+
+    def fresh(acct):
+        return acct.rounds_for(P.max_steps(2.0, acct.rate, s * acct.zf, 1e-5, orders, sampling=acct.sampling,
+                                           prior=acct.prior))
+
+    plain = D._Acct("poisson", 1.0, 0.5, lambda k: k)
+    spent = D._Acct("poisson", 1.0, 0.5, lambda k: k, prior=(P.Charge("poisson", 0.5, 8.0, 5),))
+    as_numpy = D._Acct("poisson", 1.0, 0.5, lambda k: k,
+                       prior=(P.Charge("poisson", np.float64(0.5), np.array(8.0), np.int64(5)),))
+    other_rate = D._Acct("poisson", 1.0, 0.25, lambda k: k)
+    every_other = D._Acct("poisson", 1.0, 0.5, lambda k: 2 * np.asarray(k))
+    D._MOST_STEPS.clear()
+    for acct in (plain, spent, as_numpy, other_rate, every_other, plain, spent):    # asked twice: remembered
+        got = D._tmax(2.0, acct.rate, s, 1e-5, orders, acct)
+        np.testing.assert_array_equal(got, fresh(acct))
+    before, after = D._tmax(2.0, 0.5, s, 1e-5, orders, plain), D._tmax(2.0, 0.5, s, 1e-5, orders, spent)
+    assert np.all(after <= before) and 0 < after[-1] < before[-1], (before, after)
+    # a scalar σ is answered as a number, as max_steps answers it
+    one = D._tmax(2.0, 0.5, 1.0, 1e-5, orders, plain)
+    assert isinstance(one, int) and one == P.max_steps(2.0, 0.5, 1.0, 1e-5, orders)
+    # what is handed out is a copy: changing it changes no later answer
+    got = D._tmax(2.0, 0.5, s, 1e-5, orders, plain)
+    got[:] = 0
+    np.testing.assert_array_equal(D._tmax(2.0, 0.5, s, 1e-5, orders, plain), fresh(plain))

@@ -277,10 +277,13 @@ def test_a_spec_object_is_checked_before_anything_trains(tmp_path):
     (lambda d: d.update(local_epochs=5000), "whole number"),
     (lambda d: d.update(lr=-0.1), "above 0"),
     (lambda d: d["local_work"].update(predicted_loss=-5.0), "inside its interval"),
-    (lambda d: d["local_work"].update(epochs=4), "chose"),
+    (lambda d: d["local_work"].update(epochs=next(k for k in (1, 2, 4, 8) if k != d["local_epochs"])), "chose"),
     (lambda d: d["local_work"].pop("candidates"), "malformed"),
-    (lambda d: d["local_work"]["candidates"][1].update(epochs=8), "not among its candidates"),
+    (lambda d: next(c for c in d["local_work"]["candidates"] if c["epochs"] == d["local_epochs"]).update(epochs=3),
+     "not among its candidates"),
     (lambda d: d["local_work"].update(kept_reference=d["local_work"]["epochs"]), "kept"),
+    (lambda d: d["local_work"].update(scored_on="the clients' data"), "scored on"),
+    (lambda d: d["local_work"].update(scored_on=["held-out"]), "scored on"),
 ])
 def test_a_design_files_recipe_is_checked_on_load(tmp_path, edit, match, capsys):
     from paretofl.cli import main
@@ -690,3 +693,21 @@ def test_a_design_files_tuning_that_is_no_record_is_refused_on_load(tmp_path):
     (tmp_path / "e.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="tuning must be a mapping"):
         paretofl.Design.load(tmp_path / "e.json")
+
+
+def test_the_design_says_which_split_its_fit_was_scored_on(tmp_path, capsys):
+    """The default κ is the pre-trial scored on samples held out of its training (its spec says so, and the
+    design's local work and text say it); a fit of a pre-trial scored on the test split is said to be one."""
+    from paretofl.cli import main
+
+    shipped = json.loads(shipped_fit().read_text())
+    assert shipped["spec"]["scored_on"] == "held-out" and shipped["results"] == "pretrials/lr_fmnist_heldout.sqlite"
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
+    assert d.local_work["scored_on"] == "held-out"
+    old = Path(__file__).parent / "data" / "lr_fmnist_fit_test_scored.json"
+    assert paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=str(old)).local_work["scored_on"] == "test"
+    assert main(["design", "--clients", str(N), "--budget", str(EPS), "--max-rounds", str(TMAX)]) == 0
+    assert "scored on samples held out of the pre-trial's training" in capsys.readouterr().out
+    assert main(["design", "--clients", str(N), "--budget", str(EPS), "--max-rounds", str(TMAX), "--fit",
+                 str(old)]) == 0
+    assert "from a fit scored on the test split" in capsys.readouterr().out

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from ..fl.names import DATASETS, MODELS, PARTITIONS, is_reference, partition_label, split_partition  # noqa: F401
 from ..mechanisms import DEFAULT
+from ..theory.local_work import SCORED_ON
 
 #: what every pre-trial runs: the registry's default, client-level DP-FedAvg in the aggregate view (Gu et al.'s
 #: mechanism)
@@ -24,9 +25,6 @@ _NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk", "local_work")
 #: fields added after stores were shipped: left out of a store's identity at their default
 _NEW_DEFAULTS = {"subset": "public", "private": False, "epsilon": None, "scored_on": "test"}
 SUBSETS = ("public", "rest", "all")
-#: where a pre-trial scores its runs' loss: samples held out of its own training data (the default), or the data
-#: set's test split (the stores made before held-out scoring, and a private pre-trial's: see Spec.scored_on)
-SCORED_ON = ("held-out", "test")
 
 
 def read_toml(path) -> dict:

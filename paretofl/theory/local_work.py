@@ -36,6 +36,9 @@ import numpy as np
 
 #: the format tag of a fit's ``local_work`` part
 LOCAL_WORK_FORMAT = "paretofl-local-work-1"
+#: where a pre-trial scores its runs' loss: samples held out of its own training data (the default), or the data
+#: set's test split (the stores made before held-out scoring, and a private pre-trial's: see Spec.scored_on)
+SCORED_ON = ("held-out", "test")
 #: the most local epochs a pre-trial measures (and a fit may name)
 MAX_LOCAL_EPOCHS = 64
 #: the widest spread of A(K) and the largest |c_K| a fit may hold: beyond, a constant is not a loss curve's
