@@ -587,7 +587,7 @@ def _recipe_lines(d) -> list[str]:
                     and g.get("local_epochs", d.local_epochs) == d.local_epochs)
         split = "held-out" if d.tuning.get("scored_on") else "test"      # older tunings scored the test split
         n_val = d.tuning.get("validation_samples")
-        on = f" (on {n_val} held-out samples)" if isinstance(n_val, int) and split == "held-out" else ""
+        on = f" (on {n_val} held-out samples)" if type(n_val) is int and split == "held-out" else ""
         lines.append(f"  public tuning       {split} loss {best['test_loss']:.4g}, accuracy "
                      f"{100 * best['accuracy']:.1f} %{on} "
                      f"at C = {d.clip:g}, lr = {d.lr:g}, {d.local_epochs} local epoch(s) (noise on the mean "

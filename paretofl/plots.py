@@ -253,6 +253,8 @@ def _check_fit_matches(fr: dict, base: dict, fit_file):
     diff = [k for k in keys if k in spec and k in base and spec[k] != base[k]]
     if "partition" in spec and "partition" in base and _split(spec) != _split(base):   # a beta only where it splits
         diff.append("partition")
+    if spec.get("scored_on", "test") != base.get("scored_on", "test"):      # a store without the field: the test split
+        diff.append("scored_on (the split its losses were scored on)")
     if diff:
         raise ValueError(f"fit file {fit_file} was fitted on another pre-trial (differs in {', '.join(diff)}); "
                          "fit this store with `paretofl fit` or give its own fit")

@@ -582,9 +582,21 @@ class _Acct:
     rounds_for: object
     prior: tuple = ()      # charges spent before the training (a private pre-trial), composed with it
 
+    def __post_init__(self):
+        # the spend before the training as plain numbers, one ledger's: the searches remember answers by it
+        object.__setattr__(self, "prior", tuple(_one_ledger(c) for c in self.prior))
+
     def epsilon(self, z, steps, delta, orders) -> float:
         """ε of ``steps`` charged participations at noise multiplier z, after the prior (orders searched)."""
         return account([*self.prior, Charge(self.sampling, self.rate, z, int(steps))], delta, orders)
+
+
+def _one_ledger(c: Charge) -> Charge:
+    """A charge spent before a design's training, its numbers as Python's (numpy's 0-d arrays and scalars are
+    the same charge); several ledgers' (arrays) are no one training's spend: refused in one line."""
+    if any(np.ndim(v) for v in (c.rate, c.noise_multiplier, c.steps)):
+        raise ValueError(f"a spend before the training must be one ledger's charges (numbers), got {c!r}")
+    return Charge(c.sampling, float(c.rate), float(c.noise_multiplier), int(c.steps))
 
 
 @dataclass

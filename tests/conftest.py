@@ -2,6 +2,8 @@
 PyTorch sees a CUDA GPU, again on it (skipped, and counted as skipped,
 elsewhere).  CI has no GPU; the CUDA runs are for a machine that has one."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -74,3 +76,18 @@ def torch_threads(n: int):
         yield
         torch.set_num_threads(before)
     return _threads
+
+
+#: the shipped LR fit until 2026-11-27, scored on the test split: the behaviour snapshots were written with it
+TEST_SCORED_FIT = Path(__file__).parent / "data" / "lr_fmnist_fit_test_scored.json"
+
+
+@pytest.fixture()
+def test_scored_shipped_fit(monkeypatch):
+    """The default κ read from the fit the behaviour snapshots were written with (the shipped fit is the
+    held-out pre-trial's since 2026-11-27); ``pytestmark = pytest.mark.usefixtures("test_scored_shipped_fit")``."""
+    import paretofl.recommendation as rec
+
+    shipped = rec.shipped_fit
+    monkeypatch.setattr(rec, "shipped_fit", lambda name="lr_fmnist": TEST_SCORED_FIT if name == "lr_fmnist"
+                        else shipped(name))

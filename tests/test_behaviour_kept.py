@@ -38,6 +38,9 @@ from pathlib import Path
 
 import pytest
 
+#: the designs were written with the shipped fit of the time, scored on the test split (conftest.py)
+pytestmark = pytest.mark.usefixtures("test_scored_shipped_fit")
+
 DATA = Path(__file__).parent / "data" / "behaviour_before_rebuild.json"
 
 #: designs: (name, positional args, keyword args)

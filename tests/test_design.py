@@ -256,3 +256,23 @@ def test_the_remembered_most_rounds_answer_each_question_as_asked_afresh():
     got = D._tmax(2.0, 0.5, s, 1e-5, orders, plain)
     got[:] = 0
     np.testing.assert_array_equal(D._tmax(2.0, 0.5, s, 1e-5, orders, plain), fresh(plain))
+
+
+def test_a_spend_before_the_training_given_in_numpy_numbers_is_the_same_spend():
+    """A private pre-trial's charges as numpy 0-d arrays or scalars design exactly as the same charges in
+    Python numbers (they are the same spend; hashing them had raised a TypeError); several ledgers' charges
+    (arrays) are no one training's spend, refused in one line."""
+    from paretofl.pretrial.private import Spend
+
+    def spend(*charges):
+        return Spend(tuple(charges), float("nan"), 1e-5, 100, "test", True)
+
+    req = D.Request(n_clients=100, epsilon=2.0, max_rounds=200, local_epochs=1)
+    plain = D.design(req, pretrial=spend(P.Charge("poisson", 0.1, 4.0, 30)))
+    for numpy in (P.Charge("poisson", np.array(0.1), np.array(4.0), np.array(30)),
+                  P.Charge("poisson", np.float64(0.1), np.float32(4.0), np.int64(30))):
+        got = D.design(req, pretrial=spend(numpy))
+        assert (got.q, got.rounds, got.sigma, got.epsilon) == (plain.q, plain.rounds, plain.sigma, plain.epsilon)
+    assert plain.rounds < D.design(req).rounds           # the spend is charged
+    with pytest.raises(ValueError, match="one ledger"):
+        D.design(req, pretrial=spend(P.Charge("poisson", 0.1, np.array([4.0, 5.0]), 30)))

@@ -32,16 +32,8 @@ from pathlib import Path
 import pytest
 
 DATA = Path(__file__).parent / "data" / "designs_before_issue47.json"
-#: the shipped fit the data were written with (scored on the test split)
-FIT = Path(__file__).parent / "data" / "lr_fmnist_fit_test_scored.json"
-
-
-@pytest.fixture(autouse=True)
-def _the_fit_of_the_time(monkeypatch):
-    import paretofl.recommendation as rec
-
-    monkeypatch.setattr(rec, "shipped_fit", lambda name="lr_fmnist": FIT if name == "lr_fmnist" else
-                        Path(rec.__file__).parent / "data" / f"{name}_fit.json")
+#: the data were written with the shipped fit of the time (scored on the test split)
+pytestmark = pytest.mark.usefixtures("test_scored_shipped_fit")
 
 #: (name, positional args, keyword args); budgets as (shares, epsilons)
 DESIGNS = [

@@ -459,7 +459,7 @@ def test_a_fit_naming_another_split_than_its_store_is_refused(tmp_path, capsys, 
     from pathlib import Path
 
     fit = json.loads(paretofl.recommendation.shipped_fit().read_text())
-    store = Path(__file__).resolve().parents[1] / "pretrials" / "lr_fmnist.sqlite"
+    store = Path(__file__).resolve().parents[1] / fit["results"]         # the store the shipped fit records
     edited = {**fit["spec"], **split}
     files = {"beside its store": {**fit, "results": str(store), "spec": edited},
              "another field too": {**fit, "results": str(store), "spec": {**edited, "batch_size": 63}},
@@ -482,16 +482,18 @@ def test_a_fit_naming_another_split_than_its_store_is_refused(tmp_path, capsys, 
 
 
 def test_the_shipped_fit_is_not_refused_for_another_projects_store(tmp_path, monkeypatch, capsys):
-    """The shipped fit names its store by a relative path (pretrials/lr_fmnist.sqlite), found from the working
-    folder first: a project whose own pretrials/lr_fmnist.sqlite is another pre-trial (here: another split) is
+    """The shipped fit names its store by a relative path (pretrials/lr_fmnist_heldout.sqlite), found from the
+    working folder first: a project whose own store at that path is another pre-trial (here: another split) is
     not the fit's store (its base is not the one the fit recorded), so the fit designs as it does anywhere."""
     import shutil
     import sqlite3
     from pathlib import Path
 
+    recorded = json.loads(paretofl.recommendation.shipped_fit().read_text())["results"]
+    assert not Path(recorded).is_absolute()
     (tmp_path / "pretrials").mkdir()
-    theirs = tmp_path / "pretrials" / "lr_fmnist.sqlite"
-    shutil.copy(Path(__file__).resolve().parents[1] / "pretrials" / "lr_fmnist.sqlite", theirs)
+    theirs = tmp_path / recorded
+    shutil.copy(Path(__file__).resolve().parents[1] / recorded, theirs)
     db = sqlite3.connect(theirs)
     base = json.loads(db.execute("SELECT value FROM meta WHERE key = 'base'").fetchone()[0])
     db.execute("UPDATE meta SET value = ? WHERE key = 'base'",

@@ -402,10 +402,10 @@ def test_more_local_work_is_chosen_only_where_the_pretrials_seeds_agree(tmp_path
 
 
 def test_the_pretrials_figures_show_the_local_work(tmp_path):
-    paths = paretofl.api.pretrial_figures(str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), fit=str(shipped_fit()),
-                                          outdir=str(tmp_path))
-    assert any(p.endswith("lr_fmnist_local_work.png") for p in paths)
-    assert (tmp_path / "lr_fmnist_local_work.png").stat().st_size > 10_000
+    paths = paretofl.api.pretrial_figures(str(ROOT_PRETRIALS / "lr_fmnist_heldout.sqlite"),
+                                          fit=str(shipped_fit()), outdir=str(tmp_path))
+    assert any(p.endswith("lr_fmnist_heldout_local_work.png") for p in paths)
+    assert (tmp_path / "lr_fmnist_heldout_local_work.png").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize("lrs, applies", [((0.1,), True), ((0.03,), False)])
@@ -711,3 +711,20 @@ def test_the_design_says_which_split_its_fit_was_scored_on(tmp_path, capsys):
     assert main(["design", "--clients", str(N), "--budget", str(EPS), "--max-rounds", str(TMAX), "--fit",
                  str(old)]) == 0
     assert "from a fit scored on the test split" in capsys.readouterr().out
+
+
+def test_a_fit_scored_on_another_split_is_not_drawn_over_a_store(tmp_path):
+    """The shipped fit (scored on held-out samples) over the store it replaced (scored on the test split) is
+    another pre-trial's fit: refused in one line; a store or fit that predates the field was scored on the test
+    split, and matches a test-scored one."""
+    from paretofl.plots import _check_fit_matches
+
+    spec = dict(dataset="digits", model="lr", clients=4, public_fraction=0.5, partition="iid")
+    _check_fit_matches({"spec": dict(spec, scored_on="test")}, dict(spec), "f.json")
+    _check_fit_matches({"spec": dict(spec, scored_on="held-out")}, dict(spec, scored_on="held-out"), "f.json")
+    with pytest.raises(ValueError, match="differs in scored_on"):
+        _check_fit_matches({"spec": dict(spec, scored_on="held-out")}, dict(spec), "f.json")
+    root = Path(__file__).resolve().parents[1]
+    with pytest.raises(ValueError, match="scored_on"):
+        paretofl.api.pretrial_figures(str(root / "pretrials" / "lr_fmnist.sqlite"), fit=str(shipped_fit()),
+                                      outdir=str(tmp_path))
