@@ -494,7 +494,10 @@ def _predicted_lines(design, r, out) -> list[str]:
                prediction_error=r.test_loss - lw["predicted_loss"])
     where = ("" if interval is None else f" [{interval[0]:.4g}, {interval[1]:.4g}]: the realized loss is "
              + ("inside" if inside else "outside") + " it")
-    return [f"  predicted loss      {lw['predicted_loss']:.4g}{where} (the design's, docs/theory.md 4.E; realized "
+    check = getattr(design, "loaded_prediction", None) or {}       # a design read from a file: re-derived or not
+    whose = "the design's" if check.get("rederived") is not False else \
+        f"the design file's, not re-derived: {check.get('why', 'its fit is not here')}"
+    return [f"  predicted loss      {lw['predicted_loss']:.4g}{where} ({whose}, docs/theory.md 4.E; realized "
             f"{r.test_loss:.4g}, {r.test_loss - lw['predicted_loss']:+.3g})"]
 
 

@@ -392,6 +392,7 @@ def _check_loaded(d: Design, path) -> None:
         raise ValueError(f"{where}: {exc}") from None
     _check_recipe(d, where)
     check_claims(d, where)
+    _rederive_prediction(d, path, where)
 
 
 def _check_recipe(d: Design, where: str) -> None:
@@ -450,6 +451,105 @@ def _check_recipe(d: Design, where: str) -> None:
     if lw.get("scored_on", "test") not in SCORED_ON:
         bad(f'its "local_work" says its fit was scored on {lw.get("scored_on")!r}, which is neither of '
             f'{", ".join(SCORED_ON)}')
+
+
+def _fit_reference(fit) -> dict:
+    """What a design's local work records of the fit its prediction came from: the file (``shipped`` for the
+    package's) and its SHA-256, so that a loaded design's prediction is re-derived from that same fit."""
+    import hashlib
+
+    path = shipped_fit() if fit is None else Path(fit)
+    return {"file": "shipped" if fit is None else str(fit), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def _fit_of_prediction(lw: dict, near) -> tuple:
+    """(the fit file a loaded design's prediction came from, None) where it is here as it was (the package's,
+    or its recorded path, or beside the design by name), else (None, why not)."""
+    import hashlib
+
+    ref = lw.get("fit")
+    if not isinstance(ref, dict) or not isinstance(ref.get("file"), str) or not isinstance(ref.get("sha256"), str):
+        return None, "it names no fit (a design made before predictions named theirs)"
+    if ref["file"] == "shipped":
+        cands = [shipped_fit()]
+    else:
+        p = Path(ref["file"])
+        cands = [p] + ([Path(near).resolve().parent / p.name] if near is not None else [])
+    for c in cands:
+        try:
+            if c.is_file() and hashlib.sha256(c.read_bytes()).hexdigest() == ref["sha256"]:
+                return c, None
+        except OSError:
+            continue
+    return None, f"its fit {ref['file']} is not here as it was when the design was made"
+
+
+def _rederive_prediction(d: Design, path, where: str) -> None:
+    """A loaded design's predicted loss is re-derived from the fit it names (every candidate's prediction and
+    interval from its objective and T, each candidate's κ_K, the chosen one's objective from the design's
+    bound, and that bound from its q, T, σ and κ where the noise is independent each round): a file that says
+    otherwise is refused.  What was found is kept beside the design, not in it (``d.loaded_prediction``:
+    ``rederived`` and ``why``): where the fit is not here, the prediction is the file's, and is said so where
+    it is compared."""
+    lw = d.local_work
+    if not lw:
+        return
+
+    def bad(msg):
+        raise ValueError(f"{where}: its \"local_work\" {msg}: it is not what its fit gives; design again rather "
+                         "than edit the file")
+
+    fit_path, why = _fit_of_prediction(lw, path)
+    if fit_path is None:
+        d.loaded_prediction = {"rederived": False, "why": why}
+        return
+    data = read_fit(fit_path)
+    fitted = LocalWork.from_dict(data.get("local_work"), f"fit {fit_path}")
+    kappa = float(data["kappa"])
+    ci = _kappa_ci(None, str(fit_path))
+
+    def close(a, b):
+        return isinstance(a, (int, float)) and not isinstance(a, bool) and math.isclose(a, b, rel_tol=1e-9,
+                                                                                        abs_tol=1e-12)
+    independent = type(mechanism_of(d.mechanism, **(d.mechanism_options or {}))).error_ratio is Mechanism.error_ratio
+    try:
+        if lw.get("scored_on", "test") != (data.get("spec") or {}).get("scored_on", "test"):
+            bad(f"says its fit was scored on {lw.get('scored_on', 'test')}")
+        if (lw["measured"] != list(fitted.epochs) or lw["reference_epochs"] != fitted.reference_epochs
+                or lw["rounds_measured"] != list(fitted.rounds)):
+            bad("says its fit measured other local epochs or rounds")
+        dis = lw.get("dissimilarity") or {}
+        if any(not close(dis.get(key), fitted.dissimilarity[key]) for key in ("b2", "zeta2")
+               if key in fitted.dissimilarity) or (bool(dis) != bool(fitted.dissimilarity)):
+            bad("gives another dissimilarity")
+        for c in lw["candidates"]:
+            k, rounds, objective = int(c["epochs"]), int(c["rounds"]), float(c["objective"])
+            r = fitted.ratio(k)
+            if not close(c["kappa"], kappa * r):
+                bad(f"gives kappa {c['kappa']!r} at {k} local epochs")
+            if independent and d.groups is None and not close(objective, fitted.objective(
+                    k, 1.0 / rounds + c["kappa"] * c["sigma"] ** 2 / (c["q"] * d.n_clients))):
+                bad(f"gives {k} local epochs an objective its q, T, sigma and kappa do not")
+            noise = objective - fitted.offset(k) - 1.0 / (r * rounds)         # κσ²r(T)/(qN), from U(K) of (4.E.2)
+            pred = fitted.predicted_loss(k, rounds, noise)
+            iv = fitted.interval(k, rounds, [noise] + ([noise * x / kappa for x in ci] if ci else []))
+            if not close(c["predicted_loss"], pred) or (iv is None) != (c.get("interval") is None) or (
+                    iv is not None and not all(close(x, y) for x, y in zip(c["interval"], iv))):
+                bad(f"predicts at {k} local epochs a loss its fit does not ({pred:.6g}, interval {iv})")
+            if k == lw["epochs"] and (not close(lw["predicted_loss"], pred) or lw.get("interval") != c.get("interval")):
+                bad("predicts for the local epochs it chose another loss than its candidate's")
+            if k == lw["epochs"] and not close(objective, fitted.objective(k, d.utility_bound)):
+                bad(f"gives the chosen local epochs an objective its bound {d.utility_bound:.6g} does not")
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, ValueError) and where in str(exc):
+            raise
+        bad(f"is malformed ({type(exc).__name__}: {exc})")
+    if independent and d.groups is None and not close(
+            d.utility_bound, 1.0 / d.rounds + d.kappa * d.sigma ** 2 / (d.q * d.n_clients)):
+        raise ValueError(f"{where}: its utility bound {d.utility_bound!r} is not 1/T + kappa sigma^2/(qN) of its "
+                         "q, T, sigma and kappa; design again rather than edit the file")
+    d.loaded_prediction = {"rederived": True, "why": "re-derived from " + (
+        "the shipped fit" if lw["fit"]["file"] == "shipped" else str(fit_path))}
 
 
 #: how far a recorded privacy figure may sit from the one re-derived (float noise across machines)
@@ -977,6 +1077,7 @@ def design(request: Request, utility=None, spec: dict | None = None, pretrial=No
         d, k = _design_local_work(job, lw, solve, r.local_epochs, ci)
         # which split the fit's losses were scored on: the prediction estimates the test loss either way
         d.local_work["scored_on"] = (spec or {}).get("scored_on", "test")
+        d.local_work["fit"] = _fit_reference(fit)            # a loaded design's prediction is re-derived from it
         job = _Job(**{**job.__dict__, "utility": ClosedForm(d.kappa, d.kappa_source)})
         ci = None if ci is None else [x * lw.ratio(k) for x in ci]
     if fit is not None:

@@ -728,3 +728,71 @@ def test_a_fit_scored_on_another_split_is_not_drawn_over_a_store(tmp_path):
     with pytest.raises(ValueError, match="scored_on"):
         paretofl.api.pretrial_figures(str(root / "pretrials" / "lr_fmnist.sqlite"), fit=str(shipped_fit()),
                                       outdir=str(tmp_path))
+
+
+def _saved_design(tmp_path, **kw) -> dict:
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, **kw)
+    d.save(tmp_path / "d.json")
+    return json.loads((tmp_path / "d.json").read_text())
+
+
+def _chosen(data):
+    return next(c for c in data["local_work"]["candidates"] if c["epochs"] == data["local_epochs"])
+
+
+@pytest.mark.parametrize("edit", [
+    # the forger keeps the file consistent with itself: only its fit can tell
+    lambda d: (d["local_work"].update(predicted_loss=0.15, interval=[0.1, 0.2]),
+               _chosen(d).update(predicted_loss=0.15, interval=[0.1, 0.2])),
+    lambda d: next(c for c in d["local_work"]["candidates"] if c["epochs"] != d["local_epochs"]).update(
+        predicted_loss=0.5),
+    lambda d: next(c for c in d["local_work"]["candidates"] if c["epochs"] != d["local_epochs"]).update(rounds=500),
+    lambda d: _chosen(d).update(kappa=_chosen(d)["kappa"] * 2),
+    lambda d: d["local_work"].update(scored_on="test"),
+    lambda d: d["local_work"]["dissimilarity"].update(b2=0.1),
+    lambda d: d["local_work"].update(measured=[1, 2]),
+    lambda d: d.update(utility_bound=d["utility_bound"] / 2),
+    lambda d: d["local_work"].update(candidates="x"),
+])
+def test_a_design_files_prediction_is_re_derived_from_its_fit(tmp_path, edit):
+    """What a design file says its fit predicts (every candidate's loss and interval, κ_K, the objective, the
+    split scored on, the dissimilarity) is re-derived from the fit it names on load: an edit the file's own
+    fields agree with is refused all the same (the last attack's finding: such a file was believed)."""
+    data = _saved_design(tmp_path)
+    assert paretofl.Design.load(tmp_path / "d.json").loaded_prediction["rederived"] is True
+    edit(data)
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="not what its fit gives|utility bound|malformed"):
+        paretofl.Design.load(tmp_path / "e.json")
+
+
+def test_a_prediction_whose_fit_is_not_here_is_said_to_be_the_files(tmp_path):
+    """A design whose fit is gone, or changed since, or that names none (made before designs named theirs)
+    loads, its prediction marked as the file's, and the comparison after training says so."""
+    from types import SimpleNamespace
+
+    from paretofl.cli import _predicted_lines
+
+    fit = tmp_path / "f.json"
+    fit.write_text(shipped_fit().read_text())
+    data = _saved_design(tmp_path, fit=str(fit))
+    assert data["local_work"]["fit"]["file"] == str(fit)
+    d = paretofl.Design.load(tmp_path / "d.json")
+    assert d.loaded_prediction["rederived"] is True and str(fit) in d.loaded_prediction["why"]
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    (moved / "d.json").write_text(json.dumps(data))
+    (moved / "f.json").write_text(fit.read_text())
+    fit.unlink()
+    assert paretofl.Design.load(moved / "d.json").loaded_prediction["rederived"] is True    # its fit beside it
+    (moved / "f.json").write_text(shipped_fit().read_text().replace('"kappa": 15.8', '"kappa": 15.9', 1))
+    cases = {"changed": moved / "d.json"}
+    no_ref = {**data, "local_work": {k: v for k, v in data["local_work"].items() if k != "fit"}}
+    (tmp_path / "old.json").write_text(json.dumps(no_ref))
+    cases["older"] = tmp_path / "old.json"
+    for name, path in cases.items():
+        d = paretofl.Design.load(path)
+        assert d.loaded_prediction["rederived"] is False, name
+        r = SimpleNamespace(model=d.model, dataset=d.dataset, options={}, test_loss=0.7)
+        line = _predicted_lines(d, r, {})[0]
+        assert "the design file's, not re-derived" in line and d.loaded_prediction["why"] in line, line
