@@ -497,6 +497,7 @@ def _predicted_lines(design, r, out) -> list[str]:
     check = getattr(design, "loaded_prediction", None) or {}       # a design read from a file: re-derived or not
     whose = "the design's" if check.get("rederived") is not False else \
         f"the design file's, not re-derived: {check.get('why', 'its fit is not here')}"
+    out.update(prediction_rederived=check.get("rederived", True), prediction_source=check.get("why", "the design"))
     return [f"  predicted loss      {lw['predicted_loss']:.4g}{where} ({whose}, docs/theory.md 4.E; realized "
             f"{r.test_loss:.4g}, {r.test_loss - lw['predicted_loss']:+.3g})"]
 

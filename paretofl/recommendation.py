@@ -458,8 +458,8 @@ def _fit_reference(fit) -> dict:
     package's) and its SHA-256, so that a loaded design's prediction is re-derived from that same fit."""
     import hashlib
 
-    path = shipped_fit() if fit is None else Path(fit)
-    return {"file": "shipped" if fit is None else str(fit), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    path = shipped_fit() if fit is None else Path(fit).resolve()          # found from any working folder
+    return {"file": "shipped" if fit is None else str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
 def _fit_of_prediction(lw: dict, near) -> tuple:
@@ -468,8 +468,10 @@ def _fit_of_prediction(lw: dict, near) -> tuple:
     import hashlib
 
     ref = lw.get("fit")
-    if not isinstance(ref, dict) or not isinstance(ref.get("file"), str) or not isinstance(ref.get("sha256"), str):
+    if ref is None:
         return None, "it names no fit (a design made before predictions named theirs)"
+    if not isinstance(ref, dict) or not isinstance(ref.get("file"), str) or not isinstance(ref.get("sha256"), str):
+        return None, "its record of its fit is not a file and its SHA-256"
     if ref["file"] == "shipped":
         cands = [shipped_fit()]
     else:
@@ -481,16 +483,20 @@ def _fit_of_prediction(lw: dict, near) -> tuple:
                 return c, None
         except OSError:
             continue
-    return None, f"its fit {ref['file']} is not here as it was when the design was made"
+    shown = ref["file"] if len(ref["file"]) <= 200 else ref["file"][:100] + "..." + ref["file"][-60:]
+    return None, f"its fit {shown} is not here as it was when the design was made"
 
 
 def _rederive_prediction(d: Design, path, where: str) -> None:
-    """A loaded design's predicted loss is re-derived from the fit it names (every candidate's prediction and
-    interval from its objective and T, each candidate's κ_K, the chosen one's objective from the design's
-    bound, and that bound from its q, T, σ and κ where the noise is independent each round): a file that says
-    otherwise is refused.  What was found is kept beside the design, not in it (``d.loaded_prediction``:
-    ``rederived`` and ``why``): where the fit is not here, the prediction is the file's, and is said so where
-    it is compared."""
+    """A loaded design's local work is re-derived from the fit it names, at what the design trains: each
+    candidate's bound from its q, T, σ and κ_K = κ·A(K₀)/A(K) (the fit's κ) with the mechanism's error
+    ratio, its objective (4.E.2), predicted loss and interval from the fit; the chosen candidate is the
+    design's own q, T, σ, κ and bound, and the least objective (or the pre-trial's own K, kept where the
+    fit's bootstrap draws do not agree that it helps); the candidates are every K the fit measured whose loss
+    falls with T; the split scored on and the dissimilarity are the fit's.  A file that says otherwise is
+    refused.  What was found is kept beside the design, not in it (``d.loaded_prediction``: ``rederived``
+    and ``why``): where the fit is not here as it was, or the mechanism's error ratio is set by its search
+    (distributed DP), the prediction is the file's, and is said so where it is compared."""
     lw = d.local_work
     if not lw:
         return
@@ -499,57 +505,105 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
         raise ValueError(f"{where}: its \"local_work\" {msg}: it is not what its fit gives; design again rather "
                          "than edit the file")
 
+    def unverified(why):
+        d.loaded_prediction = {"rederived": False, "why": why}
+
     fit_path, why = _fit_of_prediction(lw, path)
     if fit_path is None:
-        d.loaded_prediction = {"rederived": False, "why": why}
-        return
+        return unverified(why)
+    if (lw["fit"]["file"] == "shipped") != str(d.kappa_source).startswith("shipped fit"):
+        bad("names another fit than its kappa's source")
+    mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
+    if type(mech).error_ratio not in (Mechanism.error_ratio, REGISTRY["bandmf"].error_ratio):
+        return unverified(f"the error ratio of its mechanism {d.mechanism} is set by its search")
     data = read_fit(fit_path)
     fitted = LocalWork.from_dict(data.get("local_work"), f"fit {fit_path}")
     kappa = float(data["kappa"])
     ci = _kappa_ci(None, str(fit_path))
+    lw["fit"] = {**lw["fit"], "file": "shipped" if lw["fit"]["file"] == "shipped" else str(fit_path.resolve())}
 
     def close(a, b):
         return isinstance(a, (int, float)) and not isinstance(a, bool) and math.isclose(a, b, rel_tol=1e-9,
                                                                                         abs_tol=1e-12)
-    independent = type(mechanism_of(d.mechanism, **(d.mechanism_options or {}))).error_ratio is Mechanism.error_ratio
-    try:
-        if lw.get("scored_on", "test") != (data.get("spec") or {}).get("scored_on", "test"):
-            bad(f"says its fit was scored on {lw.get('scored_on', 'test')}")
-        if (lw["measured"] != list(fitted.epochs) or lw["reference_epochs"] != fitted.reference_epochs
-                or lw["rounds_measured"] != list(fitted.rounds)):
-            bad("says its fit measured other local epochs or rounds")
-        dis = lw.get("dissimilarity") or {}
-        if any(not close(dis.get(key), fitted.dissimilarity[key]) for key in ("b2", "zeta2")
-               if key in fitted.dissimilarity) or (bool(dis) != bool(fitted.dissimilarity)):
-            bad("gives another dissimilarity")
-        for c in lw["candidates"]:
-            k, rounds, objective = int(c["epochs"]), int(c["rounds"]), float(c["objective"])
-            r = fitted.ratio(k)
-            if not close(c["kappa"], kappa * r):
-                bad(f"gives kappa {c['kappa']!r} at {k} local epochs")
-            if independent and d.groups is None and not close(objective, fitted.objective(
-                    k, 1.0 / rounds + c["kappa"] * c["sigma"] ** 2 / (c["q"] * d.n_clients))):
-                bad(f"gives {k} local epochs an objective its q, T, sigma and kappa do not")
-            noise = objective - fitted.offset(k) - 1.0 / (r * rounds)         # κσ²r(T)/(qN), from U(K) of (4.E.2)
-            pred = fitted.predicted_loss(k, rounds, noise)
-            iv = fitted.interval(k, rounds, [noise] + ([noise * x / kappa for x in ci] if ci else []))
-            if not close(c["predicted_loss"], pred) or (iv is None) != (c.get("interval") is None) or (
-                    iv is not None and not all(close(x, y) for x, y in zip(c["interval"], iv))):
-                bad(f"predicts at {k} local epochs a loss its fit does not ({pred:.6g}, interval {iv})")
-            if k == lw["epochs"] and (not close(lw["predicted_loss"], pred) or lw.get("interval") != c.get("interval")):
-                bad("predicts for the local epochs it chose another loss than its candidate's")
-            if k == lw["epochs"] and not close(objective, fitted.objective(k, d.utility_bound)):
-                bad(f"gives the chosen local epochs an objective its bound {d.utility_bound:.6g} does not")
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, ValueError) and where in str(exc):
-            raise
-        bad(f"is malformed ({type(exc).__name__}: {exc})")
-    if independent and d.groups is None and not close(
-            d.utility_bound, 1.0 / d.rounds + d.kappa * d.sigma ** 2 / (d.q * d.n_clients)):
-        raise ValueError(f"{where}: its utility bound {d.utility_bound!r} is not 1/T + kappa sigma^2/(qN) of its "
-                         "q, T, sigma and kappa; design again rather than edit the file")
+
+    def whole(v, lo=1):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+    def positive(v, hi=math.inf):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= hi and math.isfinite(v)
+
+    cands = lw.get("candidates")
+    if not isinstance(cands, list) or not cands or not all(isinstance(c, dict) for c in cands):
+        bad("has no candidates")
+    for c in cands:
+        if not (whole(c.get("epochs")) and whole(c.get("rounds")) and positive(c.get("q"), 1.0)
+                and positive(c.get("sigma")) and c["epochs"] in fitted.epochs):
+            shown = {k: c.get(k) for k in ("epochs", "q", "rounds", "sigma")}
+            bad(f"lists a candidate that is not a design the fit measured ({shown})")
+    by_k = {c["epochs"]: c for c in cands}
+    if len(by_k) != len(cands):
+        bad("lists a number of local epochs twice")
+    if lw.get("scored_on", "test") != (data.get("spec") or {}).get("scored_on", "test"):
+        bad(f"says its fit was scored on {lw.get('scored_on', 'test')}")
+    if (lw.get("measured") != list(fitted.epochs) or lw.get("reference_epochs") != fitted.reference_epochs
+            or lw.get("rounds_measured") != list(fitted.rounds)):
+        bad("says its fit measured other local epochs or rounds")
+    dis = {k: v for k, v in (lw.get("dissimilarity") or {}).items() if k != "partition"}
+    own = {k: v for k, v in fitted.dissimilarity.items() if k != "partition"}
+    if set(dis) != set(own) or any(not close(dis[k], own[k]) for k in own):
+        bad("gives another dissimilarity")
+    falling = [k for k in fitted.epochs if not math.isinf(fitted.ratio(k))]
+    if lw.get("not_falling") != [k for k in fitted.epochs if k not in falling] or (
+            len(cands) > 1 and sorted(by_k) != falling) or (len(cands) == 1 and cands[0]["epochs"] not in falling):
+        bad("lists other candidates than the local epochs its fit measured falling with T")
+    bounds = {}
+    with np.errstate(over="raise", invalid="raise"):
+        try:
+            _rederive_candidates(by_k, fitted, kappa, ci, mech, d.n_clients, bounds, close, bad)
+        except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
+            bad(f"holds a number out of range ({exc})")
+    _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad)
     d.loaded_prediction = {"rederived": True, "why": "re-derived from " + (
         "the shipped fit" if lw["fit"]["file"] == "shipped" else str(fit_path))}
+
+
+def _rederive_candidates(by_k, fitted, kappa, ci, mech, n, bounds, close, bad) -> None:
+    """Each candidate's bound, κ_K, objective, predicted loss and interval, from its q, T, σ and the fit."""
+    for k, c in by_k.items():
+        r = fitted.ratio(k)
+        ratio = float(mech.error_ratio(c["rounds"]))
+        bound = bounds[k] = 1.0 / c["rounds"] + kappa * r * float(c["sigma"]) ** 2 * ratio / (c["q"] * n)
+        noise = (bound - 1.0 / c["rounds"]) / r             # κσ²r(T)/(qN), in units of A(K₀)
+        pred = fitted.predicted_loss(k, c["rounds"], noise)
+        iv = fitted.interval(k, c["rounds"], [noise] + ([noise * x / kappa for x in ci] if ci else []))
+        if not close(c.get("kappa"), kappa * r) or not close(c.get("objective"), fitted.objective(k, bound)):
+            bad(f"gives {k} local epochs another kappa or objective than its q, T, sigma and its fit's kappa")
+        got = c.get("interval")
+        if not close(c.get("predicted_loss"), pred) or (iv is None) != (got is None) or iv is not None and not (
+                isinstance(got, list) and len(got) == 2 and all(close(x, y) for x, y in zip(got, iv))):
+            bad(f"predicts at {k} local epochs a loss its fit does not ({pred:.6g}, interval {iv})")
+
+
+def _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad) -> None:
+    """The chosen candidate is the design it trains, and the least objective (or the pre-trial's own K,
+    kept where the fit's bootstrap draws do not agree that the least helps)."""
+    chosen = by_k.get(lw.get("epochs"))
+    if chosen is None or d.local_epochs != lw["epochs"] or not (
+            close(chosen["q"], d.q) and chosen["rounds"] == d.rounds and close(chosen["sigma"], d.sigma)
+            and close(chosen["kappa"], d.kappa) and close(d.utility_bound, bounds[lw["epochs"]])):
+        bad("chose a candidate that is not the design it trains (its q, T, sigma, kappa and bound)")
+    if not close(lw.get("predicted_loss"), chosen["predicted_loss"]) or lw.get("interval") != chosen.get("interval"):
+        bad("predicts for the local epochs it chose another loss than its candidate's")
+    least = min(c["objective"] for c in cands)
+    kept = lw.get("kept_reference")
+    if len(cands) > 1 and chosen["objective"] > least:
+        sure = _beats_reference(fitted, [dict(c) for c in cands])
+        if not (kept in by_k and by_k[kept]["objective"] == least and lw["epochs"] == fitted.reference_epochs
+                and sure.get(kept, 0.0) < LOCAL_WORK_CONFIDENCE):
+            bad(f"chose {lw['epochs']} local epochs where another candidate's objective is lower and the fit's "
+                "draws agree it helps")
+    elif kept is not None:
+        bad("says it kept the pre-trial's own local epochs, but chose the least objective")
 
 
 #: how far a recorded privacy figure may sit from the one re-derived (float noise across machines)

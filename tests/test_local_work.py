@@ -753,6 +753,20 @@ def _chosen(data):
     lambda d: d["local_work"].update(measured=[1, 2]),
     lambda d: d.update(utility_bound=d["utility_bound"] / 2),
     lambda d: d["local_work"].update(candidates="x"),
+    # the second attack's: the chosen candidate moved off the design it trains, its bound kept
+    lambda d: _chosen(d).update(rounds=6, sigma=_chosen(d)["sigma"] * 0.7),
+    lambda d: _chosen(d).update(rounds=0),
+    lambda d: _chosen(d).update(q=0),
+    lambda d: _chosen(d).update(sigma=1e200),
+    lambda d: next(c for c in d["local_work"]["candidates"] if c["epochs"] != d["local_epochs"]).update(epochs=1.5),
+    lambda d: next(c for c in d["local_work"]["candidates"] if c["epochs"] != d["local_epochs"]).update(interval=[]),
+    lambda d: d["local_work"]["dissimilarity"].update(clients=99.0),
+    lambda d: d["local_work"].update(candidates=[c for c in d["local_work"]["candidates"] if c["epochs"] != 8]),
+    lambda d: d["local_work"].update(not_falling=[8]),
+    # the pre-trial's own K claimed kept, where the fit's draws agree the least objective helps
+    lambda d: (d["local_work"].update(epochs=1, kept_reference=d["local_epochs"]), d.update(local_epochs=1)),
+    lambda d: d["local_work"].update(fit={"file": "/elsewhere/f.json", "sha256": d["local_work"]["fit"]["sha256"]})
+    or d["local_work"]["fit"].update(file="shipped") or d.update(kappa_source="fit f.json"),
 ])
 def test_a_design_files_prediction_is_re_derived_from_its_fit(tmp_path, edit):
     """What a design file says its fit predicts (every candidate's loss and interval, κ_K, the objective, the
@@ -762,8 +776,24 @@ def test_a_design_files_prediction_is_re_derived_from_its_fit(tmp_path, edit):
     assert paretofl.Design.load(tmp_path / "d.json").loaded_prediction["rederived"] is True
     edit(data)
     (tmp_path / "e.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="not what its fit gives|utility bound|malformed"):
+    with pytest.raises(ValueError, match="not what its fit gives|utility bound|malformed|whole number"):
         paretofl.Design.load(tmp_path / "e.json")
+
+
+@pytest.mark.parametrize("kw", [dict(mechanism="bandmf"), dict(mechanism="bandmf-amplified")])
+def test_a_banded_designs_prediction_is_re_derived_with_its_error_ratio(tmp_path, kw):
+    """Noise correlated across rounds lowers the bound's noise term by the mechanism's error ratio r(T): its
+    bound and prediction are re-derived with it, so a lowered bound with a prediction to match is refused."""
+    data = _saved_design(tmp_path, **kw)
+    assert paretofl.Design.load(tmp_path / "d.json").loaded_prediction["rederived"] is True
+    lw, fit = data["local_work"], LocalWork.from_dict(json.loads(shipped_fit().read_text())["local_work"])
+    k = data["local_epochs"]
+    data["utility_bound"] = 0.09
+    _chosen(data)["objective"] = fit.objective(k, 0.09)
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="not what its fit gives"):
+        paretofl.Design.load(tmp_path / "e.json")
+    assert lw["fit"]["file"] == "shipped"
 
 
 def test_a_prediction_whose_fit_is_not_here_is_said_to_be_the_files(tmp_path):
@@ -776,7 +806,7 @@ def test_a_prediction_whose_fit_is_not_here_is_said_to_be_the_files(tmp_path):
     fit = tmp_path / "f.json"
     fit.write_text(shipped_fit().read_text())
     data = _saved_design(tmp_path, fit=str(fit))
-    assert data["local_work"]["fit"]["file"] == str(fit)
+    assert data["local_work"]["fit"]["file"] == str(fit.resolve())
     d = paretofl.Design.load(tmp_path / "d.json")
     assert d.loaded_prediction["rederived"] is True and str(fit) in d.loaded_prediction["why"]
     moved = tmp_path / "elsewhere"
@@ -796,3 +826,19 @@ def test_a_prediction_whose_fit_is_not_here_is_said_to_be_the_files(tmp_path):
         r = SimpleNamespace(model=d.model, dataset=d.dataset, options={}, test_loss=0.7)
         line = _predicted_lines(d, r, {})[0]
         assert "the design file's, not re-derived" in line and d.loaded_prediction["why"] in line, line
+
+
+def test_a_design_made_with_a_relative_fit_is_re_derived_from_another_folder(tmp_path, monkeypatch):
+    """The fit is recorded by its full path, so the design is re-derived wherever it is loaded from; moved
+    with its fit, it is found beside it, and saved again it records where it was found."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "f.json").write_text(shipped_fit().read_text())
+    monkeypatch.chdir(tmp_path / "a")
+    paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit="f.json").save("d.json")
+    monkeypatch.chdir(tmp_path)
+    assert paretofl.Design.load("a/d.json").loaded_prediction["rederived"] is True
+    (tmp_path / "a").rename(tmp_path / "b")
+    d = paretofl.Design.load("b/d.json")
+    assert d.loaded_prediction["rederived"] is True and d.local_work["fit"]["file"] == str(tmp_path / "b" / "f.json")
+    d.save("c.json")
+    assert paretofl.Design.load("c.json").loaded_prediction["rederived"] is True
