@@ -431,8 +431,16 @@ def _check_recipe(d: Design, where: str) -> None:
         cands = {int(c["epochs"]): float(c["objective"]) for c in lw["candidates"]}
         chosen, predicted = lw["epochs"], float(lw["predicted_loss"])
         interval = lw.get("interval")
+        for name in ("epochs", "reference_epochs", "kept_reference"):     # numbers, or the record is not one
+            v = lw.get(name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                raise ValueError(f"{name} must be a whole number, got {v!r}")
+        for name in ("dissimilarity", "fit"):
+            if lw.get(name) is not None and not isinstance(lw[name], dict):
+                raise ValueError(f"{name} must be a record, got {type(lw[name]).__name__}")
     except (KeyError, TypeError, ValueError) as exc:
         bad(f'its "local_work" is malformed ({type(exc).__name__}: {exc})')
+
     if chosen not in cands:
         bad(f'its "local_work" chose {chosen!r} local epochs, which are not among its candidates')
     if d.local_epochs != chosen:
@@ -508,11 +516,15 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
     def unverified(why):
         d.loaded_prediction = {"rederived": False, "why": why}
 
+    if d.mechanism == NbAFLMechanism.name or not math.isfinite(d.kappa) or d.utility_model != "closed form":
+        raise ValueError(f'{where}: it has a "local_work" where its design has no closed-form bound to choose '
+                         "the local work by; design again rather than edit the file")
     fit_path, why = _fit_of_prediction(lw, path)
     if fit_path is None:
         return unverified(why)
-    if (lw["fit"]["file"] == "shipped") != str(d.kappa_source).startswith("shipped fit"):
-        bad("names another fit than its kappa's source")
+    if not isinstance(d.kappa_source, str) or (lw["fit"]["file"] == "shipped") != d.kappa_source.startswith(
+            "shipped fit"):
+        bad(f"names its fit ({lw['fit']['file']}) where its kappa_source says {d.kappa_source!r}")
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
     if type(mech).error_ratio not in (Mechanism.error_ratio, REGISTRY["bandmf"].error_ratio):
         return unverified(f"the error ratio of its mechanism {d.mechanism} is set by its search")
@@ -535,9 +547,10 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
     cands = lw.get("candidates")
     if not isinstance(cands, list) or not cands or not all(isinstance(c, dict) for c in cands):
         bad("has no candidates")
+    cap = d.max_rounds if whole(d.max_rounds) else d.rounds          # no candidate runs more rounds than allowed
     for c in cands:
-        if not (whole(c.get("epochs")) and whole(c.get("rounds")) and positive(c.get("q"), 1.0)
-                and positive(c.get("sigma")) and c["epochs"] in fitted.epochs):
+        if not (whole(c.get("epochs")) and whole(c.get("rounds")) and c["rounds"] <= cap
+                and positive(c.get("q"), 1.0) and positive(c.get("sigma")) and c["epochs"] in fitted.epochs):
             shown = {k: c.get(k) for k in ("epochs", "q", "rounds", "sigma")}
             bad(f"lists a candidate that is not a design the fit measured ({shown})")
     by_k = {c["epochs"]: c for c in cands}
@@ -564,7 +577,9 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
             bad(f"holds a number out of range ({exc})")
     _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad)
     d.loaded_prediction = {"rederived": True, "why": "re-derived from " + (
-        "the shipped fit" if lw["fit"]["file"] == "shipped" else str(fit_path))}
+        "the shipped fit" if lw["fit"]["file"] == "shipped" else f"the fit {fit_path} (its local work as that file "
+        "says: a fit's digest covers its spec)") + " at the q, T and sigma the design trains; the other local "
+        "epochs' points are the file's, not searched again"}
 
 
 def _rederive_candidates(by_k, fitted, kappa, ci, mech, n, bounds, close, bad) -> None:

@@ -780,6 +780,60 @@ def test_a_design_files_prediction_is_re_derived_from_its_fit(tmp_path, edit):
         paretofl.Design.load(tmp_path / "e.json")
 
 
+@pytest.mark.parametrize("edit", [
+    lambda d: d["local_work"].update(epochs=[d["local_epochs"]]),
+    lambda d: d["local_work"].update(kept_reference=[2]),
+    lambda d: d["local_work"].update(dissimilarity="iid"),
+    lambda d: d["local_work"].update(dissimilarity=[1]),
+    lambda d: d["local_work"].update(fit="shipped"),
+    lambda d: next(c for c in d["local_work"]["candidates"] if c["epochs"] != d["local_epochs"]).update(
+        rounds=10 ** 12),
+    lambda d: d.update(kappa_source=7),
+])
+def test_a_malformed_local_work_is_refused_in_one_line(tmp_path, edit, capsys):
+    """The third attack's crashes (a TypeError, an AttributeError, a MemoryError for a bandmf candidate of
+    10^12 rounds): each is one line naming the file, from the API and from the command line."""
+    from paretofl.cli import main
+
+    data = _saved_design(tmp_path, mechanism="bandmf")
+    edit(data)
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="e.json"):
+        paretofl.Design.load(tmp_path / "e.json")
+    assert main(["export", str(tmp_path / "e.json"), "--statement"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "e.json" in err[0], err
+
+
+def test_a_prediction_grafted_onto_a_design_without_a_bound_is_refused(tmp_path):
+    """NbAFL's design has no closed-form bound (κ is not a number): a local work copied into it, its
+    candidates set to NbAFL's q, T and σ, is refused rather than re-derived from a bound that is not its."""
+    nb = paretofl.recommendation.nbafl_design(100, 2.0, DELTA, 1.0, 600, max_rounds=TMAX)
+    nb.save(tmp_path / "nb.json")
+    data = json.loads((tmp_path / "nb.json").read_text())
+    source = _saved_design(tmp_path)
+    data["local_work"] = source["local_work"]
+    for c in data["local_work"]["candidates"]:
+        c.update(q=data["q"], rounds=data["rounds"], sigma=data["sigma"])
+    data.update(local_epochs=source["local_epochs"], kappa=source["kappa"], utility_bound=source["utility_bound"])
+    (tmp_path / "g.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="no closed-form bound"):
+        paretofl.Design.load(tmp_path / "g.json")
+
+
+def test_the_mark_says_what_was_re_derived_and_what_is_the_files(tmp_path):
+    """The prediction of what the design trains is re-derived; the other local epochs' points are the file's
+    (not searched again), and a fit other than the package's is believed as its file says: the mark says so."""
+    _saved_design(tmp_path)
+    why = paretofl.Design.load(tmp_path / "d.json").loaded_prediction["why"]
+    assert "the shipped fit" in why and "the other local epochs' points are the file's" in why
+    fit = tmp_path / "f.json"
+    fit.write_text(shipped_fit().read_text())
+    _saved_design(tmp_path, fit=str(fit))
+    why = paretofl.Design.load(tmp_path / "d.json").loaded_prediction["why"]
+    assert str(fit.resolve()) in why and "as that file says" in why
+
+
 @pytest.mark.parametrize("kw", [dict(mechanism="bandmf"), dict(mechanism="bandmf-amplified")])
 def test_a_banded_designs_prediction_is_re_derived_with_its_error_ratio(tmp_path, kw):
     """Noise correlated across rounds lowers the bound's noise term by the mechanism's error ratio r(T): its
