@@ -556,6 +556,23 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
     by_k = {c["epochs"]: c for c in cands}
     if len(by_k) != len(cands):
         bad("lists a number of local epochs twice")
+    _rederive_record(lw, data, fitted, cands, by_k, close, bad)
+    bounds = {}
+    with np.errstate(over="raise", invalid="raise"):
+        try:
+            _rederive_candidates(by_k, fitted, kappa, ci, mech, d.n_clients, bounds, close, bad)
+        except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
+            bad(f"holds a number out of range ({exc})")
+    _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad)
+    d.loaded_prediction = {"rederived": True, "why": "re-derived from " + (
+        "the shipped fit" if lw["fit"]["file"] == "shipped" else f"the fit {fit_path} (its local work as that file "
+        "says: a fit's digest covers its spec)") + " at the q, T and sigma the design trains; the other local "
+        "epochs' points are the file's, not searched again"}
+
+
+def _rederive_record(lw, data, fitted, cands, by_k, close, bad) -> None:
+    """What the fit measured, as the local work records it: the split scored on, the local epochs and rounds,
+    the dissimilarity, and the candidates (every K whose loss falls with T)."""
     if lw.get("scored_on", "test") != (data.get("spec") or {}).get("scored_on", "test"):
         bad(f"says its fit was scored on {lw.get('scored_on', 'test')}")
     if (lw.get("measured") != list(fitted.epochs) or lw.get("reference_epochs") != fitted.reference_epochs
@@ -569,17 +586,6 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
     if lw.get("not_falling") != [k for k in fitted.epochs if k not in falling] or (
             len(cands) > 1 and sorted(by_k) != falling) or (len(cands) == 1 and cands[0]["epochs"] not in falling):
         bad("lists other candidates than the local epochs its fit measured falling with T")
-    bounds = {}
-    with np.errstate(over="raise", invalid="raise"):
-        try:
-            _rederive_candidates(by_k, fitted, kappa, ci, mech, d.n_clients, bounds, close, bad)
-        except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
-            bad(f"holds a number out of range ({exc})")
-    _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad)
-    d.loaded_prediction = {"rederived": True, "why": "re-derived from " + (
-        "the shipped fit" if lw["fit"]["file"] == "shipped" else f"the fit {fit_path} (its local work as that file "
-        "says: a fit's digest covers its spec)") + " at the q, T and sigma the design trains; the other local "
-        "epochs' points are the file's, not searched again"}
 
 
 def _rederive_candidates(by_k, fitted, kappa, ci, mech, n, bounds, close, bad) -> None:
