@@ -526,7 +526,7 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
             "shipped fit"):
         bad(f"names its fit ({lw['fit']['file']}) where its kappa_source says {d.kappa_source!r}")
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
-    if type(mech).error_ratio not in (Mechanism.error_ratio, REGISTRY["bandmf"].error_ratio):
+    if mech.error_ratio_planned:
         return unverified(f"the error ratio of its mechanism {d.mechanism} is set by its search")
     data = read_fit(fit_path)
     fitted = LocalWork.from_dict(data.get("local_work"), f"fit {fit_path}")

@@ -236,7 +236,7 @@ WHOLE = [
 def _workdir():
     d = Path(tempfile.mkdtemp(prefix="paretofl-fuzz-"))
     shutil.copy(STORE, d / "store.sqlite")
-    shutil.copy(ROOT / "paretofl" / "data" / "lr_fmnist_fit.json", d / "fit.json")
+    shutil.copy(ROOT / "tests" / "data" / "lr_fmnist_fit_test_scored.json", d / "fit.json")   # STORE's own fit
     fit = json.loads((ROOT / "paretofl" / "data" / "lr_fmnist_fit.json").read_text())
     (d / "other_fit.json").write_text(json.dumps({**fit, "spec": {**fit["spec"], "model": "lenet"}}))   # another
     (d / "blocking_fit.json").write_text(json.dumps({**fit, "problems": [

@@ -270,6 +270,9 @@ class Mechanism:
     fixed_orders: ClassVar[bool] = False
     #: the audit settings (each with its broken copies)
     audits: ClassVar[tuple] = ()
+    #: is :meth:`error_ratio` set by the mechanism's own search (a plan), so that a design's ratio cannot be
+    #: computed again from its name and options alone (a loaded design's prediction is then the file's)
+    error_ratio_planned: ClassVar[bool] = False
 
     def __init__(self, **options):
         if options:

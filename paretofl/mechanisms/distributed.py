@@ -83,6 +83,7 @@ class DistributedSkellam(Mechanism):
                 "who took part and who dropped out")
     selection = "poisson"
     noise_on = "modular-sum"
+    error_ratio_planned = True         # the design's plan (cohort, z) sets the ratio: error_ratio
     split = "client"
     #: its knobs (bits, the scaled clip) searched around the (q, T, sigma) search: :meth:`search`
     designable = True
