@@ -103,8 +103,8 @@ def labels_per_client(setup):
     return float(np.mean([len(np.unique(y[p])) for p in setup.parts]))
 
 
-def run(setup, seeds, q, rounds, sigma, epochs, eps, lr=LR):
-    pol = assemble(setup, "dpfedavg", seeds, mechanism="client-aggregate", sigma=sigma,
+def run(setup, seeds, q, rounds, sigma, epochs, eps, lr=LR, device="cpu"):
+    pol = assemble(setup, "dpfedavg", seeds, device=device, mechanism="client-aggregate", sigma=sigma,
                    clip=CLIP, lr=lr, client_rate=q, local_epochs=epochs, batch_size=64).policy
     t0 = time.perf_counter()
     _, _, fin = train(pol, rounds=rounds, epsilon=eps * (1 + 1e-9), delta=DELTA, evaluate=rounds)
@@ -124,12 +124,15 @@ def main():
     ap.add_argument("--lrs", type=float, nargs="+", default=[LR],
                     help="the oracle's client learning rates eta (default: the design's 0.1 only)")
     ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "heterogeneity"))
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the rows say which)")
+    ap.add_argument("--kappa", type=float, default=None,
+                    help="the κ whose design's T the factors multiply (default: the model's fitted κ)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, spread, b2 = [], {}, {}
     for model in a.models:
-        k0 = fitted_kappa(model)
+        k0 = a.kappa if a.kappa is not None else fitted_kappa(model)
         for partition in a.partitions:
             setup = setup_for(model, partition)
             spread[(label(model), partition)] = labels_per_client(setup)
@@ -149,8 +152,8 @@ def main():
                         rows.append(json.loads(path.read_text()))
                         continue
                     row = dict(model=label(model), partition=partition, epsilon=eps, policy=policy, q=q, rounds=t,
-                               sigma=sigma, epochs=e, lr=lr, design_rounds=d.rounds,
-                               **run(setup, a.seeds, q, t, sigma, e, eps, lr))
+                               sigma=sigma, epochs=e, lr=lr, design_rounds=d.rounds, device=a.device,
+                               **run(setup, a.seeds, q, t, sigma, e, eps, lr, a.device))
                     path.write_text(json.dumps(row))
                     rows.append(row)
                     print(f"{label(model)} {partition} eps {eps:g} {policy}: q {q:g} T {t} sigma {sigma:.3g} E {e} "
