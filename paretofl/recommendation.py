@@ -464,17 +464,19 @@ def _check_recipe(d: Design, where: str) -> None:
 def _fit_reference(fit) -> dict:
     """What a design's local work records of the fit its prediction came from: the file (``shipped`` for the
     package's) and its SHA-256, so that a loaded design's prediction is re-derived from that same fit."""
+    path = shipped_fit() if fit is None else Path(fit).resolve()          # found from any working folder
+    return {"file": "shipped" if fit is None else str(path), "sha256": _sha256(path)}
+
+
+def _sha256(path: Path) -> str:
     import hashlib
 
-    path = shipped_fit() if fit is None else Path(fit).resolve()          # found from any working folder
-    return {"file": "shipped" if fit is None else str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _fit_of_prediction(lw: dict, near) -> tuple:
     """(the fit file a loaded design's prediction came from, None) where it is here as it was (the package's,
     or its recorded path, or beside the design by name), else (None, why not)."""
-    import hashlib
-
     ref = lw.get("fit")
     if ref is None:
         return None, "it names no fit (a design made before predictions named theirs)"
@@ -487,7 +489,7 @@ def _fit_of_prediction(lw: dict, near) -> tuple:
         cands = [p] + ([Path(near).resolve().parent / p.name] if near is not None else [])
     for c in cands:
         try:
-            if c.is_file() and hashlib.sha256(c.read_bytes()).hexdigest() == ref["sha256"]:
+            if c.is_file() and _sha256(c) == ref["sha256"]:
                 return c, None
         except OSError:
             continue
@@ -591,13 +593,12 @@ def _rederive_record(lw, data, fitted, cands, by_k, close, bad) -> None:
 def _rederive_candidates(by_k, fitted, kappa, ci, mech, n, bounds, close, bad) -> None:
     """Each candidate's bound, κ_K, objective, predicted loss and interval, from its q, T, σ and the fit."""
     for k, c in by_k.items():
-        r = fitted.ratio(k)
         ratio = float(mech.error_ratio(c["rounds"]))
-        bound = bounds[k] = 1.0 / c["rounds"] + kappa * r * float(c["sigma"]) ** 2 * ratio / (c["q"] * n)
-        noise = (bound - 1.0 / c["rounds"]) / r             # κσ²r(T)/(qN), in units of A(K₀)
-        pred = fitted.predicted_loss(k, c["rounds"], noise)
-        iv = fitted.interval(k, c["rounds"], [noise] + ([noise * x / kappa for x in ci] if ci else []))
-        if not close(c.get("kappa"), kappa * r) or not close(c.get("objective"), fitted.objective(k, bound)):
+        bound = bounds[k] = 1.0 / c["rounds"] + kappa * fitted.ratio(k) * float(c["sigma"]) ** 2 * ratio / (
+            c["q"] * n)
+        own = _candidate(fitted, k, c["q"], c["rounds"], c["sigma"], bound, kappa, ci)
+        pred, iv = own["predicted_loss"], own["interval"]
+        if not close(c.get("kappa"), own["kappa"]) or not close(c.get("objective"), own["objective"]):
             bad(f"gives {k} local epochs another kappa or objective than its q, T, sigma and its fit's kappa")
         got = c.get("interval")
         if not close(c.get("predicted_loss"), pred) or (iv is None) != (got is None) or iv is not None and not (
@@ -1331,6 +1332,17 @@ def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> Local
     return lw
 
 
+def _candidate(lw: LocalWork, k: int, q, rounds: int, sigma, bound: float, kappa: float, ci) -> dict:
+    """One candidate of the local work (docs/theory.md 4.E): the design point (q, T, σ) searched at K local
+    epochs, κ_K = κ·A(K₀)/A(K), its objective (4.E.2) from its bound, and the loss the fit predicts there with
+    the interval κ's own interval ``ci`` gives (a design and a loaded design's re-derivation share it)."""
+    r = lw.ratio(k)
+    noise = (bound - 1.0 / rounds) / r                      # κσ²r(T)/(qN), in units of A(K₀)
+    ends = [noise] + ([noise * x / kappa for x in ci] if ci else [])
+    return dict(epochs=k, q=q, rounds=rounds, sigma=sigma, kappa=kappa * r, objective=lw.objective(k, bound),
+                predicted_loss=lw.predicted_loss(k, rounds, noise), interval=lw.interval(k, rounds, ends))
+
+
 def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tuple[Design, int]:
     """The design over the local epochs K the pre-trial measured (or the one
     given): for each K today's search at κ_K = κ·A(K₀)/A(K), then the least
@@ -1346,12 +1358,8 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
         dk = solve(_Job(**{**job.__dict__, "utility": ClosedForm(
             kappa * r, source if k == lw.reference_epochs else
             f"{source}, at {k} local epochs: x A({lw.reference_epochs})/A({k}) = {r:.3g} (docs/theory.md 4.E)")}))
-        noise = (dk.utility_bound - 1.0 / dk.rounds) / r       # κσ²r(T)/(qN), in units of A(K₀)
-        ends = [noise] + ([noise * x / kappa for x in ci] if ci else [])
-        found.append((lw.objective(k, dk.utility_bound), k, dk, dict(
-            epochs=k, q=dk.q, rounds=dk.rounds, sigma=dk.sigma, kappa=kappa * r,
-            objective=lw.objective(k, dk.utility_bound),
-            predicted_loss=lw.predicted_loss(k, dk.rounds, noise), interval=lw.interval(k, dk.rounds, ends))))
+        point = _candidate(lw, k, dk.q, dk.rounds, dk.sigma, dk.utility_bound, kappa, ci)
+        found.append((point["objective"], k, dk, point))
     if not found:
         raise ValueError(f"the loss did not fall with T at local epochs {', '.join(map(str, skipped))} in the "
                          "pre-trial: no rounds can be chosen there; give another local_epochs")
