@@ -47,6 +47,7 @@ from .theory.privacy import (
     Charge,
     account,
     check_delta,
+    least_noise_guess,
     max_steps,
     sorted_unique,
 )
@@ -1763,15 +1764,8 @@ def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumb
         if lb >= min(best[0], incumbent) * (1 - tol):
             break
         if tb - max(ta, 0) == 1 or acct.rounds_for(1) > 1 and _one_new_value(acct, ta, tb, t_cap):
-            # one new T value: bisect (16-way) for the least σ that reaches it
-            lo, hi = a, b
-            while hi / lo > 1 + 1e-8:
-                pts = np.geomspace(lo, hi, 17)[1:-1]
-                ok = tmax(pts) >= tb
-                k = int(np.argmax(ok)) if ok.any() else len(pts)
-                lo = pts[k - 1] if k > 0 else lo
-                hi = pts[k] if k < len(pts) else hi
-            offer(tb, hi)
+            # one new T value: the least σ that reaches it
+            offer(tb, _least_sigma(a, b, tb, lambda pts: tmax(pts) >= tb, eps, q, delta, orders, acct))
         else:
             pts = np.geomspace(a, b, 17)
             tp = tmax(pts[1:-1])
@@ -1780,6 +1774,44 @@ def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumb
             for j in range(1, len(pts)):
                 push(pts[j - 1], pts[j], ts[j - 1], ts[j])
     return best if best[1] is not None else None
+
+
+def _bisect(lo: float, hi: float, reaches) -> float:
+    """The 16-way bisection of (lo, hi] to 1e-8 relative for the least σ where ``reaches(σ's)`` (monotone: no
+    below, yes above); returns the upper end of the last bracket and that bracket's lower end."""
+    while hi / lo > 1 + 1e-8:
+        pts = np.geomspace(lo, hi, 17)[1:-1]
+        ok = reaches(pts)
+        k = int(np.argmax(ok)) if ok.any() else len(pts)
+        lo = pts[k - 1] if k > 0 else lo
+        hi = pts[k] if k < len(pts) else hi
+    return hi, lo
+
+
+def _least_sigma(a: float, b: float, tb: int, reaches, eps, q, delta, orders, acct) -> float:
+    """The least σ in (a, b] whose most rounds reach ``tb`` (``reaches``: the accountant's answer, as a mask),
+    as :func:`_bisect` finds it, mostly without asking the accountant at each of its points: the accountant's
+    root is guessed (:func:`~paretofl.theory.privacy.least_noise_guess`, a few orders' RDP), the bisection
+    replayed against the guess, and its last bracket's two ends asked.  Where they answer no below and yes
+    above, every point the bisection visits lies at or below the one or at or above the other, and the answer
+    grows with σ, so the accountant would have answered each as the guess did: the same σ, to the bit.
+    Otherwise (a wrong guess), the bisection asks the accountant at each point itself."""
+    k = 1
+    while acct.rounds_for(k) < tb and k < 1 << 50:      # the fewest charged participations that give tb rounds
+        k *= 2
+    lo_k = k // 2
+    while k - lo_k > 1:
+        mid = (lo_k + k) // 2
+        lo_k, k = (lo_k, mid) if acct.rounds_for(mid) >= tb else (mid, k)
+    guess = least_noise_guess(eps, acct.rate, int(k), delta, a * acct.zf, b * acct.zf, orders,
+                              sampling=acct.sampling, prior=acct.prior)
+    if guess is not None:
+        hi, lo = _bisect(a, b, lambda pts: pts >= guess / acct.zf)
+        ends = [x for x, known in ((lo, lo == a), (hi, hi == b)) if not known]
+        ok = dict(zip(ends, reaches(np.array(ends)))) if ends else {}
+        if not ok.get(lo, False) and ok.get(hi, True):
+            return hi
+    return _bisect(a, b, reaches)[0]
 
 
 def _one_new_value(acct, ta, tb, t_cap) -> bool:

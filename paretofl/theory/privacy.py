@@ -62,6 +62,7 @@ __all__ = [
     "calibrate_noise",
     "max_steps",
     "max_steps_searched",
+    "least_noise_guess",
     "Charge",
     "account",
     "charges_as_data",
@@ -298,15 +299,21 @@ def _log_a_frac(q: float, z: np.ndarray, alphas: np.ndarray, need=None) -> np.nd
     out = np.full((z.size, alphas.size), np.nan)
     cols = np.arange(alphas.size) if need is None else np.flatnonzero(need)
     amax = float(np.max(alphas))
-    for j, zj in enumerate(z):
-        w, log_phi = _frac_grid(q, float(zj), amax)
-        aw = alphas[cols, None] * w[None, :]                       # (n_a, n_u)
-        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            # log|(…)^α - 1|: aw + log(1 - e^-aw) for aw > 0, log(1 - e^aw) for aw <= 0
-            log_abs = np.log(-np.expm1(-np.abs(aw))) + np.maximum(aw, 0.0)
-        log_s, s = _lse(log_abs + log_phi, axis=1, b=np.sign(aw))
-        # A_α - 1 >= 0 (Jensen); a negative sum is round-off around zero
-        out[j, cols] = np.where(s > 0, np.logaddexp(0.0, log_s), 0.0)
+    grids = [_frac_grid(q, float(zj), amax) for zj in z]
+    sizes = np.array([g[0].size for g in grids])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    w = np.concatenate([g[0] for g in grids])                      # every σ's grid, one after another
+    log_phi = np.concatenate([g[1] for g in grids])
+    aw = alphas[cols, None] * w[None, :]                           # (n_a, Σ n_u)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        # log|(…)^α - 1|: aw + log(1 - e^-aw) for aw > 0, log(1 - e^aw) for aw <= 0
+        x = np.log(-np.expm1(-np.abs(aw))) + np.maximum(aw, 0.0) + log_phi
+        m = np.maximum.reduceat(x, starts, axis=1)                 # (n_a, n_z): each σ's own sum, in log space
+        m = np.where(np.isfinite(m), m, 0.0)
+        tot = np.add.reduceat(np.exp(x - np.repeat(m, sizes, axis=1)) * np.sign(aw), starts, axis=1)
+        log_s = np.log(np.abs(tot)) + m
+    # A_α - 1 >= 0 (Jensen); a negative sum is round-off around zero
+    out[:, cols] = np.where(tot > 0, np.logaddexp(0.0, log_s), 0.0).T
     return out
 
 
@@ -1085,6 +1092,68 @@ def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversi
     t = np.where(over & (t > 0), t - 1, t)
     t = t.astype(np.int64)
     return t if np.ndim(noise_multiplier) else int(t[0])
+
+
+def least_noise_guess(target_epsilon: float, q: float, steps: int, delta: float, z_lo: float, z_hi: float,
+                      orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
+                      sampling: str = "poisson", prior=()) -> float | None:
+    """A guess, to about 1e-12 relative, at the least noise multiplier z in
+    (z_lo, z_hi] at which :func:`max_steps` reaches ``steps``: its answer is
+    max_α floor((ε - c_α)/RDP_α(z)), so the least z is min_α of the z where
+    RDP_α(z) = (ε - c_α)/steps.  That root is found (regula falsi in log z,
+    Illinois' variant) for the few orders that hold the most steps at z_hi,
+    not for all.  A guess, never an answer: a caller checks it with
+    :func:`max_steps` on either side (a bisection replayed against it, then
+    its two ends asked; :func:`paretofl.recommendation._least_sigma`).
+    None where it cannot be made (no order at z_hi reaches ``steps``, or the
+    best is the grid's largest, past which :func:`max_steps` goes)."""
+    a = _check_orders(orders)
+    head = target_epsilon - conversion_offset(a, check_delta(delta), conversion) - _prior_rdp(prior, a)
+    rdp, known = _lazy_rdp(sampling, float(q), np.array([float(z_hi)]), a, head)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        room = np.where(known[0] & (head > 0) & (rdp[0] > 0), head / rdp[0], -np.inf)
+    need = float(steps)                     # max_steps' floor of room·(1 + 1e-12), less its guard: room >= steps
+    if not room.max() >= need or int(np.argmax(room)) == a.size - 1:
+        return None
+    top = np.argsort(room)[::-1][:_GUESS_ORDERS]
+    top = top[room[top] >= need]
+    alpha, target = a[top], np.log(head[top] / need)
+    x_lo, x_hi = np.full(top.size, math.log(z_lo)), np.full(top.size, math.log(z_hi))
+
+    def f(x):              # log RDP_α(e^x) - log(head_α / need): falls with x
+        with np.errstate(divide="ignore", over="ignore", under="ignore"):
+            vals = np.diagonal(np.atleast_2d(rdp_curve(sampling, float(q), np.exp(x), alpha)))
+            return np.log(vals) - target
+
+    f_lo, f_hi = f(x_lo), f(x_hi)
+    keep = np.isfinite(f_lo) & np.isfinite(f_hi) & (f_lo > 0) & (f_hi <= 0)
+    if not keep.any():
+        return None
+    x_lo, x_hi, f_lo, f_hi, alpha, target = (v[keep] for v in (x_lo, x_hi, f_lo, f_hi, alpha, target))
+    side = np.zeros(alpha.size)
+    root = x_hi.copy()
+    todo = np.ones(alpha.size, dtype=bool)
+    for _ in range(60):
+        x = (x_lo * f_hi - x_hi * f_lo) / (f_hi - f_lo)
+        x = np.where(np.isfinite(x) & (x > x_lo) & (x < x_hi), x, 0.5 * (x_lo + x_hi))
+        fx = np.where(todo, f(np.where(todo, x, x_hi)), 0.0)
+        up = fx > 0                               # the root lies above x
+        f_hi = np.where(up & (side > 0), 0.5 * f_hi, f_hi)     # Illinois: halve the end kept twice
+        f_lo = np.where(~up & (side < 0), 0.5 * f_lo, f_lo)
+        x_lo, f_lo = np.where(up, x, x_lo), np.where(up, fx, f_lo)
+        x_hi, f_hi = np.where(up, x_hi, x), np.where(up, f_hi, fx)
+        side = np.where(up, 1.0, -1.0)
+        # found: the log RDP within round-off of its target (z to about 1e-14), or the bracket closed
+        done = todo & ((np.abs(fx) <= 1e-13) | (x_hi - x_lo <= 1e-13))
+        root = np.where(done, np.where(np.abs(fx) <= 1e-13, x, x_hi), root)
+        todo &= ~done
+        if not todo.any():
+            return float(np.exp(np.min(root)))
+    return None
+
+
+#: how many orders :func:`least_noise_guess` solves for (those with the most room at its upper end)
+_GUESS_ORDERS = 4
 
 
 #: the noise multipliers :func:`calibrate_noise` searches, and its bisection's relative tolerance
