@@ -1,0 +1,124 @@
+"""The least σ that reaches a new number of rounds, found without a bisection's
+many questions (issue 47's start-up): a guess from a few orders' RDP
+(:func:`least_noise_guess`), the 16-way bisection replayed against it, and
+its last bracket's two ends asked of the accountant.
+
+Checked against brute force: a plain bisection on :func:`max_steps` itself
+(to 1e-13) for the guess, and the bisection that asks the accountant at
+every point for the σ the design uses, which must be the same float."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from paretofl.recommendation import _Acct, _bisect, _least_sigma
+from paretofl.theory.privacy import Charge, calibrate_noise, least_noise_guess, max_steps
+
+CASES = [  # (ε, q, steps, sampling)
+    (2.0, 1.0, 12, "poisson"),
+    (2.0, 0.5, 12, "poisson"),
+    (1.0, 0.1, 100, "poisson"),
+    (8.0, 0.05, 1000, "poisson"),
+    (0.5, 0.02, 3000, "poisson"),
+    (4.0, 0.3, 40, "attributed"),
+    (3.0, 0.2, 60, "fixed-size"),
+]
+
+
+def _brute_least_z(eps, q, steps, lo, hi, sampling="poisson", prior=()):
+    """The least noise multiplier at which max_steps reaches ``steps``, by plain bisection."""
+    assert max_steps(eps, q, hi, 1e-5, sampling=sampling, prior=prior) >= steps
+    assert max_steps(eps, q, lo, 1e-5, sampling=sampling, prior=prior) < steps
+    while hi / lo > 1 + 1e-13:
+        mid = math.sqrt(lo * hi)
+        if max_steps(eps, q, mid, 1e-5, sampling=sampling, prior=prior) >= steps:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@pytest.mark.parametrize("eps,q,steps,sampling", CASES)
+def test_guess_is_the_accountants_root(eps, q, steps, sampling):
+    z = calibrate_noise(eps, q, steps, 1e-5, sampling=sampling)
+    lo, hi = z * 0.9, z * 1.05
+    want = _brute_least_z(eps, q, steps, lo, hi, sampling)
+    got = least_noise_guess(eps, q, steps, 1e-5, lo, hi, sampling=sampling)
+    assert got is not None and got == pytest.approx(want, rel=1e-11)
+
+
+def test_guess_composes_with_a_spend_before():
+    prior = (Charge("poisson", 0.1, 2.0, 10),)
+    z = 1.0
+    while max_steps(3.0, 0.2, z, 1e-5, prior=prior) < 50:
+        z *= 1.2
+        assert z < 100
+    want = _brute_least_z(3.0, 0.2, 50, 0.3, z, prior=prior)
+    got = least_noise_guess(3.0, 0.2, 50, 1e-5, 0.3, z, prior=prior)
+    assert got == pytest.approx(want, rel=1e-11)
+    # without the spend the root is lower: the guess is of the composed accountant
+    assert least_noise_guess(3.0, 0.2, 50, 1e-5, 0.3, z) < want * (1 - 1e-3)
+
+
+def test_no_guess_where_no_order_reaches():
+    z = calibrate_noise(2.0, 0.5, 12, 1e-5)
+    assert least_noise_guess(2.0, 0.5, 12, 1e-5, z * 0.5, z * 0.9) is None
+
+
+def _acct(q, bands=1, prior=()):
+    return _Acct("poisson", 1.0, q, lambda k: k * bands, prior)
+
+
+@pytest.mark.parametrize("eps,q,bands", [(2.0, 1.0, 1), (2.0, 0.5, 1), (1.0, 0.1, 1), (8.0, 0.05, 1),
+                                         (2.0, 0.3, 3)])
+def test_least_sigma_is_the_bisections_to_the_bit(eps, q, bands):
+    """Over many (a, b] intervals holding one new T: the σ is the float the bisection that asks the
+    accountant at every point finds."""
+    acct = _acct(q, bands)
+    rng = np.random.default_rng(0)
+    asked, checked = [], 0
+    for _ in range(12):
+        steps = int(rng.integers(2, 200))
+        tb = steps * bands
+        z = calibrate_noise(eps, q, steps, 1e-5)
+        a, b = z * (1 - rng.uniform(1e-6, 0.2)), z * (1 + rng.uniform(1e-6, 0.2))
+
+        def reaches(pts):
+            return np.asarray(max_steps(eps, q, np.asarray(pts), 1e-5)) * bands >= tb
+
+        if reaches(np.array([a]))[0] or not reaches(np.array([b]))[0]:
+            continue
+        calls = []
+        got = _least_sigma(a, b, tb, lambda pts: calls.append(len(pts)) or reaches(pts), eps, q, 1e-5, _orders(),
+                           acct)
+        assert got == _bisect(a, b, reaches)[0]
+        asked.append(calls)
+        checked += 1
+    assert checked >= 8
+    # the guess held: the accountant was asked once, at the last bracket's ends, not at each bisection step
+    assert all(c == [2] for c in asked), asked
+
+
+def _orders():
+    from paretofl.theory.privacy import DEFAULT_ORDERS
+    return DEFAULT_ORDERS
+
+
+def test_a_wrong_guess_is_not_believed(monkeypatch):
+    """A guess the accountant's two answers contradict is dropped: the bisection asks at every point."""
+    import paretofl.recommendation as rec
+
+    eps, q, steps = 2.0, 0.5, 30
+    z = calibrate_noise(eps, q, steps, 1e-5)
+    a, b = z * 0.9, z * 1.1
+
+    def reaches(pts):
+        return np.asarray(max_steps(eps, q, np.asarray(pts), 1e-5)) >= steps
+
+    want = _bisect(a, b, reaches)[0]
+    for wrong in (z * 0.95, z * 1.05, z * (1 + 1e-9), z * (1 - 1e-9)):
+        monkeypatch.setattr(rec, "least_noise_guess", lambda *args, wrong=wrong, **kw: wrong)
+        assert _least_sigma(a, b, steps, reaches, eps, q, 1e-5, _orders(), _acct(q)) == want
