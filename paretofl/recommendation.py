@@ -47,9 +47,12 @@ from .theory.privacy import (
     Charge,
     account,
     check_delta,
+    conversion_offset,
     least_noise_guess,
     max_steps,
+    rdp_curve,
     sorted_unique,
+    within,
 )
 
 __all__ = ["design", "Request", "Design", "InfeasibleBudget", "PLACEHOLDER_KAPPA", "load_kappa", "default_kappa",
@@ -766,6 +769,16 @@ class _Acct:
     def epsilon(self, z, steps, delta, orders) -> float:
         """ε of ``steps`` charged participations at noise multiplier z, after the prior (orders searched)."""
         return account([*self.prior, Charge(self.sampling, self.rate, z, int(steps))], delta, orders)
+
+    def meets(self, eps, z, steps, delta, orders) -> bool:
+        """``epsilon(z, steps, delta, orders) <= eps``, answered yes at once where ε on the grid of orders is
+        (computed lazily: :func:`~paretofl.theory.privacy.within`), since the searched ε is at most the grid's;
+        otherwise the searched ε is computed."""
+        a = np.asarray(orders, dtype=float)
+        off = conversion_offset(a, delta) + sum(
+            (int(c.steps) * rdp_curve(c.sampling, c.rate, c.noise_multiplier, a) for c in self.prior), np.zeros(a.size))
+        return bool(within(eps, self.rate, z, int(steps), off, orders, self.sampling)) or self.epsilon(
+            z, steps, delta, orders) <= eps
 
 
 def _one_ledger(c: Charge) -> Charge:
@@ -1833,14 +1846,18 @@ def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct)
         s, tt = pts[i]
         return acct.epsilon(s * acct.zf, max(1, int(math.floor(tt))), delta, orders)
 
-    if epsilon(0) > eps:
+    def meets(i):
+        s, tt = pts[i]
+        return acct.meets(eps, s * acct.zf, max(1, int(math.floor(tt))), delta, orders)
+
+    if not meets(0):
         return None
     lo, hi = 0, len(pts) - 1
-    if epsilon(hi) <= eps:
+    if meets(hi):
         lo = hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if epsilon(mid) <= eps:
+        if meets(mid):
             lo = mid
         else:
             hi = mid

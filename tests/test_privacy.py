@@ -230,15 +230,18 @@ def _wor_exact(q, z, alpha):
     return float(mp.log(tot) / (alpha - 1))
 
 
-@pytest.mark.parametrize("q,z,alpha", [(0.1, 20.0, 32), (0.1, 20.0, 64), (0.5, 20.0, 16), (0.05, 100.0, 20),
-                                       (0.01, 0.7, 32)])
-def test_fixed_size_is_never_below_the_exact_bound(q, z, alpha):
+@pytest.mark.parametrize("q,z,alpha,tol", [(0.1, 20.0, 32, 1e-9), (0.1, 20.0, 64, 1e-9), (0.5, 20.0, 16, 1e-9),
+                                           (0.05, 100.0, 20, 1e-9), (0.01, 0.7, 32, 1e-9), (0.1, 10.45, 160, 1e-7),
+                                           (0.3, 6.1, 128, 1e-7), (0.05, 17.9, 200, 1e-7)])
+def test_fixed_size_is_never_below_the_exact_bound(q, z, alpha, tol):
     """Where the theorem's forward differences cancel in floating point
     (large σ), ours stays an upper bound on the exact value and within 1e-9
-    of it (dp-accounting's differencing drifts there)."""
+    of it (dp-accounting's differencing drifts there); at large orders and
+    moderate σ (6-18, orders 128-200, where the alternating sums' rounding
+    bound decides) within 1e-7 (measured: 2.5e-8 at σ 6.1, order 128)."""
     exact = _wor_exact(q, z, alpha)
     ours = P.rdp_fixed_size_gaussian(q, z, [alpha])[0]
-    assert exact <= ours <= exact * (1 + 1e-9)
+    assert exact <= ours <= exact * (1 + tol)
 
 
 @pytest.mark.parametrize("q,z,steps", [(0.01, 1.0, 1000), (0.1, 2.0, 100), (0.3, 5.0, 50), (1.0, 10.0, 20)])

@@ -491,23 +491,17 @@ def _wor_diffs_upper(z: float, top: int) -> np.ndarray:
     mags = np.exp(vals - top_v[:, None])
     signed = signs * mags
     big = np.where(inside, np.abs(vals), 0.0).max(axis=1)
-    add = np.add.reduce
-    series_, top_v, big, lf_n = series.tolist(), top_v.tolist(), big.tolist(), float(lf[N + 1])
-    for m in range(2, top + 1):
-        lam = c * m * (m - 1)
-        up = series_[m]
-        if lam < N + 2:
-            tail = m * math.log(2) + (N + 1) * math.log(lam) - lf_n - math.log1p(-lam / (N + 2))
-            up = float(np.logaddexp(up, tail))
-        else:
-            up = math.inf
-        # alternating sum with its rounding error
-        r = m - 2
-        s = float(add(signed[r, : m + 1]))
-        err = (m + 2) * _EPS * float(add(mags[r, : m + 1])) * (8.0 + 2.0 * big[r])
-        if s + err > 0:
-            up = min(up, top_v[r] + math.log(s + err))
-        out[m] = up
+    m = np.arange(2, top + 1, dtype=float)
+    lam = c * m * (m - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tail = m * math.log(2) + (N + 1) * np.log(lam) - float(lf[N + 1]) - np.log1p(-lam / (N + 2))
+    up = np.where(lam < N + 2, np.logaddexp(series[2:], np.where(lam < N + 2, tail, -np.inf)), np.inf)
+    # each alternating sum with its rounding error (any order of summation: (m+2)·eps·Σ|terms| bounds it)
+    s = np.add.reduce(signed, axis=1)
+    err = (m + 2) * _EPS * np.add.reduce(mags, axis=1) * (8.0 + 2.0 * big)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alt = np.where(s + err > 0, top_v + np.log(np.where(s + err > 0, s + err, 1.0)), np.inf)
+    out[2:] = np.minimum(up, alt)
     out = out + 1e-12 * (1.0 + np.abs(out))   # a last ulp of slack on the logs
     out[0], out[1] = 0.0, -np.inf             # Δg(0) = g(1) - g(0) = 0
     return out
