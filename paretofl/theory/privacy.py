@@ -1147,7 +1147,7 @@ def least_noise_guess(target_epsilon: float, q: float, steps: int, delta: float,
 
 
 #: how many orders :func:`least_noise_guess` solves for (those with the most room at its upper end)
-_GUESS_ORDERS = 4
+_GUESS_ORDERS = 2
 
 
 #: the noise multipliers :func:`calibrate_noise` searches, and its bisection's relative tolerance
