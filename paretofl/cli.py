@@ -585,7 +585,8 @@ def _recipe_lines(d) -> list[str]:
     for name, v, key in (("clipping norm C", d.clip, "clip"), ("learning rate", d.lr, "lr"),
                          ("local epochs", d.local_epochs, "local_epochs"), ("batch size", d.batch_size, "batch_size")):
         shown = "-" if v is None else f"{v:g}"
-        lines.append(f"  {name:<19} {shown}  ({d.sources.get(key, '')})")
+        why = d.sources.get(key) or ("not chosen: the trainer's default" if v is None else "")
+        lines.append(f"  {name:<19} {shown}" + (f"  ({why})" if why else ""))
     if d.tuning:
         best = next(g for g in d.tuning["grid"] if g["clip"] == d.clip and g["lr"] == d.lr
                     and g.get("local_epochs", d.local_epochs) == d.local_epochs)

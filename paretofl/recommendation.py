@@ -772,12 +772,13 @@ class _Acct:
 
     def meets(self, eps, z, steps, delta, orders) -> bool:
         """``epsilon(z, steps, delta, orders) <= eps``, answered yes at once where ε on the grid of orders is
-        (computed lazily: :func:`~paretofl.theory.privacy.within`), since the searched ε is at most the grid's;
+        below it by more than round-off (computed lazily: :func:`~paretofl.theory.privacy.within`), since the
+        searched ε is at most the grid's (summed in another order: an ulp apart where they are equal);
         otherwise the searched ε is computed."""
         a = np.asarray(orders, dtype=float)
         off = conversion_offset(a, delta) + sum(
             (int(c.steps) * rdp_curve(c.sampling, c.rate, c.noise_multiplier, a) for c in self.prior), np.zeros(a.size))
-        return bool(within(eps, self.rate, z, int(steps), off, orders, self.sampling)) or self.epsilon(
+        return bool(within(eps * (1 - 1e-12), self.rate, z, int(steps), off, orders, self.sampling)) or self.epsilon(
             z, steps, delta, orders) <= eps
 
 

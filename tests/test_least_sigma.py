@@ -122,3 +122,34 @@ def test_a_wrong_guess_is_not_believed(monkeypatch):
     for wrong in (z * 0.95, z * 1.05, z * (1 + 1e-9), z * (1 - 1e-9)):
         monkeypatch.setattr(rec, "least_noise_guess", lambda *args, wrong=wrong, **kw: wrong)
         assert _least_sigma(a, b, steps, reaches, eps, q, 1e-5, _orders(), _acct(q)) == want
+
+
+def test_no_guess_beyond_a_million_steps_nor_for_an_empty_range():
+    """Past 10⁶ steps the most steps wobble with round-off as σ grows (an attack found 493475890 → 493475885
+    → 493475896 near σ·zf ≈ 8.6e4): no guess, the bisection as it was.  A range that is not one is an error."""
+    z = calibrate_noise(1.0, 0.001, 2_000_000, 1e-5)
+    assert least_noise_guess(1.0, 0.001, 2_000_000, 1e-5, z * 0.9, z * 1.1) is None
+    for lo, hi in ((0.0, 1.0), (-1.0, 1.0), (2.0, 1.0)):
+        with pytest.raises(ValueError, match="z_lo < z_hi"):
+            least_noise_guess(1.0, 0.1, 10, 1e-5, lo, hi)
+
+
+def test_meets_is_the_searched_epsilons_answer():
+    """``_Acct.meets`` answers from the grid of orders where it can; it must be the searched ε's answer,
+    also where the budget is that ε to the last bit (an attack found the grid's yes one ulp over it)."""
+    from paretofl.theory.privacy import FLOWER_ORDERS
+
+    acct = _Acct("fixed-size", 1.0, 0.8323155747022939, lambda k: k,
+                 (Charge("attributed", 0.8323155747022939, 22.893054335773858, 44),))
+    z, steps, delta = 39.60209097970957, 872, 2.6848040096835706e-06
+    eps = acct.epsilon(z, steps, delta, FLOWER_ORDERS)
+    for e in (eps, np.nextafter(eps, 0), np.nextafter(eps, np.inf), eps * (1 - 1e-12), eps * (1 + 1e-12)):
+        assert acct.meets(e, z, steps, delta, FLOWER_ORDERS) == (eps <= e), e
+    rng = np.random.default_rng(1)
+    for sampling in ("poisson", "attributed", "fixed-size"):
+        a = _Acct(sampling, 1.0, float(rng.uniform(0.01, 0.5)), lambda k: k)
+        for _ in range(6):
+            z, steps = float(rng.uniform(0.5, 5)), int(rng.integers(1, 500))
+            exact = a.epsilon(z, steps, 1e-5, _orders())
+            for e in (exact, np.nextafter(exact, 0), exact * 1.001, exact * 0.999):
+                assert a.meets(e, z, steps, 1e-5, _orders()) == (exact <= e)

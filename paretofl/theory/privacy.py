@@ -299,21 +299,15 @@ def _log_a_frac(q: float, z: np.ndarray, alphas: np.ndarray, need=None) -> np.nd
     out = np.full((z.size, alphas.size), np.nan)
     cols = np.arange(alphas.size) if need is None else np.flatnonzero(need)
     amax = float(np.max(alphas))
-    grids = [_frac_grid(q, float(zj), amax) for zj in z]
-    sizes = np.array([g[0].size for g in grids])
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    w = np.concatenate([g[0] for g in grids])                      # every σ's grid, one after another
-    log_phi = np.concatenate([g[1] for g in grids])
-    aw = alphas[cols, None] * w[None, :]                           # (n_a, Σ n_u)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        # log|(…)^α - 1|: aw + log(1 - e^-aw) for aw > 0, log(1 - e^aw) for aw <= 0
-        x = np.log(-np.expm1(-np.abs(aw))) + np.maximum(aw, 0.0) + log_phi
-        m = np.maximum.reduceat(x, starts, axis=1)                 # (n_a, n_z): each σ's own sum, in log space
-        m = np.where(np.isfinite(m), m, 0.0)
-        tot = np.add.reduceat(np.exp(x - np.repeat(m, sizes, axis=1)) * np.sign(aw), starts, axis=1)
-        log_s = np.log(np.abs(tot)) + m
-    # A_α - 1 >= 0 (Jensen); a negative sum is round-off around zero
-    out[:, cols] = np.where(tot > 0, np.logaddexp(0.0, log_s), 0.0).T
+    for j, zj in enumerate(z):
+        w, log_phi = _frac_grid(q, float(zj), amax)
+        aw = alphas[cols, None] * w[None, :]                       # (n_a, n_u)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            # log|(…)^α - 1|: aw + log(1 - e^-aw) for aw > 0, log(1 - e^aw) for aw <= 0
+            log_abs = np.log(-np.expm1(-np.abs(aw))) + np.maximum(aw, 0.0)
+        log_s, s = _lse(log_abs + log_phi, axis=1, b=np.sign(aw))
+        # A_α - 1 >= 0 (Jensen); a negative sum is round-off around zero
+        out[j, cols] = np.where(s > 0, np.logaddexp(0.0, log_s), 0.0)
     return out
 
 
@@ -1100,10 +1094,43 @@ def least_noise_guess(target_epsilon: float, q: float, steps: int, delta: float,
     :func:`max_steps` on either side (a bisection replayed against it, then
     its two ends asked; :func:`paretofl.recommendation._least_sigma`).
     None where it cannot be made (no order at z_hi reaches ``steps``, or the
-    best is the grid's largest, past which :func:`max_steps` goes)."""
+    best is the grid's largest, past which :func:`max_steps` goes).  Where
+    another order reaches ``steps`` below the root found (the orders with
+    the most room at z_hi need not be those with the least root), it is
+    solved again from there, up to three times.  Guesses of T beyond 10⁶
+    steps are not made: there the most steps wobble with round-off, not
+    only rise, as σ grows."""
+    if not (0 < z_lo < z_hi and math.isfinite(z_hi)) or not (1 <= steps <= _GUESS_MAX_STEPS):
+        if not 0 < z_lo < z_hi:
+            raise ValueError(f"least_noise_guess: need 0 < z_lo < z_hi, got {z_lo!r}, {z_hi!r}")
+        return None
     a = _check_orders(orders)
     head = target_epsilon - conversion_offset(a, check_delta(delta), conversion) - _prior_rdp(prior, a)
-    rdp, known = _lazy_rdp(sampling, float(q), np.array([float(z_hi)]), a, head)
+    for _ in range(3):
+        z = _least_noise_root(float(q), int(steps), z_lo, z_hi, a, head, sampling)
+        if z is None:
+            return None
+        below = z * (1 - 1e-9)
+        if not below > z_lo:
+            return z
+        rdp, known = _lazy_rdp(sampling, float(q), np.array([below]), a, head)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = np.where(known[0] & (head > 0) & (rdp[0] > 0), head / rdp[0], -np.inf)
+        if not room.max() >= steps:          # no order reaches steps just below: the root is the least
+            return z
+        z_hi = below
+    return None
+
+
+#: the most steps :func:`least_noise_guess` guesses for
+_GUESS_MAX_STEPS = 10**6
+
+
+def _least_noise_root(q: float, steps: int, z_lo: float, z_hi: float, a: np.ndarray, head: np.ndarray,
+                      sampling: str) -> float | None:
+    """:func:`least_noise_guess`'s root for the orders with the most room at z_hi (None: none reaches
+    ``steps`` there, or the best is the grid's largest)."""
+    rdp, known = _lazy_rdp(sampling, q, np.array([float(z_hi)]), a, head)
     with np.errstate(divide="ignore", invalid="ignore"):
         room = np.where(known[0] & (head > 0) & (rdp[0] > 0), head / rdp[0], -np.inf)
     need = float(steps)                     # max_steps' floor of room·(1 + 1e-12), less its guard: room >= steps
@@ -1147,7 +1174,7 @@ def least_noise_guess(target_epsilon: float, q: float, steps: int, delta: float,
 
 
 #: how many orders :func:`least_noise_guess` solves for (those with the most room at its upper end)
-_GUESS_ORDERS = 2
+_GUESS_ORDERS = 4
 
 
 #: the noise multipliers :func:`calibrate_noise` searches, and its bisection's relative tolerance
