@@ -50,7 +50,6 @@ from .theory.privacy import (
     conversion_offset,
     least_noise_guess,
     max_steps,
-    rdp_curve,
     sorted_unique,
     within,
 )
@@ -776,8 +775,7 @@ class _Acct:
         searched ε is at most the grid's (summed in another order: an ulp apart where they are equal);
         otherwise the searched ε is computed."""
         a = np.asarray(orders, dtype=float)
-        off = conversion_offset(a, delta) + sum(
-            (int(c.steps) * rdp_curve(c.sampling, c.rate, c.noise_multiplier, a) for c in self.prior), np.zeros(a.size))
+        off = conversion_offset(a, delta) + sum((c.rdp(a) for c in self.prior), np.zeros(a.size))
         return bool(within(eps * (1 - 1e-12), self.rate, z, int(steps), off, orders, self.sampling)) or self.epsilon(
             z, steps, delta, orders) <= eps
 
@@ -1790,7 +1788,7 @@ def _best_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct, incumb
     return best if best[1] is not None else None
 
 
-def _bisect(lo: float, hi: float, reaches) -> float:
+def _bisect(lo: float, hi: float, reaches) -> tuple[float, float]:
     """The 16-way bisection of (lo, hi] to 1e-8 relative for the least σ where ``reaches(σ's)`` (monotone: no
     below, yes above); returns the upper end of the last bracket and that bracket's lower end."""
     while hi / lo > 1 + 1e-8:
