@@ -537,9 +537,14 @@ def _local_work_lines(d) -> list[str]:
                    f"(the pre-trial's public clients, partition {dis.get('partition', '?')}: the clients' updates "
                    "differ more as it grows; measure yours by partitioning the public split like your clients)")
     out.append("  by local epochs     T, sigma and the predicted test loss at each the pre-trial measured:")
+    knobs = [(c.get("mechanism"), c.get("mechanism_options")) for c in lw["candidates"]]
     for c in lw["candidates"]:
         mark = "  <- chosen" if c["epochs"] == lw["epochs"] else ""
-        out.append(f"    {c['epochs']:>3} epoch(s)    T {c['rounds']}, sigma {c['sigma']:.3g}, q {c['q']:.3g}: "
+        own = ""           # where the search chose the mechanism or its knobs apart at each K, say which
+        if any(k != knobs[0] for k in knobs):
+            own = ", ".join([c.get("mechanism") or ""] + [f"{k} {v}" for k, v in (c.get("mechanism_options") or {}
+                                                                                   ).items()]) + ", "
+        out.append(f"    {c['epochs']:>3} epoch(s)    {own}T {c['rounds']}, sigma {c['sigma']:.3g}, q {c['q']:.3g}: "
                    f"loss {c['predicted_loss']:.4g}{mark}")
     return out
 

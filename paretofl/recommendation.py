@@ -565,7 +565,7 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
     bounds = {}
     with np.errstate(over="raise", invalid="raise"):
         try:
-            _rederive_candidates(by_k, fitted, kappa, ci, mech, d.n_clients, bounds, close, bad)
+            _rederive_candidates(by_k, fitted, kappa, ci, d, d.n_clients, bounds, close, bad)
         except (OverflowError, ZeroDivisionError, FloatingPointError) as exc:
             bad(f"holds a number out of range ({exc})")
     _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad)
@@ -593,9 +593,11 @@ def _rederive_record(lw, data, fitted, cands, by_k, close, bad) -> None:
         bad("lists other candidates than the local epochs its fit measured falling with T")
 
 
-def _rederive_candidates(by_k, fitted, kappa, ci, mech, n, bounds, close, bad) -> None:
-    """Each candidate's bound, κ_K, objective, predicted loss and interval, from its q, T, σ and the fit."""
+def _rederive_candidates(by_k, fitted, kappa, ci, d, n, bounds, close, bad) -> None:
+    """Each candidate's bound, κ_K, objective, predicted loss and interval, from its q, T, σ, its mechanism
+    and options (the design's where a file predates them) and the fit."""
     for k, c in by_k.items():
+        mech = _candidate_mechanism(c, d, bad)
         ratio = float(mech.error_ratio(c["rounds"]))
         bound = bounds[k] = 1.0 / c["rounds"] + kappa * fitted.ratio(k) * float(c["sigma"]) ** 2 * ratio / (
             c["q"] * n)
@@ -609,12 +611,30 @@ def _rederive_candidates(by_k, fitted, kappa, ci, mech, n, bounds, close, bad) -
             bad(f"predicts at {k} local epochs a loss its fit does not ({pred:.6g}, interval {iv})")
 
 
+def _candidate_mechanism(c: dict, d: Design, bad):
+    """The configured mechanism a candidate of the local work was searched with: its own name and options as
+    recorded (a file written before they were recorded: the design's), each checked as a request's would be."""
+    name = c.setdefault("mechanism", d.mechanism)
+    options = c.setdefault("mechanism_options", dict(d.mechanism_options or {}))
+    if name not in REGISTRY or not isinstance(options, dict):
+        bad(f"lists a candidate with an unknown mechanism or options ({name!r}, {options!r})")
+    try:
+        REGISTRY[name].check_options(options)
+        mech = mechanism_of(name, **options)
+    except (TypeError, ValueError) as exc:
+        bad(f"lists a candidate whose mechanism {name} cannot be configured as it says ({exc})")
+    if mech.error_ratio_planned:
+        bad(f"lists a candidate with {name}, whose error ratio is set by its search: it was not searched so")
+    return mech
+
+
 def _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad) -> None:
     """The chosen candidate is the design it trains, and the least objective (or the pre-trial's own K,
     kept where the fit's bootstrap draws do not agree that the least helps)."""
     chosen = by_k.get(lw.get("epochs"))
     if chosen is None or d.local_epochs != lw["epochs"] or not (
             close(chosen["q"], d.q) and chosen["rounds"] == d.rounds and close(chosen["sigma"], d.sigma)
+            and chosen["mechanism"] == d.mechanism and chosen["mechanism_options"] == (d.mechanism_options or {})
             and close(chosen["kappa"], d.kappa) and close(d.utility_bound, bounds[lw["epochs"]])):
         bad("chose a candidate that is not the design it trains (its q, T, sigma, kappa and bound)")
     if not close(lw.get("predicted_loss"), chosen["predicted_loss"]) or lw.get("interval") != chosen.get("interval"):
@@ -675,9 +695,27 @@ def account_design(d: Design) -> dict:
     p = Problem(d.n_clients, d.budget, d.delta, max(int(d.rounds), int(d.max_rounds or 0)), [d.q],
                 d.sigma_min or d.sigma, d.sigma_max or d.sigma, mech, mech.orders, prior)
     out["epsilon"] = p.epsilon_of(d.q, d.sigma, d.rounds)
+    if d.closed_form:                 # Theorem 3's point beside it: what it would spend, as the design's is reported
+        out["closed_form"] = _closed_form_figures(d, p)
     out["training"] = (mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients, orders=mech.orders) if prior
                        else out["epsilon"])
     return out
+
+
+def _closed_form_figures(d: Design, p: Problem) -> dict:
+    """The ε and utility bound (1/T + κσ²/(qN), Gu et al.'s map) of a design's closed-form point, from its q, T
+    and σ under the design's own problem; one line where the point is not one of that problem."""
+    cf = d.closed_form
+
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if not isinstance(cf, dict) or not (number(cf.get("q")) and 0 < cf["q"] <= 1 and number(cf.get("sigma"))
+                                        and 0 < cf["sigma"] < math.inf and isinstance(cf.get("rounds"), int)
+                                        and not isinstance(cf["rounds"], bool) and 1 <= cf["rounds"] <= p.t_cap):
+        raise ValueError(f"its closed-form point is not a point of its problem ({cf!r})")
+    return {"epsilon": p.epsilon_of(cf["q"], cf["sigma"], cf["rounds"]),
+            "utility_bound": 1 / cf["rounds"] + float(d.kappa) * cf["sigma"] ** 2 / (cf["q"] * d.n_clients)}
 
 
 def check_claims(d: Design, where: str = "the design") -> dict:
@@ -737,13 +775,32 @@ def check_claims(d: Design, where: str = "the design") -> dict:
         if k in (d.details or {}) and d.details[k] != (d.mechanism_options or {}).get(k):
             bad.append(f"{k} {d.details[k]!r} in its details where its mechanism has "
                        f"{(d.mechanism_options or {}).get(k)!r}")
+    for k, v in (got.get("closed_form") or {}).items():
+        if differs(d.closed_form.get(k), v):
+            bad.append(f"a closed-form point of {k} {d.closed_form.get(k)!r} where its q, T and sigma give {v:.6g}")
     if not bad and got["groups"] is None and got["epsilon"] > d.budget * (1 + CLAIM_RTOL):
         bad.append(f"epsilon {got['epsilon']:.6g}, past its budget {d.budget:g}")
     if bad:
         raise ValueError(f"{where} does not add up: it records {bad[0]}"
                          + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
                          + "; it was changed by hand or by another version: design again, nothing was believed")
+    _report_the_larger(d, got)
     return got
+
+
+def _report_the_larger(d: Design, got: dict) -> None:
+    """Each privacy figure the design records, raised to the re-derived one where that is larger (they agree
+    within :data:`CLAIM_RTOL`: a file from another machine or version may sit below by round-off, and what is
+    reported is never under the spend)."""
+    d.epsilon = max(float(d.epsilon), got["epsilon"])
+    pre = (d.details or {}).get("pretrial")
+    if isinstance(pre, dict):
+        pre["epsilon"] = max(float(pre["epsilon"]), got["pretrial"])
+        pre["training_epsilon"] = max(float(pre["training_epsilon"]), got["training"])
+    for g, e in zip(d.groups or (), got["groups"] or ()):
+        g["epsilon"] = max(float(g["epsilon"]), e)
+    if got.get("closed_form"):
+        d.closed_form["epsilon"] = max(float(d.closed_form["epsilon"]), got["closed_form"]["epsilon"])
 
 
 # --------------------------------------------------------------------------
@@ -1372,6 +1429,8 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
             kappa * r, source if k == lw.reference_epochs else
             f"{source}, at {k} local epochs: x A({lw.reference_epochs})/A({k}) = {r:.3g} (docs/theory.md 4.E)")}))
         point = _candidate(lw, k, dk.q, dk.rounds, dk.sigma, dk.utility_bound, kappa, ci)
+        # a family with knobs of its own (bandmf's bands; auto's mechanism) may choose them apart at each K
+        point.update(mechanism=dk.mechanism, mechanism_options=dict(dk.mechanism_options or {}))
         found.append((point["objective"], k, dk, point))
     if not found:
         raise ValueError(f"the loss did not fall with T at local epochs {', '.join(map(str, skipped))} in the "
@@ -1583,6 +1642,8 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
         case = pareto.theorem3(pareto.Box(qb, n, kappa, job.sigma_min, job.sigma_max, job.t_cap)).case
         relation = float(pareto.relation_sigma(T, qb, n, kappa))
     if cf is not None:
+        # its ε as the design's is reported: where an outside accountant reports on fixed orders, the larger
+        cf["epsilon"] = p.epsilon_of(cf["q"], cf["sigma"], cf["rounds"])
         distance = {"sigma_rel": sig / cf["sigma"] - 1.0, "rounds_rel": T / cf["rounds"] - 1.0,
                     "utility_rel": u / cf["utility_bound"] - 1.0}
     # the noise multiplier on the released sum, per unit C (adaptive clipping's

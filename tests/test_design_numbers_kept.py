@@ -99,7 +99,17 @@ def test_design_numbers_kept(name, args, kwargs):
     # the split kappa's pre-trial measured (a tuning's must match it): a record added since, for a fit with a spec
     split = got["details"].pop("pretrial_partition", None)
     assert split == (None if "kappa" in kwargs else "iid"), split
+    # corrected since: the closed-form point's ε is reported as the design's (the larger of Flower's fixed orders
+    # and the searched ones), where it was the searched orders' alone: up, by round-off's order, never down
+    e, old = got["closed_form"].get("epsilon"), want["closed_form"].get("epsilon")
+    if name in CLOSED_FORM_EPSILON_CORRECTED:
+        assert old <= e <= old * (1 + 1e-4), (e, old)
+        want["closed_form"]["epsilon"] = e
     _compare(got, want, name)
+
+
+#: designs whose closed-form point's ε moved up when it was reported as the design's ε is (Flower's fixed orders)
+CLOSED_FORM_EPSILON_CORRECTED = {"flower-accounted"}
 
 
 if __name__ == "__main__":

@@ -78,6 +78,15 @@ DESIGN_CLASSES = {
     "unknown mechanism": (_set(mechanism="laplace"), "laplace"),
     "NaN": (_set(sigma="nan"), "sigma"),
     "missing field": (_drop("rounds"), "missing rounds"),
+    # the closed-form point beside it is a privacy figure too (the last note's: it loaded unchecked)
+    "closed-form epsilon lowered": (lambda d: d["closed_form"].update(epsilon=d["closed_form"]["epsilon"] / 2),
+                                    "closed-form point of epsilon"),
+    "closed-form sigma lowered": (lambda d: d["closed_form"].update(sigma=d["closed_form"]["sigma"] / 2),
+                                  "closed-form point of epsilon"),
+    "closed-form bound edited": (lambda d: d["closed_form"].update(utility_bound=1e-3), "closed-form point of utility"),
+    "closed-form rounds zero": (lambda d: d["closed_form"].update(rounds=0), "closed-form point is not"),
+    "closed-form q as text": (lambda d: d["closed_form"].update(q="0.5"), "closed-form point is not"),
+    "closed-form not a mapping": (_set(closed_form=[1, 2]), "closed-form point is not"),
     # the clients' split, in the design's own vocabulary or none (each a split design refuses to name)
     **{f"split {s!r}": (_details(partition=s), '"details.partition"')
        for s in ("dirichlet-capped", "dirichlet", "shards", "dirichlet:0", "dirichlet:-1", "shards:0", "shards:1.5",
@@ -104,6 +113,34 @@ def test_a_saved_design_is_read_back_as_it_was_made(design_file, capsys):
     assert main(["export", str(design_file), "--to", "flower", "--statement", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["export"]["epsilon"] == pytest.approx(json.loads(design_file.read_text())["epsilon"], rel=1e-9)
+
+
+def test_a_figure_a_file_records_within_round_off_below_its_spend_is_reported_at_the_spend(design_file, tmp_path):
+    """A file from another machine may record ε a little (within CLAIM_RTOL) below what its parameters spend
+    here: it loads, and what is reported is the larger of the two, its closed-form point's too."""
+    data = json.loads(design_file.read_text())
+    spent, cf_spent = data["epsilon"], data["closed_form"]["epsilon"]
+    data["epsilon"] *= 1 - 5e-7
+    data["closed_form"]["epsilon"] *= 1 - 5e-7
+    (tmp_path / "low.json").write_text(json.dumps(data))
+    d = paretofl.api.load_design(tmp_path / "low.json")
+    assert d.epsilon == spent and d.closed_form["epsilon"] == cf_spent
+    data["epsilon"] = spent * (1 + 5e-7)                  # above: the file's figure, the larger, is kept
+    (tmp_path / "high.json").write_text(json.dumps(data))
+    assert paretofl.api.load_design(tmp_path / "high.json").epsilon == spent * (1 + 5e-7)
+
+
+@pytest.mark.parametrize("framework", ["flower", "flower-accounted"])
+def test_the_closed_form_points_epsilon_is_not_below_what_flower_reports_for_it(framework):
+    """Flower reports ε on its fixed orders; the closed-form point was bisected on searched orders, and its
+    recorded ε sat up to 3e-5 below Flower's figure for it (flower-accounted, N 100, ε 8, q 0.1)."""
+    d = paretofl.design(100, 8.0, max_rounds=500, q=0.1, framework=framework)
+    cf = d.closed_form
+    mech = paretofl.api.mechanism(d.mechanism, **d.mechanism_options)
+    flower_says = mech.epsilon(cf["q"], cf["sigma"], cf["rounds"], d.delta, d.n_clients)
+    searched = paretofl.account(mech.charge(cf["q"], cf["sigma"], 100).noise_multiplier, cf["q"], cf["rounds"],
+                                sampling=d.sampling).epsilon
+    assert cf["epsilon"] >= max(flower_says, searched) * (1 - 1e-12)
 
 
 def test_every_tampered_design_is_refused_by_every_reader(design_file, tmp_path, capsys):
@@ -187,7 +224,10 @@ def test_every_tampered_private_design_is_refused(private, tmp_path, capsys):
     d = json.loads(path.read_text())
     d["details"].pop("pretrial")
     train_alone = paretofl.recommendation.Design(**{k: v for k, v in d.items() if k not in ("format", "framework")})
-    d["epsilon"] = paretofl.recommendation.account_design(train_alone)["epsilon"]
+    alone = paretofl.recommendation.account_design(train_alone)
+    d["epsilon"] = alone["epsilon"]
+    if d["closed_form"]:                         # the forger keeps the closed-form point beside it consistent too
+        d["closed_form"]["epsilon"] = alone["closed_form"]["epsilon"]
     path.write_text(json.dumps(d))
     for reader, argv in PRIVATE_READERS.items():
         _refused(capsys, [str(path) if a == "FILE" else a for a in argv], "under-reported")

@@ -11,7 +11,7 @@ import math
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import paretofl
@@ -444,3 +444,27 @@ def test_figures_cannot_contradict_themselves(kind, n, eps, cap, tmp_path_factor
         count("the round cap, bound or not")
         text = _case_text(d)
         assert ("the cap binds this design" in text) == (d.rounds >= cap)
+
+
+@settings(max_examples=int(os.environ.get("PARETOFL_FUZZ_ROUNDTRIPS", 12)), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mechanism=st.sampled_from([*paretofl.mechanisms.names(designable=True), paretofl.mechanisms.SEARCH]),
+       n=st.sampled_from([100, 1000, 10_000]), eps=st.sampled_from([1.0, 2.0, 8.0]),
+       cap=st.sampled_from([60, 500, 2000]), q=st.sampled_from([None, 0.05, 0.2]))
+@example(mechanism="bandmf-amplified", n=1000, eps=8.0, cap=2000, q=0.05)   # the attack's: bands apart at each K
+@example(mechanism="auto", n=1000, eps=2.0, cap=500, q=0.05)                # and auto's mechanism apart at each K
+def test_every_design_written_loads_back_as_it_was(mechanism, n, eps, cap, q, tmp_path_factory):
+    """The class of the last attack's finding (a banded design choosing its local work refused on load, its
+    candidates re-derived with the chosen one's bands): whatever design() writes, Design.load gives back, with
+    the same mechanism, options, q, T and σ, its prediction re-derived wherever it was before the save."""
+    try:
+        d = paretofl.design(n_clients=n, epsilon=eps, delta=1e-5, max_rounds=cap, q=q, mechanism=mechanism)
+    except ValueError:
+        return                                     # a request refused in one line is not this class
+    p = tmp_path_factory.mktemp("roundtrip") / "d.json"
+    d.save(p)
+    back = paretofl.Design.load(p)
+    assert (back.mechanism, back.mechanism_options, back.q, back.rounds, back.sigma, back.local_epochs) == (
+        d.mechanism, d.mechanism_options, d.q, d.rounds, d.sigma, d.local_epochs)
+    if d.local_work is not None and not paretofl.mechanisms.get(d.mechanism).error_ratio_planned:
+        assert back.loaded_prediction["rederived"] is True, back.loaded_prediction

@@ -896,3 +896,70 @@ def test_a_design_made_with_a_relative_fit_is_re_derived_from_another_folder(tmp
     assert d.loaded_prediction["rederived"] is True and d.local_work["fit"]["file"] == str(tmp_path / "b" / "f.json")
     d.save("c.json")
     assert paretofl.Design.load("c.json").loaded_prediction["rederived"] is True
+
+
+# ------------------------------------------------------------------ a family's own knobs at each K
+_BANDED = dict(n_clients=1000, epsilon=8.0, delta=1e-5, max_rounds=2000, q=0.05)
+
+
+def _searched_apart(data) -> bool:
+    knobs = {(c["mechanism"], json.dumps(c["mechanism_options"], sort_keys=True))
+             for c in data["local_work"]["candidates"]}
+    return len(knobs) > 1
+
+
+@pytest.mark.parametrize("mechanism", ["bandmf-amplified", "auto"])
+def test_a_design_whose_search_chose_its_knobs_apart_at_each_k_loads_back(tmp_path, mechanism):
+    """The last attack's finding: the banded search picks its bands at each number of local epochs (and auto its
+    mechanism), and a file re-derived every candidate with the chosen one's, so the design it had just written
+    was refused.  Each candidate is re-derived with its own knobs; each is what a design held to that K gives."""
+    d = paretofl.design(mechanism=mechanism, **_BANDED)
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert _searched_apart(data), data["local_work"]["candidates"]       # the scenario shows the class
+    back = paretofl.Design.load(tmp_path / "d.json")
+    assert back.loaded_prediction["rederived"] is True
+    assert (back.rounds, back.sigma, back.mechanism_options) == (d.rounds, d.sigma, d.mechanism_options)
+    for c in data["local_work"]["candidates"]:          # independently: the design held to K alone
+        alone = paretofl.design(mechanism=mechanism, local_epochs=c["epochs"], **_BANDED)
+        assert (alone.mechanism, alone.mechanism_options, alone.q, alone.rounds) == (
+            c["mechanism"], c["mechanism_options"], c["q"], c["rounds"])
+        assert math.isclose(alone.sigma, c["sigma"], rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("edit", [
+    # another K's knobs changed, its numbers kept: its bound (so its objective) is not what the file says
+    lambda d: next(c for c in d["local_work"]["candidates"] if c["epochs"] != d["local_epochs"]).update(
+        mechanism_options={"bands": 1}),
+    lambda d: next(c for c in d["local_work"]["candidates"] if c["epochs"] != d["local_epochs"]).update(
+        mechanism="client-aggregate", mechanism_options={}),
+    # the chosen one's knobs moved off the design it trains
+    lambda d: _chosen(d).update(mechanism_options={"bands": d["mechanism_options"]["bands"] + 1}),
+    lambda d: _chosen(d).update(mechanism="bandmf"),
+    # knobs that configure nothing
+    lambda d: _chosen(d).update(mechanism="no-such-mechanism"),
+    lambda d: _chosen(d).update(mechanism_options={"bands": 0}),
+    lambda d: _chosen(d).update(mechanism_options={"bands": "11"}),
+    lambda d: _chosen(d).update(mechanism_options=[11]),
+    lambda d: _chosen(d).update(mechanism_options={"colour": 1}),
+    lambda d: _chosen(d).update(mechanism="distributed"),
+])
+def test_a_candidates_knobs_edited_are_refused_in_one_line(tmp_path, edit):
+    d = paretofl.design(mechanism="bandmf-amplified", **_BANDED)
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    edit(data)
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="e.json") as err:
+        paretofl.Design.load(tmp_path / "e.json")
+    assert "\n" not in str(err.value)
+
+
+def test_a_file_from_before_the_candidates_named_their_knobs_loads(tmp_path):
+    """A design file written before each candidate recorded its mechanism and options is re-derived with the
+    design's, as it was (its candidates were all searched with them where it loaded then)."""
+    data = _saved_design(tmp_path)
+    for c in data["local_work"]["candidates"]:
+        del c["mechanism"], c["mechanism_options"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert paretofl.Design.load(tmp_path / "old.json").loaded_prediction["rederived"] is True
