@@ -235,6 +235,13 @@ def test_training_a_design_of_a_private_store_starts_from_its_spend(shipped_priv
     assert again.epsilon == pytest.approx(d.epsilon, rel=1e-12) and again.details["pretrial"]["verified"]
 
 
+def _consistent(data: dict, got: dict) -> None:
+    """A forger's file made to agree with itself: its ε, and its closed-form point's beside it, re-derived."""
+    data["epsilon"] = got["epsilon"]
+    if data.get("closed_form"):
+        data["closed_form"]["epsilon"] = got["closed_form"]["epsilon"]
+
+
 def test_a_design_file_whose_pretrial_charges_were_swapped_or_moved_to_flower_is_refused(shipped_private, tmp_path):
     """The charges composed are the store's: a file whose pre-trial charges
     were replaced by others of no smaller ε alone (which compose to less),
@@ -265,7 +272,7 @@ def test_a_design_file_whose_pretrial_charges_were_swapped_or_moved_to_flower_is
     edited = json.loads(out.read_text())
     edited["details"]["pretrial"].update(charges=fake, epsilon=account(charges_from_data(fake), delta))
     body = {k: v for k, v in edited.items() if k not in ("format", "framework")}
-    edited["epsilon"] = account_design(Design(**body))["epsilon"]           # consistent with its own charges
+    _consistent(edited, account_design(Design(**body)))                 # consistent with its own charges
     bad = tmp_path / "swapped.json"
     bad.write_text(json.dumps(edited))
     with pytest.raises(ValueError, match="charges other than") as e:
@@ -276,7 +283,7 @@ def test_a_design_file_whose_pretrial_charges_were_swapped_or_moved_to_flower_is
     dropped = json.loads(out.read_text())
     del dropped["details"]["pretrial"]
     body = {k: v for k, v in dropped.items() if k not in ("format", "framework")}
-    dropped["epsilon"] = account_design(Design(**body))["epsilon"]
+    _consistent(dropped, account_design(Design(**body)))
     (tmp_path / "dropped.json").write_text(json.dumps(dropped))
     with pytest.raises(ValueError, match="composes no private pre-trial"):
         paretofl.api.load_design(str(tmp_path / "dropped.json"))
