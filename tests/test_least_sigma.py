@@ -153,3 +153,67 @@ def test_meets_is_the_searched_epsilons_answer():
             exact = a.epsilon(z, steps, 1e-5, _orders())
             for e in (exact, np.nextafter(exact, 0), exact * 1.001, exact * 0.999):
                 assert a.meets(e, z, steps, 1e-5, _orders()) == (exact <= e)
+
+
+# ------------------------------------------------------------------ answers remembered across a design's searches
+def _forget():
+    import paretofl.recommendation as rec
+    from paretofl.theory import skellam
+
+    for memo in (rec._MOST_STEPS, rec._LEAST_SIGMA, rec._EPSILONS):
+        memo.clear()
+    rec._grid_of.cache_clear()
+    skellam._best_scaled_clip.cache_clear()
+
+
+@pytest.mark.parametrize("request_", [
+    dict(n_clients=100, epsilon=2.0, max_rounds=500, mechanism="bandmf-amplified"),
+    dict(n_clients=100, epsilon=2.0, max_rounds=500, mechanism="auto"),
+    dict(n_clients=100, epsilon=2.0, max_rounds=500, mechanism="distributed", mechanism_options={"dim": 7850}),
+    dict(n_clients=100, epsilon=2.0, max_rounds=500, framework="flower"),
+], ids=["bandmf-amplified", "auto", "distributed", "flower"])
+def test_what_the_searches_remember_is_what_they_would_compute(request_):
+    """A design choosing its local work searches once per K and remembers the accountant's answers (the most
+    rounds, the least σ, ε at a point, the distributed scale) by every input of them.  Each K's candidate must
+    be, to the bit, what a design held to that K computes with nothing remembered; and the whole design the
+    same again with everything remembered."""
+    import paretofl
+
+    _forget()
+    whole = paretofl.design(**request_)
+    for c in whole.local_work["candidates"]:
+        _forget()
+        alone = paretofl.design(local_epochs=c["epochs"], **request_)
+        assert (alone.q, alone.rounds, alone.sigma, alone.epsilon, alone.mechanism, alone.mechanism_options) == (
+            c["q"], c["rounds"], c["sigma"], alone.epsilon, c["mechanism"], c["mechanism_options"])
+        if c["epochs"] == whole.local_epochs:
+            assert (alone.epsilon, alone.utility_bound, alone.details) == (whole.epsilon, whole.utility_bound,
+                                                                           whole.details)
+    again = paretofl.design(**request_)                                # everything remembered now
+    assert again.to_dict() == whole.to_dict()
+
+
+def test_a_remembered_least_sigma_is_not_another_charges():
+    """Two questions that differ only in the charge per unit σ, the rate, the spend before, δ or the orders are
+    answered apart: each as :func:`_least_sigma` computes it afresh."""
+    from paretofl.recommendation import _least_sigma_remembered, _tmax
+    from paretofl.theory.privacy import DEFAULT_ORDERS
+
+    _forget()
+    base = _Acct("poisson", 1.0, 0.5, lambda k: k)
+    variants = [(base, 1e-5, DEFAULT_ORDERS),
+                (_Acct("poisson", 0.8, 0.5, lambda k: k), 1e-5, DEFAULT_ORDERS),
+                (_Acct("poisson", 1.0, 0.4, lambda k: k), 1e-5, DEFAULT_ORDERS),
+                (_Acct("poisson", 1.0, 0.5, lambda k: k, prior=(Charge("poisson", 0.5, 6.0, 5),)), 1e-5,
+                 DEFAULT_ORDERS),
+                (base, 1e-6, DEFAULT_ORDERS),
+                (base, 1e-5, DEFAULT_ORDERS[::2]),
+                (_Acct("poisson", 1.0, 0.5, lambda k: 2 * k), 1e-5, DEFAULT_ORDERS)]
+    a, b, tb = 0.5, 40.0, 20                                  # σ·zf about 5 reaches 20 rounds at ε 2
+    got = []
+    for acct, delta, orders in variants * 2:                  # the second pass answered from memory
+        fresh = _least_sigma(a, b, tb, lambda pts, acct=acct, delta=delta, orders=orders: _tmax(
+            2.0, acct.rate, pts, delta, orders, acct) >= tb, 2.0, acct.rate, delta, orders, acct)
+        got.append(_least_sigma_remembered(a, b, tb, 2.0, acct.rate, delta, orders, acct))
+        assert got[-1] == fresh
+    assert len(set(got[:len(variants)])) == len(variants)           # seven questions, seven answers

@@ -51,6 +51,7 @@ releases only the modular sum.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -185,7 +186,15 @@ def best_scaled_clip(bits: int, padded: int, beta: float, cohort: float, z: floa
     :func:`coordinate_error` ratio is least among those whose wrap
     probability is at most ``wrap_target``, and that error; None where
     none is.  A larger c shrinks rounding's share (and its inflation of the
-    sensitivity); it also widens the sum, which then wraps."""
+    sensitivity); it also widens the sum, which then wraps.  Remembered (a
+    design choosing its local work asks the same cohorts and z once per K)."""
+    best = _best_scaled_clip(int(bits), int(padded), float(beta), float(cohort), float(z), float(dropout),
+                             float(wrap_target), int(points))
+    return None if best is None else (best[0], dict(best[1]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _best_scaled_clip(bits, padded, beta, cohort, z, dropout, wrap_target, points):
     best = None
     for c in np.geomspace(2.0 ** -6, 2.0 ** (int(bits) - 1), int(points)):
         e = coordinate_error(bits, float(c), padded, beta, cohort, z, dropout)
