@@ -509,6 +509,18 @@ def _pair(at: dict) -> str:
     return f"C = {at['clip']:g}, lr = {at['lr']:g}"
 
 
+def _knob(candidate: dict, key: str):
+    """A candidate's mechanism (``key`` "mechanism") or one of its options."""
+    return candidate.get("mechanism") if key == "mechanism" else (candidate.get("mechanism_options") or {}).get(key)
+
+
+def _knob_text(key: str, value) -> str:
+    if key == "mechanism":
+        return str(value)
+    shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+    return f"{key.replace('_', ' ')} {shown}"
+
+
 def _local_work_lines(d) -> list[str]:
     """The local work the design chose, the test loss it predicts, and what
     every other measured local epochs would do (how flat the optimum is)."""
@@ -536,16 +548,21 @@ def _local_work_lines(d) -> list[str]:
         out.append(f"  dissimilarity       B^2 {b2:.3g}, zeta^2 {z2:.3g}  "
                    f"(the pre-trial's public clients, partition {dis.get('partition', '?')}: the clients' updates "
                    "differ more as it grows; measure yours by partitioning the public split like your clients)")
-    out.append("  by local epochs     T, sigma and the predicted test loss at each the pre-trial measured:")
-    knobs = [(c.get("mechanism"), c.get("mechanism_options")) for c in lw["candidates"]]
-    for c in lw["candidates"]:
+    cands = lw["candidates"]
+    varies = [k for k in ("mechanism", *sorted({o for c in cands for o in (c.get("mechanism_options") or {})}))
+              if len({json.dumps(_knob(c, k)) for c in cands}) > 1]
+    named = [k.replace("_", " ") for k in varies]
+    chose = (f" (and the {', '.join(named[:-1]) + ' and ' if len(named) > 1 else ''}{named[-1]} its search chose "
+             "there)" if varies else "")
+    out.append(f"  by local epochs     T, sigma and the predicted test loss at each the pre-trial measured{chose}:")
+    for c in cands:
         mark = "  <- chosen" if c["epochs"] == lw["epochs"] else ""
-        own = ""           # where the search chose the mechanism or its knobs apart at each K, say which
-        if any(k != knobs[0] for k in knobs):
-            own = ", ".join([c.get("mechanism") or ""] + [f"{k} {v}" for k, v in (c.get("mechanism_options") or {}
-                                                                                   ).items()]) + ", "
+        own = "".join(f"{_knob_text(k, _knob(c, k))}, " for k in varies)
         out.append(f"    {c['epochs']:>3} epoch(s)    {own}T {c['rounds']}, sigma {c['sigma']:.3g}, q {c['q']:.3g}: "
                    f"loss {c['predicted_loss']:.4g}{mark}")
+    if "mechanism" in varies:
+        out.append("                      another local work would change the mechanism too (its sampling and whom "
+                   "it trusts): design with --local-epochs K to see that design whole")
     return out
 
 

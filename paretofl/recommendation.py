@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .mechanisms import DEFAULT, REGISTRY, SEARCH, InfeasibleBudget, NbAFLMechanism, search_auto
+from .mechanisms import AUTO, DEFAULT, REGISTRY, SEARCH, InfeasibleBudget, NbAFLMechanism, search_auto
 from .mechanisms import get as mechanism_of
 from .mechanisms import names as mechanism_names
 from .mechanisms.base import Mechanism
@@ -387,8 +387,9 @@ def _check_loaded(d: Design, path) -> None:
                 raise ValueError("group_of must give each client's group")
         elif d.group_of is not None:
             raise ValueError("group_of without groups")
-        if not isinstance(d.details, dict) or not isinstance(d.mechanism_options, dict):
-            raise ValueError("details and mechanism_options must be mappings")
+        if not isinstance(d.details, dict) or not isinstance(d.mechanism_options, dict) or not isinstance(
+                d.closed_form, dict):
+            raise ValueError("details, mechanism_options and closed_form must be mappings")
         if d.tuning is not None and not isinstance(d.tuning, dict):     # read after training: refused before it
             raise ValueError(f"tuning must be a mapping (a public tuning's record), got {type(d.tuning).__name__}")
     except (ValueError, TypeError) as exc:
@@ -616,13 +617,19 @@ def _candidate_mechanism(c: dict, d: Design, bad):
     recorded (a file written before they were recorded: the design's), each checked as a request's would be."""
     name = c.setdefault("mechanism", d.mechanism)
     options = c.setdefault("mechanism_options", dict(d.mechanism_options or {}))
-    if name not in REGISTRY or not isinstance(options, dict):
+    if not isinstance(name, str) or name not in REGISTRY or not isinstance(options, dict):
         bad(f"lists a candidate with an unknown mechanism or options ({name!r}, {options!r})")
+    if name != d.mechanism and not (name in AUTO and d.mechanism in AUTO):
+        bad(f"lists a candidate of {name}, which no search for its {d.mechanism} design compares")
     try:
         REGISTRY[name].check_options(options)
         mech = mechanism_of(name, **options)
+        mech.check_rate(c["q"], d.n_clients)
     except (TypeError, ValueError) as exc:
-        bad(f"lists a candidate whose mechanism {name} cannot be configured as it says ({exc})")
+        bad(f"lists a candidate whose mechanism {name} cannot run as it says ({exc})")
+    if json.dumps(mech.options_dict(), sort_keys=True) != json.dumps(options, sort_keys=True):
+        bad(f"lists a candidate whose options {options!r} are not those its mechanism records "
+            f"({mech.options_dict()!r})")
     if mech.error_ratio_planned:
         bad(f"lists a candidate with {name}, whose error ratio is set by its search: it was not searched so")
     return mech
@@ -712,8 +719,10 @@ def _closed_form_figures(d: Design, p: Problem) -> dict:
 
     if not isinstance(cf, dict) or not (number(cf.get("q")) and 0 < cf["q"] <= 1 and number(cf.get("sigma"))
                                         and 0 < cf["sigma"] < math.inf and isinstance(cf.get("rounds"), int)
-                                        and not isinstance(cf["rounds"], bool) and 1 <= cf["rounds"] <= p.t_cap):
-        raise ValueError(f"its closed-form point is not a point of its problem ({cf!r})")
+                                        and not isinstance(cf["rounds"], bool) and 1 <= cf["rounds"] <= p.t_cap
+                                        and p.sigma_min * (1 - 1e-9) <= cf["sigma"] <= p.sigma_max * (1 + 1e-9)):
+        raise ValueError(f"its closed-form point is not a point of its problem ({cf!r}: q in (0, 1], T in [1, "
+                         f"{p.t_cap}], sigma in [{p.sigma_min:g}, {p.sigma_max:g}])")
     return {"epsilon": p.epsilon_of(cf["q"], cf["sigma"], cf["rounds"]),
             "utility_bound": 1 / cf["rounds"] + float(d.kappa) * cf["sigma"] ** 2 / (cf["q"] * d.n_clients)}
 
@@ -730,11 +739,12 @@ def check_claims(d: Design, where: str = "the design") -> dict:
         raise ValueError(f"{where}: its privacy cannot be re-derived ({type(exc).__name__}: {exc}); design again") \
             from None
 
-    def differs(a, b) -> bool:
-        try:
-            a, b = float(a), float(b)
-        except (TypeError, ValueError):
+    def differs(a, b) -> bool:       # a figure the file records (a number, never text) against the re-derived
+        if isinstance(a, bool) or not isinstance(a, (int, float)):
             return True
+        a, b = float(a), float(b)
+        if not (math.isfinite(a) and math.isfinite(b)):        # inf is within any tolerance of anything: not here
+            return not (a == b or math.isnan(a) and math.isnan(b))
         return not (abs(a - b) <= CLAIM_RTOL * max(abs(a), abs(b), 1e-12))
 
     bad = []
@@ -769,29 +779,47 @@ def check_claims(d: Design, where: str = "the design") -> dict:
     except (ValueError, TypeError, KeyError, ZeroDivisionError) as exc:
         bad.append(f"figures its parameters cannot give ({type(exc).__name__}: {exc})")
     for k, v in derived.items():
-        if (d.details or {}).get(k) != v and differs((d.details or {}).get(k), v):
-            bad.append(f"{k} {(d.details or {}).get(k)!r} where its parameters give {v:.6g}")
+        have = (d.details or {}).get(k)
+        if differs(have, v) if isinstance(v, (int, float)) and not isinstance(v, bool) else have != v:
+            bad.append(f"{k} {have!r} where its parameters give {v!r}")
     for k in getattr(REGISTRY.get(d.mechanism), "constructor_options", ()):    # a family's knobs, said twice
         if k in (d.details or {}) and d.details[k] != (d.mechanism_options or {}).get(k):
             bad.append(f"{k} {d.details[k]!r} in its details where its mechanism has "
                        f"{(d.mechanism_options or {}).get(k)!r}")
+    if d.closed_form and "closed_form" not in got:
+        bad.append("a closed-form point where its design has none (groups with budgets of their own, or a "
+                   "mechanism with a design of its own)")
     for k, v in (got.get("closed_form") or {}).items():
         if differs(d.closed_form.get(k), v):
             bad.append(f"a closed-form point of {k} {d.closed_form.get(k)!r} where its q, T and sigma give {v:.6g}")
+    if got.get("closed_form") and got["closed_form"]["epsilon"] > d.budget * (1 + CLAIM_RTOL):
+        bad.append(f"a closed-form point that spends {got['closed_form']['epsilon']:.6g}, past its budget "
+                   f"{d.budget:g}")
     if not bad and got["groups"] is None and got["epsilon"] > d.budget * (1 + CLAIM_RTOL):
         bad.append(f"epsilon {got['epsilon']:.6g}, past its budget {d.budget:g}")
     if bad:
         raise ValueError(f"{where} does not add up: it records {bad[0]}"
                          + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
                          + "; it was changed by hand or by another version: design again, nothing was believed")
-    _report_the_larger(d, got)
+    _report_the_larger(d, got, derived)
     return got
 
 
-def _report_the_larger(d: Design, got: dict) -> None:
-    """Each privacy figure the design records, raised to the re-derived one where that is larger (they agree
-    within :data:`CLAIM_RTOL`: a file from another machine or version may sit below by round-off, and what is
-    reported is never under the spend)."""
+def _report_the_larger(d: Design, got: dict, derived: dict) -> None:
+    """Each ε the design records, raised to the re-derived one where that is larger (they agree within
+    :data:`CLAIM_RTOL`: a file from another machine or version may sit below by round-off, and what is
+    reported is never under the spend); the noise multipliers, a family's own figures and the closed-form
+    point's distance taken as re-derived (an exported noise multiplier a round-off below its parameters' would
+    spend more than the ε reported)."""
+    for k in ("noise_multiplier", "charged_noise_multiplier"):
+        if k in got:
+            setattr(d, k, got[k])
+    if derived:
+        d.details = {**(d.details or {}), **derived}
+    cf = d.closed_form
+    if cf and "closed_form" in got:
+        d.distance = {"sigma_rel": d.sigma / cf["sigma"] - 1.0, "rounds_rel": d.rounds / cf["rounds"] - 1.0,
+                      "utility_rel": d.utility_bound / cf["utility_bound"] - 1.0}
     d.epsilon = max(float(d.epsilon), got["epsilon"])
     pre = (d.details or {}).get("pretrial")
     if isinstance(pre, dict):
@@ -817,6 +845,7 @@ class _Acct:
     rate: float
     rounds_for: object
     prior: tuple = ()      # charges spent before the training (a private pre-trial), composed with it
+    fixed: bool = False    # ε reported on fixed orders too (Flower's): the larger of that and the searched one
 
     def __post_init__(self):
         # the spend before the training as plain numbers, one ledger's: the searches remember answers by it
@@ -824,7 +853,8 @@ class _Acct:
 
     def epsilon(self, z, steps, delta, orders) -> float:
         """ε of ``steps`` charged participations at noise multiplier z, after the prior (orders searched)."""
-        return account([*self.prior, Charge(self.sampling, self.rate, z, int(steps))], delta, orders)
+        return account([*self.prior, Charge(self.sampling, self.rate, z, int(steps))], delta, orders,
+                       fixed=self.fixed)
 
     def meets(self, eps, z, steps, delta, orders) -> bool:
         """``epsilon(z, steps, delta, orders) <= eps``, answered yes at once where ε on the grid of orders is
@@ -876,7 +906,7 @@ class Problem:
         many rounds a number of charged participations allows."""
         c = self.mechanism.charge(q, 1.0, self.n_clients)
         return _Acct(c.sampling, float(c.noise_multiplier), float(c.rate), self.mechanism.rounds_for,
-                     tuple(self.prior))
+                     tuple(self.prior), bool(self.mechanism.reports_on_orders(self.orders)))
 
     def epsilon_of(self, q, sigma, rounds, refine=True) -> float:
         """The mechanism's exact ε at (q, σ, T): orders searched; where its ε is
@@ -1330,7 +1360,7 @@ def _design_budgets(r: Request, n: int, t_cap: int, mech, utility, lw, spec) -> 
     if lw is not None and r.local_epochs is not None:
         kappa *= lw.ratio(int(r.local_epochs))
     d = Design(**design_groups(b, r, t_cap, kappa, utility.source, mech))
-    d.mechanism_options = mech.options_dict() if hasattr(mech, "options_dict") else {}
+    d.mechanism_options = mech.options_dict()
     recipe_from_spec(d, r.q, spec)
     _set_local_epochs(d, r.local_epochs, None)
     return d
@@ -1662,7 +1692,7 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
                charged_noise_multiplier=sig * acct.zf, sampling=acct.sampling, sigma_relation=relation,
                closed_form=cf or {}, distance=distance, budget=float(epsilon), n_clients=n, max_rounds=job.t_cap,
                sigma_min=job.sigma_min, sigma_max=job.sigma_max,
-               mechanism_options=mech.options_dict() if hasattr(mech, "options_dict") else {})
+               mechanism_options=mech.options_dict())
     below = None
     if isinstance(utility, Empirical):
         d.utility_model = utility.name

@@ -86,7 +86,17 @@ DESIGN_CLASSES = {
     "closed-form bound edited": (lambda d: d["closed_form"].update(utility_bound=1e-3), "closed-form point of utility"),
     "closed-form rounds zero": (lambda d: d["closed_form"].update(rounds=0), "closed-form point is not"),
     "closed-form q as text": (lambda d: d["closed_form"].update(q="0.5"), "closed-form point is not"),
-    "closed-form not a mapping": (_set(closed_form=[1, 2]), "closed-form point is not"),
+    "closed-form not a mapping": (_set(closed_form=[1, 2]), "must be mappings"),
+    "closed-form null": (_set(closed_form=None), "must be mappings"),
+    "closed-form zero": (_set(closed_form=0), "must be mappings"),
+    # the second attack's: a point past the budget or outside the sigma range, its own figures re-derived
+    "closed-form past the budget": (lambda d: d["closed_form"].update(sigma=d["sigma_min"], rounds=d["max_rounds"]),
+                                    "closed-form point"),
+    "closed-form sigma below its range": (lambda d: d["closed_form"].update(sigma=d["sigma_min"] / 2),
+                                          "closed-form point is not"),
+    "noise multiplier -inf": (_set(noise_multiplier=-float("inf")), "does not add up"),
+    "noise multiplier as text": (lambda d: d.update(noise_multiplier=str(d["noise_multiplier"])), "does not add up"),
+    "charged noise multiplier inf": (_set(charged_noise_multiplier=float("inf")), "does not add up"),
     # the clients' split, in the design's own vocabulary or none (each a split design refuses to name)
     **{f"split {s!r}": (_details(partition=s), '"details.partition"')
        for s in ("dirichlet-capped", "dirichlet", "shards", "dirichlet:0", "dirichlet:-1", "shards:0", "shards:1.5",
@@ -128,6 +138,58 @@ def test_a_figure_a_file_records_within_round_off_below_its_spend_is_reported_at
     data["epsilon"] = spent * (1 + 5e-7)                  # above: the file's figure, the larger, is kept
     (tmp_path / "high.json").write_text(json.dumps(data))
     assert paretofl.api.load_design(tmp_path / "high.json").epsilon == spent * (1 + 5e-7)
+
+
+def test_a_noise_multiplier_within_round_off_below_is_exported_as_its_parameters_give(design_file, tmp_path,
+                                                                                       capsys):
+    """The second attack's: a noise multiplier 9e-7 below the one the design's σ gives loaded as the file's and
+    was exported, spending more than the ε reported.  What is exported is the re-derived one."""
+    from paretofl.integrations.flower import flower_epsilon
+
+    data = json.loads(design_file.read_text())
+    z = data["noise_multiplier"]
+    data["noise_multiplier"] = z * (1 - 9e-7)
+    data["epsilon"] *= 1 - 9e-7
+    (tmp_path / "low.json").write_text(json.dumps(data))
+    d = paretofl.api.load_design(tmp_path / "low.json")
+    assert d.noise_multiplier == z
+    assert main(["export", str(tmp_path / "low.json"), "--to", "flower", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["export"]
+    assert out["noise_multiplier"] == z
+    spent = flower_epsilon(d.n_clients, round(d.cohort), out["noise_multiplier"], d.rounds, d.delta)
+    assert spent <= out["epsilon"] * (1 + 1e-12)
+
+
+def test_a_closed_form_point_past_the_budget_consistent_with_itself_is_refused(design_file, tmp_path):
+    """The second attack's: a point of the design's own problem but past its budget, its ε and bound those the
+    load itself re-derives, claimed a bound far better than the design's."""
+    from paretofl.recommendation import Design, account_design
+
+    data = json.loads(design_file.read_text())
+    data["closed_form"].update(sigma=data["sigma_min"], rounds=data["max_rounds"])
+    body = {k: v for k, v in data.items() if k not in ("format", "framework")}
+    data["closed_form"].update(account_design(Design(**body))["closed_form"])
+    assert data["closed_form"]["epsilon"] > data["budget"]
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="past its budget"):
+        paretofl.api.load_design(tmp_path / "e.json")
+
+
+@pytest.mark.parametrize("kind", ["groups", "nbafl"])
+def test_a_closed_form_point_on_a_design_without_one_is_refused(tmp_path, kind):
+    """The second attack's: groups with budgets of their own and NbAFL have no closed-form point; one written
+    into their file was never re-derived (its ε believed)."""
+    if kind == "groups":
+        d = paretofl.design(100, max_rounds=100, budgets=paretofl.budgets.Budgets.shares([0.3, 0.7], [1.0, 4.0],
+                                                                                         100))
+    else:
+        d = paretofl.recommendation.nbafl_design(100, 2.0, 1e-5, 1.0, 600, max_rounds=60)
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    data["closed_form"] = {"q": 0.5, "rounds": 10, "sigma": 0.5, "epsilon": 1e-9, "utility_bound": 1.0}
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="closed-form point where its design has none"):
+        paretofl.api.load_design(tmp_path / "e.json")
 
 
 @pytest.mark.parametrize("framework", ["flower", "flower-accounted"])

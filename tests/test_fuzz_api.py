@@ -9,6 +9,7 @@ command line relies on (tests/test_fuzz_cli.py)."""
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -468,3 +469,50 @@ def test_every_design_written_loads_back_as_it_was(mechanism, n, eps, cap, q, tm
         d.mechanism, d.mechanism_options, d.q, d.rounds, d.sigma, d.local_epochs)
     if d.local_work is not None and not paretofl.mechanisms.get(d.mechanism).error_ratio_planned:
         assert back.loaded_prediction["rederived"] is True, back.loaded_prediction
+
+
+#: a saved design's figures (privacy figures, the point beside it, a family's own) a reader prints or exports
+_FIGURE_PATHS = ["epsilon", "noise_multiplier", "charged_noise_multiplier", "budget", "sigma", "q", "rounds",
+                 "closed_form.epsilon", "closed_form.sigma", "closed_form.q", "closed_form.rounds",
+                 "closed_form.utility_bound", "details.participations", "details.error_ratio", "details.group_rate",
+                 "details.round_noise_factor", "details.groups"]
+#: what no figure may be: the class the last attack's members (-inf, a number as text) came from
+_NOT_A_FIGURE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "text": "2.0", "boolean": True, "None": None,
+                 "list": [1.0], "mapping": {"x": 1.0}}
+_SAVED: dict = {}
+
+
+def _saved(mechanism, tmp):
+    if mechanism not in _SAVED:
+        kw = dict(q=0.1) if mechanism == "bandmf" else {}
+        d = paretofl.design(100, 2.0, max_rounds=200, mechanism=mechanism, local_epochs=1, **kw)
+        p = Path(tmp) / f"{mechanism}.json"
+        d.save(p)
+        _SAVED[mechanism] = json.loads(p.read_text())
+    return _SAVED[mechanism]
+
+
+@settings(max_examples=int(os.environ.get("PARETOFL_FUZZ_FIGURES_EDITED", 60)), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mechanism=st.sampled_from(["client-aggregate", "bandmf", "flower-accounted"]),
+       path=st.sampled_from(_FIGURE_PATHS), bad=st.sampled_from(sorted(_NOT_A_FIGURE)))
+@example(mechanism="bandmf", path="noise_multiplier", bad="-inf")             # the attack's: exported as is
+@example(mechanism="client-aggregate", path="noise_multiplier", bad="text")   # the statement's crash
+@example(mechanism="bandmf", path="details.participations", bad="inf")
+@example(mechanism="client-aggregate", path="closed_form.epsilon", bad="inf")
+def test_a_figure_that_is_not_a_finite_number_is_refused(mechanism, path, bad, tmp_path_factory):
+    """Every figure a design file records is a finite number or the file is refused in one line: inf was within
+    any tolerance of anything (|a − b| <= rtol·inf), and a number as text was read as the number."""
+    data = json.loads(json.dumps(_saved(mechanism, tmp_path_factory.getbasetemp())))
+    *parents, leaf = path.split(".")
+    holder = data
+    for k in parents:
+        holder = holder[k]
+    if leaf not in holder:
+        return                                          # a figure this mechanism's design does not have
+    holder[leaf] = _NOT_A_FIGURE[bad]
+    p = tmp_path_factory.mktemp("figure") / "e.json"
+    p.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="e.json") as err:
+        paretofl.api.load_design(p)
+    assert "\n" not in str(err.value)

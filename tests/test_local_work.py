@@ -902,6 +902,10 @@ def test_a_design_made_with_a_relative_fit_is_re_derived_from_another_folder(tmp
 _BANDED = dict(n_clients=1000, epsilon=8.0, delta=1e-5, max_rounds=2000, q=0.05)
 
 
+def _other(data) -> dict:
+    return next(c for c in data["local_work"]["candidates"] if c["epochs"] != data["local_epochs"])
+
+
 def _searched_apart(data) -> bool:
     knobs = {(c["mechanism"], json.dumps(c["mechanism_options"], sort_keys=True))
              for c in data["local_work"]["candidates"]}
@@ -943,6 +947,16 @@ def test_a_design_whose_search_chose_its_knobs_apart_at_each_k_loads_back(tmp_pa
     lambda d: _chosen(d).update(mechanism_options=[11]),
     lambda d: _chosen(d).update(mechanism_options={"colour": 1}),
     lambda d: _chosen(d).update(mechanism="distributed"),
+    # the second attack's: a name that is no name, a mechanism no search for this design compares, a rate its
+    # mechanism cannot run, options other than the mechanism records them
+    lambda d: _chosen(d).update(mechanism=["bandmf-amplified"]),
+    lambda d: _chosen(d).update(mechanism={"name": "bandmf-amplified"}),
+    lambda d: _other(d).update(mechanism="nbafl", mechanism_options={}),
+    lambda d: _other(d).update(mechanism="flower-accounted", mechanism_options={}),
+    lambda d: _other(d).update(mechanism="client-local", mechanism_options={}),
+    lambda d: _other(d).update(mechanism_options={"bands": 4096}),
+    lambda d: _other(d).update(mechanism="bandmf", mechanism_options={"bands": 3}),
+    lambda d: _other(d).update(mechanism_options={"bands": float(_other(d)["mechanism_options"]["bands"])}),
 ])
 def test_a_candidates_knobs_edited_are_refused_in_one_line(tmp_path, edit):
     d = paretofl.design(mechanism="bandmf-amplified", **_BANDED)
@@ -963,3 +977,25 @@ def test_a_file_from_before_the_candidates_named_their_knobs_loads(tmp_path):
         del c["mechanism"], c["mechanism_options"]
     (tmp_path / "old.json").write_text(json.dumps(data))
     assert paretofl.Design.load(tmp_path / "old.json").loaded_prediction["rederived"] is True
+
+
+def test_the_lines_by_local_epochs_say_which_knobs_the_search_chose_apart(capsys):
+    """Only the knobs that differ between the candidates are shown, each named in words and to four digits
+    (the attack saw every option of distributed as Python wrote it on every line), and a mechanism that would
+    change with the local work is said to change whom it trusts."""
+    from paretofl.cli import main
+
+    assert main(["design", "--clients", "1000", "--budget", "8", "--max-rounds", "2000", "--q", "0.05",
+                 "--mechanism", "auto"]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if "by local epochs" in line)
+    assert "(and the mechanism and bands its search chose there)" in head
+    rows = [line for line in out.splitlines() if " epoch(s) " in line]
+    assert len(rows) == 4 and all(("bandmf" in r) and (", bands " in r) for r in rows), rows
+    assert "would change the mechanism too" in out
+    assert main(["design", "--clients", "100", "--budget", "8", "--max-rounds", "3000", "--mechanism",
+                 "distributed", "--dim", "7850"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if " epoch(s) " in line]
+    for r in rows:                 # the varying knob alone, in words, to four digits: no dim, no beta, no 16 digits
+        assert "scaled_clip" not in r and "dim" not in r and "rounding" not in r, r
+        assert all(len(x.strip(",:")) < 10 for x in r.split()), r

@@ -281,6 +281,10 @@ class Mechanism:
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
+    def options_dict(self) -> dict:
+        """The mechanism's options, as given to its constructor (none here)."""
+        return {}
+
     # ---------------------------------------------------------------- privacy
     def charge(self, q, sigma, n_clients: int | None = None, cohort=None) -> Charge:
         """What one round charges the accountant: a :class:`Charge` (its
