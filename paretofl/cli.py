@@ -561,8 +561,8 @@ def _local_work_lines(d) -> list[str]:
         out.append(f"    {c['epochs']:>3} epoch(s)    {own}T {c['rounds']}, sigma {c['sigma']:.3g}, q {c['q']:.3g}: "
                    f"loss {c['predicted_loss']:.4g}{mark}")
     if "mechanism" in varies:
-        out.append("                      another local work would change the mechanism too (its sampling and whom "
-                   "it trusts): design with --local-epochs K to see that design whole")
+        out.append("                      another local work would change the mechanism too (how clients are drawn "
+                   "and how the noise is added): design with --local-epochs K to see that design whole")
     return out
 
 

@@ -374,9 +374,12 @@ def _check_loaded(d: Design, path) -> None:
     try:
         _int_at_least(d.n_clients, 1, "n_clients")
         _int_at_least(d.rounds, 1, "rounds")
+        if d.max_rounds is not None:
+            _int_at_least(d.max_rounds, 1, "max_rounds")
         check_delta(d.delta, d.n_clients)
         for name in ("epsilon", "budget", "sigma"):
             _pos(getattr(d, name), name)
+        _sigma_range(d)
         if not (0 < d.q <= 1):
             raise ValueError(f"q must lie in (0, 1], got {d.q}")
         if d.groups is not None:
@@ -392,11 +395,15 @@ def _check_loaded(d: Design, path) -> None:
             raise ValueError("details, mechanism_options and closed_form must be mappings")
         if d.tuning is not None and not isinstance(d.tuning, dict):     # read after training: refused before it
             raise ValueError(f"tuning must be a mapping (a public tuning's record), got {type(d.tuning).__name__}")
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, ArithmeticError) as exc:
         raise ValueError(f"{where}: {exc}") from None
-    _check_recipe(d, where)
-    check_claims(d, where)
-    _rederive_prediction(d, path, where)
+    try:
+        _check_recipe(d, where)
+        check_claims(d, where)
+        _rederive_prediction(d, path, where)
+    except ArithmeticError as exc:               # a whole number past any float, wherever it is read
+        raise ValueError(f"{where}: holds a number out of range ({exc}); design again rather than edit the "
+                         "file") from None
 
 
 def _check_recipe(d: Design, where: str) -> None:
@@ -597,6 +604,10 @@ def _rederive_record(lw, data, fitted, cands, by_k, close, bad) -> None:
 def _rederive_candidates(by_k, fitted, kappa, ci, d, n, bounds, close, bad) -> None:
     """Each candidate's bound, κ_K, objective, predicted loss and interval, from its q, T, σ, its mechanism
     and options (the design's where a file predates them) and the fit."""
+    named = {("mechanism" in c, "mechanism_options" in c) for c in by_k.values()}
+    if len(named) > 1 or named == {(True, False)} or named == {(False, True)}:
+        bad("names the mechanism and options of some candidates and not of others (a file from before they were "
+            "named names none)")
     for k, c in by_k.items():
         mech = _candidate_mechanism(c, d, bad)
         ratio = float(mech.error_ratio(c["rounds"]))
@@ -660,6 +671,10 @@ def _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad) -> None:
 
 #: how far a recorded privacy figure may sit from the one re-derived (float noise across machines)
 CLAIM_RTOL = 1e-6
+#: how far below the re-derived ε a closed-form point's recorded ε may sit: files written before it was
+#: reported on Flower's fixed orders too (flower-accounted) recorded the searched orders' alone, up to 2e-4 below;
+#: it is reported at the re-derived ε either way (never the file's)
+CLOSED_FORM_EPSILON_BELOW = 1e-3
 
 
 def account_design(d: Design) -> dict:
@@ -702,7 +717,7 @@ def account_design(d: Design) -> dict:
     p = Problem(d.n_clients, d.budget, d.delta, max(int(d.rounds), int(d.max_rounds or 0)), [d.q],
                 d.sigma_min or d.sigma, d.sigma_max or d.sigma, mech, mech.orders, prior)
     out["epsilon"] = p.epsilon_of(d.q, d.sigma, d.rounds)
-    if d.closed_form:                 # Theorem 3's point beside it: what it would spend, as the design's is reported
+    if d.closed_form and p.ratios is None:    # Theorem 3's point beside it (a design with an error ratio has none)
         out["closed_form"] = _closed_form_figures(d, p)
     out["training"] = (mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients, orders=mech.orders) if prior
                        else out["epsilon"])
@@ -735,21 +750,24 @@ def check_claims(d: Design, where: str = "the design") -> dict:
     figures, which are what every reader of the design prints."""
     try:
         got = account_design(d)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError) as exc:
         raise ValueError(f"{where}: its privacy cannot be re-derived ({type(exc).__name__}: {exc}); design again") \
             from None
 
     def differs(a, b) -> bool:       # a figure the file records (a number, never text) against the re-derived
         if isinstance(a, bool) or not isinstance(a, (int, float)):
             return True
-        a, b = float(a), float(b)
+        try:
+            a, b = float(a), float(b)
+        except OverflowError:                                   # a whole number past any float
+            return True
         if not (math.isfinite(a) and math.isfinite(b)):        # inf is within any tolerance of anything: not here
             return not (a == b or math.isnan(a) and math.isnan(b))
         return not (abs(a - b) <= CLAIM_RTOL * max(abs(a), abs(b), 1e-12))
 
     bad = []
     if differs(d.epsilon, got["epsilon"]):
-        bad.append(f"epsilon {d.epsilon!r} where its parameters spend {got['epsilon']:.6g}")
+        bad.append(f"epsilon {d.epsilon!r} where its parameters spend {got['epsilon']!r}")
     for k in ("noise_multiplier", "charged_noise_multiplier"):
         if k in got and differs(getattr(d, k), got[k]):
             bad.append(f"{k} {getattr(d, k)!r} where they give {got[k]:.6g}")
@@ -787,11 +805,14 @@ def check_claims(d: Design, where: str = "the design") -> dict:
             bad.append(f"{k} {d.details[k]!r} in its details where its mechanism has "
                        f"{(d.mechanism_options or {}).get(k)!r}")
     if d.closed_form and "closed_form" not in got:
-        bad.append("a closed-form point where its design has none (groups with budgets of their own, or a "
-                   "mechanism with a design of its own)")
+        bad.append("a closed-form point where its design has none (groups with budgets of their own, a mechanism "
+                   "with an error ratio or a design of its own)")
     for k, v in (got.get("closed_form") or {}).items():
-        if differs(d.closed_form.get(k), v):
-            bad.append(f"a closed-form point of {k} {d.closed_form.get(k)!r} where its q, T and sigma give {v:.6g}")
+        have = d.closed_form.get(k)
+        if k == "epsilon" and not differs(have, have) and v * (1 - CLOSED_FORM_EPSILON_BELOW) <= have <= v:
+            continue               # reported at the re-derived ε (_report_the_larger), as a file from before had it
+        if differs(have, v):
+            bad.append(f"a closed-form point of {k} {d.closed_form.get(k)!r} where its q, T and sigma give {v!r}")
     if got.get("closed_form") and got["closed_form"]["epsilon"] > d.budget * (1 + CLAIM_RTOL):
         bad.append(f"a closed-form point that spends {got['closed_form']['epsilon']:.6g}, past its budget "
                    f"{d.budget:g}")
@@ -897,6 +918,10 @@ class Problem:
         # independent noise, r = 1), and its running minimum (the search's
         # lower bounds hold for any r)
         self.ratios = None
+        most = self.mechanism.max_design_rounds
+        if most is not None and self.t_cap > most:
+            raise ValueError(f"{self.mechanism.name} designs search at most {most:,} rounds, got a cap of "
+                             f"{self.t_cap:,}")
         if type(self.mechanism).error_ratio is not Mechanism.error_ratio:
             self.ratios = np.asarray(self.mechanism.error_ratio(np.arange(1, self.t_cap + 1)), dtype=float)
 
@@ -2094,6 +2119,17 @@ def _notes(d: Design, capped_by_time: bool) -> list[str]:
                      "(above 1 means no better than the starting model in this bound); raise epsilon, the "
                      "number of clients, or the rounds allowed")
     return notes
+
+
+def _sigma_range(d) -> None:
+    """A design's σ range, as a file records it: two finite numbers at least 0 (NbAFL's design, which searches
+    none, records 0 and 0), the σ it trains between them."""
+    lo, hi = d.sigma_min, d.sigma_max
+    for name, v in (("sigma_min", lo), ("sigma_max", hi)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < math.inf):
+            raise ValueError(f'"{name}" must be a finite number at least 0, got {v!r}')
+    if hi > 0 and not (lo * (1 - 1e-9) <= d.sigma <= hi * (1 + 1e-9)):
+        raise ValueError(f'"sigma" {d.sigma!r} lies outside its range ["sigma_min", "sigma_max"] = [{lo!r}, {hi!r}]')
 
 
 def _pos(x, name):

@@ -67,7 +67,9 @@ def _details(**kw):
 
 #: tampered-design classes: name -> (edit, what the refusal says)
 DESIGN_CLASSES = {
-    "lowered sigma": (_scale("sigma", 0.25), "does not add up"),
+    "lowered sigma": (_scale("sigma", 0.9), "does not add up"),
+    "sigma below its range": (_scale("sigma", 0.25), "outside its range"),
+    "sigma range emptied": (_set(sigma_min=-1.0), '"sigma_min" must be'),
     "raised T": (_scale("rounds", 10), "does not add up"),
     "raised q": (_set(q=1.0), "does not add up"),
     "edited epsilon": (_set(epsilon=0.1), "does not add up"),
@@ -175,18 +177,63 @@ def test_a_closed_form_point_past_the_budget_consistent_with_itself_is_refused(d
         paretofl.api.load_design(tmp_path / "e.json")
 
 
-@pytest.mark.parametrize("kind", ["groups", "nbafl"])
+def test_a_flower_accounted_file_from_before_its_closed_form_epsilon_was_reported_so_loads(tmp_path):
+    """The second attack's: a file from before the closed-form point's ε was reported on Flower's fixed orders
+    too recorded the searched orders' figure, up to 2e-4 below; it loads, reported at the re-derived ε (a figure
+    above it by more than round-off is still refused)."""
+    d = paretofl.design(200, 20.0, max_rounds=100, framework="flower-accounted", local_epochs=1)
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    spent = data["closed_form"]["epsilon"]
+    data["closed_form"]["epsilon"] = spent * (1 - 2e-4)          # as the code before recorded it
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert paretofl.api.load_design(tmp_path / "old.json").closed_form["epsilon"] == spent
+    data["closed_form"]["epsilon"] = spent * (1 + 2e-6)
+    (tmp_path / "high.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=repr(spent * (1 + 2e-6))):          # both figures said in full
+        paretofl.api.load_design(tmp_path / "high.json")
+
+
+def test_a_number_past_any_float_or_a_cap_past_the_search_is_one_line(tmp_path, capsys):
+    """The second attack's: a 400-digit figure was refused without naming the file, and a banded file's
+    max_rounds of 10^11 asked for 745 GiB; each is one line naming the file."""
+    d = paretofl.design(100, 2.0, max_rounds=200, mechanism="bandmf")
+    d.save(tmp_path / "d.json")
+    for field, value in (("epsilon", 10 ** 400), ("noise_multiplier", 10 ** 400), ("max_rounds", 10 ** 11),
+                         ("max_rounds", 2.5), ("max_rounds", "200")):
+        data = json.loads((tmp_path / "d.json").read_text())
+        data[field] = value
+        (tmp_path / "e.json").write_text(json.dumps(data))
+        with pytest.raises(ValueError, match="e.json") as err:
+            paretofl.api.load_design(tmp_path / "e.json")
+        assert "\n" not in str(err.value)
+        assert main(["export", str(tmp_path / "e.json"), "--statement"]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and "e.json" in lines[0], lines
+
+
+@pytest.mark.parametrize("kind", ["groups", "nbafl", "bandmf"])
 def test_a_closed_form_point_on_a_design_without_one_is_refused(tmp_path, kind):
     """The second attack's: groups with budgets of their own and NbAFL have no closed-form point; one written
     into their file was never re-derived (its ε believed)."""
     if kind == "groups":
         d = paretofl.design(100, max_rounds=100, budgets=paretofl.budgets.Budgets.shares([0.3, 0.7], [1.0, 4.0],
                                                                                          100))
-    else:
+    elif kind == "nbafl":
         d = paretofl.recommendation.nbafl_design(100, 2.0, 1e-5, 1.0, 600, max_rounds=60)
+    else:               # an error ratio: no closed-form point, even one whose figures are its own re-derived
+        d = paretofl.design(1000, 2.0, max_rounds=400, mechanism="bandmf", q_max=0.2)
     d.save(tmp_path / "d.json")
     data = json.loads((tmp_path / "d.json").read_text())
     data["closed_form"] = {"q": 0.5, "rounds": 10, "sigma": 0.5, "epsilon": 1e-9, "utility_bound": 1.0}
+    if kind == "bandmf":
+        from paretofl.recommendation import Design, Problem, _closed_form_figures, mechanism_of
+
+        data["closed_form"] = {"q": d.q, "rounds": d.rounds, "sigma": d.sigma}
+        mech = mechanism_of(d.mechanism, **d.mechanism_options)
+        p = Problem(d.n_clients, d.budget, d.delta, d.max_rounds, [d.q], d.sigma_min, d.sigma_max, mech, mech.orders)
+        body = {k: v for k, v in data.items() if k not in ("format", "framework")}
+        data["closed_form"].update(_closed_form_figures(Design(**body), p))
     (tmp_path / "e.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="closed-form point where its design has none"):
         paretofl.api.load_design(tmp_path / "e.json")

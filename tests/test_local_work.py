@@ -957,6 +957,9 @@ def test_a_design_whose_search_chose_its_knobs_apart_at_each_k_loads_back(tmp_pa
     lambda d: _other(d).update(mechanism_options={"bands": 4096}),
     lambda d: _other(d).update(mechanism="bandmf", mechanism_options={"bands": 3}),
     lambda d: _other(d).update(mechanism_options={"bands": float(_other(d)["mechanism_options"]["bands"])}),
+    # the third attack's: one candidate's knobs dropped, to be read as the design's
+    lambda d: _other(d).pop("mechanism"),
+    lambda d: (_other(d).pop("mechanism"), _other(d).pop("mechanism_options")),
 ])
 def test_a_candidates_knobs_edited_are_refused_in_one_line(tmp_path, edit):
     d = paretofl.design(mechanism="bandmf-amplified", **_BANDED)

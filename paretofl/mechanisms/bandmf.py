@@ -81,6 +81,7 @@ class _Banded(Mechanism):
     split = "server"
     designable = True
     in_auto = True
+    max_design_rounds = MAX_BANDED_ROUNDS
     options = ("local_epochs", "batch_size", "bands")
     constructor_options = ("bands",)
     option_flags = {"bands": ("int", "fix the bands b (default: searched)")}
@@ -180,8 +181,8 @@ class _Banded(Mechanism):
         within the group, q·b <= 1), the lowest bound kept; with
         ``s.compare``, Poisson DP-FedAvg's design for the same job beside it."""
         fixed = self.selection == "cyclic"
-        if s.t_cap > MAX_BANDED_ROUNDS:
-            raise ValueError(f"{self.name} designs search at most {MAX_BANDED_ROUNDS:,} rounds, got a cap of "
+        if s.t_cap > self.max_design_rounds:
+            raise ValueError(f"{self.name} designs search at most {self.max_design_rounds:,} rounds, got a cap of "
                              f"{s.t_cap:,}")
         bands = given.get("bands")
         bs = self._band_counts(s, bands)

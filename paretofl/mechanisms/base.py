@@ -273,6 +273,8 @@ class Mechanism:
     #: is :meth:`error_ratio` set by the mechanism's own search (a plan), so that a design's ratio cannot be
     #: computed again from its name and options alone (a loaded design's prediction is then the file's)
     error_ratio_planned: ClassVar[bool] = False
+    #: the most rounds a design of it searches (its error ratio is tabled to them), None: no cap of its own
+    max_design_rounds: ClassVar[int | None] = None
 
     def __init__(self, **options):
         if options:
