@@ -804,18 +804,7 @@ def check_claims(d: Design, where: str = "the design") -> dict:
         if k in (d.details or {}) and d.details[k] != (d.mechanism_options or {}).get(k):
             bad.append(f"{k} {d.details[k]!r} in its details where its mechanism has "
                        f"{(d.mechanism_options or {}).get(k)!r}")
-    if d.closed_form and "closed_form" not in got:
-        bad.append("a closed-form point where its design has none (groups with budgets of their own, a mechanism "
-                   "with an error ratio or a design of its own)")
-    for k, v in (got.get("closed_form") or {}).items():
-        have = d.closed_form.get(k)
-        if k == "epsilon" and not differs(have, have) and v * (1 - CLOSED_FORM_EPSILON_BELOW) <= have <= v:
-            continue               # reported at the re-derived ε (_report_the_larger), as a file from before had it
-        if differs(have, v):
-            bad.append(f"a closed-form point of {k} {d.closed_form.get(k)!r} where its q, T and sigma give {v!r}")
-    if got.get("closed_form") and got["closed_form"]["epsilon"] > d.budget * (1 + CLAIM_RTOL):
-        bad.append(f"a closed-form point that spends {got['closed_form']['epsilon']:.6g}, past its budget "
-                   f"{d.budget:g}")
+    bad.extend(_closed_form_problems(d, got, differs))
     if not bad and got["groups"] is None and got["epsilon"] > d.budget * (1 + CLAIM_RTOL):
         bad.append(f"epsilon {got['epsilon']:.6g}, past its budget {d.budget:g}")
     if bad:
@@ -824,6 +813,24 @@ def check_claims(d: Design, where: str = "the design") -> dict:
                          + "; it was changed by hand or by another version: design again, nothing was believed")
     _report_the_larger(d, got, derived)
     return got
+
+
+def _closed_form_problems(d: Design, got: dict, differs) -> list[str]:
+    """What a design's closed-form point records that its q, T and σ do not give (``got``: account_design's)."""
+    out = []
+    if d.closed_form and "closed_form" not in got:
+        out.append("a closed-form point where its design has none (groups with budgets of their own, a mechanism "
+                   "with an error ratio or a design of its own)")
+    for k, v in (got.get("closed_form") or {}).items():
+        have = d.closed_form.get(k)
+        if k == "epsilon" and not differs(have, have) and v * (1 - CLOSED_FORM_EPSILON_BELOW) <= have <= v:
+            continue               # reported at the re-derived ε (_report_the_larger), as a file from before had it
+        if differs(have, v):
+            out.append(f"a closed-form point of {k} {have!r} where its q, T and sigma give {v!r}")
+    if got.get("closed_form") and got["closed_form"]["epsilon"] > d.budget * (1 + CLAIM_RTOL):
+        out.append(f"a closed-form point that spends {got['closed_form']['epsilon']:.6g}, past its budget "
+                   f"{d.budget:g}")
+    return out
 
 
 def _report_the_larger(d: Design, got: dict, derived: dict) -> None:
