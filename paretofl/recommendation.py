@@ -377,8 +377,11 @@ def _check_loaded(d: Design, path) -> None:
         if d.max_rounds is not None:
             _int_at_least(d.max_rounds, 1, "max_rounds")
         check_delta(d.delta, d.n_clients)
-        for name in ("epsilon", "budget", "sigma"):
+        for name in ("epsilon", "budget", "sigma", "utility_bound"):
             _pos(getattr(d, name), name)
+        if not (isinstance(d.kappa, (int, float)) and not isinstance(d.kappa, bool) and (
+                0 < d.kappa < math.inf or math.isnan(d.kappa) and not REGISTRY[d.mechanism].designable)):
+            raise ValueError(f"kappa must be a positive finite number, got {d.kappa!r}")
         _sigma_range(d)
         if not (0 < d.q <= 1):
             raise ValueError(f"q must lie in (0, 1], got {d.q}")
@@ -671,10 +674,6 @@ def _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad) -> None:
 
 #: how far a recorded privacy figure may sit from the one re-derived (float noise across machines)
 CLAIM_RTOL = 1e-6
-#: how far below the re-derived ε a closed-form point's recorded ε may sit: files written before it was
-#: reported on Flower's fixed orders too (flower-accounted) recorded the searched orders' alone, up to 2e-4 below;
-#: it is reported at the re-derived ε either way (never the file's)
-CLOSED_FORM_EPSILON_BELOW = 1e-3
 
 
 def account_design(d: Design) -> dict:
@@ -717,29 +716,25 @@ def account_design(d: Design) -> dict:
     p = Problem(d.n_clients, d.budget, d.delta, max(int(d.rounds), int(d.max_rounds or 0)), [d.q],
                 d.sigma_min or d.sigma, d.sigma_max or d.sigma, mech, mech.orders, prior)
     out["epsilon"] = p.epsilon_of(d.q, d.sigma, d.rounds)
-    if d.closed_form and p.ratios is None:    # Theorem 3's point beside it (a design with an error ratio has none)
-        out["closed_form"] = _closed_form_figures(d, p)
+    if p.ratios is None:      # Theorem 3's point beside it, computed again (a design with an error ratio has none)
+        out["closed_form"] = _closed_form_again(d, p)
     out["training"] = (mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients, orders=mech.orders) if prior
                        else out["epsilon"])
     return out
 
 
-def _closed_form_figures(d: Design, p: Problem) -> dict:
-    """The ε and utility bound (1/T + κσ²/(qN), Gu et al.'s map) of a design's closed-form point, from its q, T
-    and σ under the design's own problem; one line where the point is not one of that problem."""
-    cf = d.closed_form
-
-    def number(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-    if not isinstance(cf, dict) or not (number(cf.get("q")) and 0 < cf["q"] <= 1 and number(cf.get("sigma"))
-                                        and 0 < cf["sigma"] < math.inf and isinstance(cf.get("rounds"), int)
-                                        and not isinstance(cf["rounds"], bool) and 1 <= cf["rounds"] <= p.t_cap
-                                        and p.sigma_min * (1 - 1e-9) <= cf["sigma"] <= p.sigma_max * (1 + 1e-9)):
-        raise ValueError(f"its closed-form point is not a point of its problem ({cf!r}: q in (0, 1], T in [1, "
-                         f"{p.t_cap}], sigma in [{p.sigma_min:g}, {p.sigma_max:g}])")
-    return {"epsilon": p.epsilon_of(cf["q"], cf["sigma"], cf["rounds"]),
-            "utility_bound": 1 / cf["rounds"] + float(d.kappa) * cf["sigma"] ** 2 / (cf["q"] * d.n_clients)}
+def _closed_form_again(d: Design, p: Problem) -> dict:
+    """A design's closed-form point (Gu et al.'s map at its q: :func:`_closed_form_for_q`), computed again from
+    its problem as :func:`_design_point` computes it, its ε reported as the design's is; {} where the map has
+    none.  It is not what is released: a file's own is replaced by it, never believed (a file from before its
+    ε was reported on Flower's fixed orders too has another)."""
+    t_cap = int(d.max_rounds) if d.max_rounds is not None else int(d.rounds)
+    cf = _closed_form_for_q(d.q, d.n_clients, d.budget, d.delta, t_cap, d.sigma_min, d.sigma_max, float(d.kappa),
+                            tuple(p.orders), acct=p.unit_charge(d.q))
+    if cf is None:
+        return {}
+    cf["epsilon"] = p.epsilon_of(cf["q"], cf["sigma"], cf["rounds"])
+    return cf
 
 
 def check_claims(d: Design, where: str = "the design") -> dict:
@@ -804,7 +799,7 @@ def check_claims(d: Design, where: str = "the design") -> dict:
         if k in (d.details or {}) and d.details[k] != (d.mechanism_options or {}).get(k):
             bad.append(f"{k} {d.details[k]!r} in its details where its mechanism has "
                        f"{(d.mechanism_options or {}).get(k)!r}")
-    bad.extend(_closed_form_problems(d, got, differs))
+    bad.extend(_closed_form_problems(d, got))
     if not bad and got["groups"] is None and got["epsilon"] > d.budget * (1 + CLAIM_RTOL):
         bad.append(f"epsilon {got['epsilon']:.6g}, past its budget {d.budget:g}")
     if bad:
@@ -815,22 +810,12 @@ def check_claims(d: Design, where: str = "the design") -> dict:
     return got
 
 
-def _closed_form_problems(d: Design, got: dict, differs) -> list[str]:
-    """What a design's closed-form point records that its q, T and σ do not give (``got``: account_design's)."""
-    out = []
+def _closed_form_problems(d: Design, got: dict) -> list[str]:
+    """A closed-form point a design file records where its design has none (``got``: account_design's)."""
     if d.closed_form and "closed_form" not in got:
-        out.append("a closed-form point where its design has none (groups with budgets of their own, a mechanism "
-                   "with an error ratio or a design of its own)")
-    for k, v in (got.get("closed_form") or {}).items():
-        have = d.closed_form.get(k)
-        if k == "epsilon" and not differs(have, have) and v * (1 - CLOSED_FORM_EPSILON_BELOW) <= have <= v:
-            continue               # reported at the re-derived ε (_report_the_larger), as a file from before had it
-        if differs(have, v):
-            out.append(f"a closed-form point of {k} {have!r} where its q, T and sigma give {v!r}")
-    if got.get("closed_form") and got["closed_form"]["epsilon"] > d.budget * (1 + CLAIM_RTOL):
-        out.append(f"a closed-form point that spends {got['closed_form']['epsilon']:.6g}, past its budget "
-                   f"{d.budget:g}")
-    return out
+        return ["a closed-form point where its design has none (groups with budgets of their own, a mechanism "
+                "with an error ratio or a design of its own)"]
+    return []
 
 
 def _report_the_larger(d: Design, got: dict, derived: dict) -> None:
@@ -844,10 +829,11 @@ def _report_the_larger(d: Design, got: dict, derived: dict) -> None:
             setattr(d, k, got[k])
     if derived:
         d.details = {**(d.details or {}), **derived}
-    cf = d.closed_form
-    if cf and "closed_form" in got:
-        d.distance = {"sigma_rel": d.sigma / cf["sigma"] - 1.0, "rounds_rel": d.rounds / cf["rounds"] - 1.0,
-                      "utility_rel": d.utility_bound / cf["utility_bound"] - 1.0}
+    if "closed_form" in got:                # the point beside it, and how far the design lies from it, again
+        d.closed_form = cf = got["closed_form"]
+        d.distance = {} if not cf else {
+            "sigma_rel": d.sigma / cf["sigma"] - 1.0, "rounds_rel": d.rounds / cf["rounds"] - 1.0,
+            "utility_rel": d.utility_bound / cf["utility_bound"] - 1.0}
     d.epsilon = max(float(d.epsilon), got["epsilon"])
     pre = (d.details or {}).get("pretrial")
     if isinstance(pre, dict):
@@ -855,8 +841,7 @@ def _report_the_larger(d: Design, got: dict, derived: dict) -> None:
         pre["training_epsilon"] = max(float(pre["training_epsilon"]), got["training"])
     for g, e in zip(d.groups or (), got["groups"] or ()):
         g["epsilon"] = max(float(g["epsilon"]), e)
-    if got.get("closed_form"):
-        d.closed_form["epsilon"] = max(float(d.closed_form["epsilon"]), got["closed_form"]["epsilon"])
+
 
 
 # --------------------------------------------------------------------------
@@ -2130,12 +2115,13 @@ def _notes(d: Design, capped_by_time: bool) -> list[str]:
 
 def _sigma_range(d) -> None:
     """A design's σ range, as a file records it: two finite numbers at least 0 (NbAFL's design, which searches
-    none, records 0 and 0), the σ it trains between them."""
+    none, records 0 and 0), the σ it trains between them (a design with groups records their blend, and
+    client-local's group design does not search the range: not checked there)."""
     lo, hi = d.sigma_min, d.sigma_max
     for name, v in (("sigma_min", lo), ("sigma_max", hi)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < math.inf):
             raise ValueError(f'"{name}" must be a finite number at least 0, got {v!r}')
-    if hi > 0 and not (lo * (1 - 1e-9) <= d.sigma <= hi * (1 + 1e-9)):
+    if hi > 0 and d.groups is None and not (lo * (1 - 1e-9) <= d.sigma <= hi * (1 + 1e-9)):
         raise ValueError(f'"sigma" {d.sigma!r} lies outside its range ["sigma_min", "sigma_max"] = [{lo!r}, {hi!r}]')
 
 

@@ -80,22 +80,12 @@ DESIGN_CLASSES = {
     "unknown mechanism": (_set(mechanism="laplace"), "laplace"),
     "NaN": (_set(sigma="nan"), "sigma"),
     "missing field": (_drop("rounds"), "missing rounds"),
-    # the closed-form point beside it is a privacy figure too (the last note's: it loaded unchecked)
-    "closed-form epsilon lowered": (lambda d: d["closed_form"].update(epsilon=d["closed_form"]["epsilon"] / 2),
-                                    "closed-form point of epsilon"),
-    "closed-form sigma lowered": (lambda d: d["closed_form"].update(sigma=d["closed_form"]["sigma"] / 2),
-                                  "closed-form point of epsilon"),
-    "closed-form bound edited": (lambda d: d["closed_form"].update(utility_bound=1e-3), "closed-form point of utility"),
-    "closed-form rounds zero": (lambda d: d["closed_form"].update(rounds=0), "closed-form point is not"),
-    "closed-form q as text": (lambda d: d["closed_form"].update(q="0.5"), "closed-form point is not"),
+    # the closed-form point beside it: a mapping (its figures are computed again on load, whatever they say)
     "closed-form not a mapping": (_set(closed_form=[1, 2]), "must be mappings"),
     "closed-form null": (_set(closed_form=None), "must be mappings"),
     "closed-form zero": (_set(closed_form=0), "must be mappings"),
-    # the second attack's: a point past the budget or outside the sigma range, its own figures re-derived
-    "closed-form past the budget": (lambda d: d["closed_form"].update(sigma=d["sigma_min"], rounds=d["max_rounds"]),
-                                    "closed-form point"),
-    "closed-form sigma below its range": (lambda d: d["closed_form"].update(sigma=d["sigma_min"] / 2),
-                                          "closed-form point is not"),
+    "utility bound as text": (_set(utility_bound="1"), "utility_bound must be"),
+    "kappa as text": (_set(kappa="1"), "kappa must be"),
     "noise multiplier -inf": (_set(noise_multiplier=-float("inf")), "does not add up"),
     "noise multiplier as text": (lambda d: d.update(noise_multiplier=str(d["noise_multiplier"])), "does not add up"),
     "charged noise multiplier inf": (_set(charged_noise_multiplier=float("inf")), "does not add up"),
@@ -162,36 +152,41 @@ def test_a_noise_multiplier_within_round_off_below_is_exported_as_its_parameters
     assert spent <= out["epsilon"] * (1 + 1e-12)
 
 
-def test_a_closed_form_point_past_the_budget_consistent_with_itself_is_refused(design_file, tmp_path):
-    """The second attack's: a point of the design's own problem but past its budget, its ε and bound those the
-    load itself re-derives, claimed a bound far better than the design's."""
-    from paretofl.recommendation import Design, account_design
-
+@pytest.mark.parametrize("edit", [
+    lambda cf: cf.update(epsilon=cf["epsilon"] / 2),
+    lambda cf: cf.update(epsilon=float("inf")),
+    lambda cf: cf.update(sigma=cf["sigma"] / 2),
+    lambda cf: cf.update(utility_bound=1e-3),
+    lambda cf: cf.update(rounds=0),
+    lambda cf: cf.update(q="0.5"),
+    lambda cf: cf.clear(),
+    lambda cf: cf.update(sigma=0.3, rounds=500, epsilon=99.0),      # past the budget, consistent or not
+], ids=["eps-halved", "eps-inf", "sigma-halved", "bound", "rounds-0", "q-text", "emptied", "past-budget"])
+def test_a_closed_form_point_is_computed_again_not_read(design_file, tmp_path, edit):
+    """The point beside the design (Gu et al.'s map at its q) is not what is released: on load it is computed
+    again from the design's problem and replaces the file's, with how far the design lies from it (the
+    attacks: a point past the budget claiming a bound nine times better loaded; a file from before its ε was
+    reported on Flower's fixed orders too sat up to 6 % below and was refused)."""
+    want = paretofl.api.load_design(design_file)
     data = json.loads(design_file.read_text())
-    data["closed_form"].update(sigma=data["sigma_min"], rounds=data["max_rounds"])
-    body = {k: v for k, v in data.items() if k not in ("format", "framework")}
-    data["closed_form"].update(account_design(Design(**body))["closed_form"])
-    assert data["closed_form"]["epsilon"] > data["budget"]
+    edit(data["closed_form"])
+    data["distance"] = {"sigma_rel": 0.0, "rounds_rel": 0.0, "utility_rel": -0.9}
     (tmp_path / "e.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="past its budget"):
-        paretofl.api.load_design(tmp_path / "e.json")
+    got = paretofl.api.load_design(tmp_path / "e.json")
+    assert got.closed_form == want.closed_form and got.distance == want.distance
+    assert want.closed_form and want.closed_form["epsilon"] <= want.budget
 
 
-def test_a_flower_accounted_file_from_before_its_closed_form_epsilon_was_reported_so_loads(tmp_path):
-    """The second attack's: a file from before the closed-form point's ε was reported on Flower's fixed orders
-    too recorded the searched orders' figure, up to 2e-4 below; it loads, reported at the re-derived ε (a figure
-    above it by more than round-off is still refused)."""
-    d = paretofl.design(200, 20.0, max_rounds=100, framework="flower-accounted", local_epochs=1)
+def test_an_old_flower_accounted_file_at_a_small_budget_loads_with_its_point_computed_again(tmp_path):
+    """The third attack's: at ε 0.25 the code before recorded a closed-form point whose ε (the searched orders'
+    alone) sat 0.5 % below Flower's, and another σ; such a file loads, the point the one its problem gives."""
+    d = paretofl.design(100, 0.25, max_rounds=200, framework="flower-accounted")
     d.save(tmp_path / "d.json")
     data = json.loads((tmp_path / "d.json").read_text())
-    spent = data["closed_form"]["epsilon"]
-    data["closed_form"]["epsilon"] = spent * (1 - 2e-4)          # as the code before recorded it
+    genuine = dict(data["closed_form"])
+    data["closed_form"].update(sigma=genuine["sigma"] * 0.976, epsilon=genuine["epsilon"] * 0.95)
     (tmp_path / "old.json").write_text(json.dumps(data))
-    assert paretofl.api.load_design(tmp_path / "old.json").closed_form["epsilon"] == spent
-    data["closed_form"]["epsilon"] = spent * (1 + 2e-6)
-    (tmp_path / "high.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=repr(spent * (1 + 2e-6))):          # both figures said in full
-        paretofl.api.load_design(tmp_path / "high.json")
+    assert paretofl.api.load_design(tmp_path / "old.json").closed_form == genuine
 
 
 def test_a_number_past_any_float_or_a_cap_past_the_search_is_one_line(tmp_path, capsys):
@@ -212,6 +207,28 @@ def test_a_number_past_any_float_or_a_cap_past_the_search_is_one_line(tmp_path, 
         assert len(lines) == 1 and "e.json" in lines[0], lines
 
 
+def test_a_client_local_group_design_outside_its_sigma_range_loads(tmp_path):
+    """The third attack's: client-local's group design does not search the σ range (its groups' σ came out
+    4.2 with a range up to 2), and its recorded σ is the groups' blend: the range check does not refuse it."""
+    b = paretofl.budgets.Budgets.shares([0.3, 0.7], [0.5, 8.0], 100)
+    d = paretofl.design(100, max_rounds=200, mechanism="client-local", sigma_max=2.0, budgets=b)
+    d.save(tmp_path / "g.json")
+    assert paretofl.api.load_design(tmp_path / "g.json").epsilon == d.epsilon
+
+
+def test_a_distributed_cap_past_its_table_is_one_line(tmp_path, capsys):
+    """The third attack's: a distributed file's max_rounds of 9e15 asked for 64 PiB; its search tables its
+    error ratio to the cap, so the cap is the mechanism's (10^6), refused in one line past it."""
+    d = paretofl.design(100, 2.0, max_rounds=100, mechanism="distributed", mechanism_options={"dim": 7850})
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    data["max_rounds"] = 9007199254740993
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    assert main(["export", str(tmp_path / "e.json"), "--statement"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "e.json" in err[0] and "at most 1,000,000 rounds" in err[0], err
+
+
 @pytest.mark.parametrize("kind", ["groups", "nbafl", "bandmf"])
 def test_a_closed_form_point_on_a_design_without_one_is_refused(tmp_path, kind):
     """The second attack's: groups with budgets of their own and NbAFL have no closed-form point; one written
@@ -226,14 +243,8 @@ def test_a_closed_form_point_on_a_design_without_one_is_refused(tmp_path, kind):
     d.save(tmp_path / "d.json")
     data = json.loads((tmp_path / "d.json").read_text())
     data["closed_form"] = {"q": 0.5, "rounds": 10, "sigma": 0.5, "epsilon": 1e-9, "utility_bound": 1.0}
-    if kind == "bandmf":
-        from paretofl.recommendation import Design, Problem, _closed_form_figures, mechanism_of
-
-        data["closed_form"] = {"q": d.q, "rounds": d.rounds, "sigma": d.sigma}
-        mech = mechanism_of(d.mechanism, **d.mechanism_options)
-        p = Problem(d.n_clients, d.budget, d.delta, d.max_rounds, [d.q], d.sigma_min, d.sigma_max, mech, mech.orders)
-        body = {k: v for k, v in data.items() if k not in ("format", "framework")}
-        data["closed_form"].update(_closed_form_figures(Design(**body), p))
+    if kind == "bandmf":                 # the design's own q, T and σ, as a map's point would be
+        data["closed_form"].update(q=d.q, rounds=d.rounds, sigma=d.sigma, epsilon=d.epsilon)
     (tmp_path / "e.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="closed-form point where its design has none"):
         paretofl.api.load_design(tmp_path / "e.json")

@@ -473,7 +473,7 @@ def test_every_design_written_loads_back_as_it_was(mechanism, n, eps, cap, q, tm
 
 #: a saved design's figures (privacy figures, the point beside it, a family's own) a reader prints or exports
 _FIGURE_PATHS = ["epsilon", "noise_multiplier", "charged_noise_multiplier", "budget", "sigma", "q", "rounds",
-                 "max_rounds", "sigma_min", "sigma_max", "delta", "n_clients",
+                 "max_rounds", "sigma_min", "sigma_max", "delta", "n_clients", "utility_bound", "kappa",
                  "closed_form.epsilon", "closed_form.sigma", "closed_form.q", "closed_form.rounds",
                  "closed_form.utility_bound", "details.participations", "details.error_ratio", "details.group_rate",
                  "details.round_noise_factor", "details.groups"]
@@ -501,9 +501,11 @@ def _saved(mechanism, tmp):
 @example(mechanism="client-aggregate", path="noise_multiplier", bad="text")   # the statement's crash
 @example(mechanism="bandmf", path="details.participations", bad="inf")
 @example(mechanism="client-aggregate", path="closed_form.epsilon", bad="inf")
+@example(mechanism="bandmf", path="kappa", bad="text")                       # the third attack's crash
 def test_a_figure_that_is_not_a_finite_number_is_refused(mechanism, path, bad, tmp_path_factory):
     """Every figure a design file records is a finite number or the file is refused in one line: inf was within
-    any tolerance of anything (|a − b| <= rtol·inf), and a number as text was read as the number."""
+    any tolerance of anything (|a − b| <= rtol·inf), and a number as text was read as the number.  The
+    closed-form point beside the design is not read at all: computed again, the same whatever was written."""
     data = json.loads(json.dumps(_saved(mechanism, tmp_path_factory.getbasetemp())))
     *parents, leaf = path.split(".")
     holder = data
@@ -514,6 +516,11 @@ def test_a_figure_that_is_not_a_finite_number_is_refused(mechanism, path, bad, t
     holder[leaf] = _NOT_A_FIGURE[bad]
     p = tmp_path_factory.mktemp("figure") / "e.json"
     p.write_text(json.dumps(data))
+    if parents == ["closed_form"]:       # the point beside the design is computed again, whatever the file says
+        p0 = tmp_path_factory.mktemp("figure") / "d.json"
+        p0.write_text(json.dumps(_saved(mechanism, tmp_path_factory.getbasetemp())))
+        assert paretofl.api.load_design(p).closed_form == paretofl.api.load_design(p0).closed_form
+        return
     if (path, bad) == ("max_rounds", "past any float"):
         try:                  # a whole number, however large, is a cap: read (nothing tabled to it) or one line
             paretofl.api.load_design(p)

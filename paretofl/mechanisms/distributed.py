@@ -84,6 +84,7 @@ class DistributedSkellam(Mechanism):
     selection = "poisson"
     noise_on = "modular-sum"
     error_ratio_planned = True         # the design's plan (cohort, z) sets the ratio: error_ratio
+    max_design_rounds = 1_000_000      # its error ratio is tabled to the round cap
     split = "client"
     #: its knobs (bits, the scaled clip) searched around the (q, T, sigma) search: :meth:`search`
     designable = True
