@@ -724,13 +724,18 @@ def account_design(d: Design) -> dict:
 
 
 def _closed_form_again(d: Design, p: Problem) -> dict:
-    """A design's closed-form point (Gu et al.'s map at its q: :func:`_closed_form_for_q`), computed again from
-    its problem as :func:`_design_point` computes it, its ε reported as the design's is; {} where the map has
-    none.  It is not what is released: a file's own is replaced by it, never believed (a file from before its
-    ε was reported on Flower's fixed orders too has another)."""
+    """A design's closed-form point, computed again from its problem as :func:`_design_point` computes it.  It
+    is not what is released: a file's own is replaced by it, never believed (a file from before its ε was
+    reported on Flower's fixed orders too has another)."""
     t_cap = int(d.max_rounds) if d.max_rounds is not None else int(d.rounds)
-    cf = _closed_form_for_q(d.q, d.n_clients, d.budget, d.delta, t_cap, d.sigma_min, d.sigma_max, float(d.kappa),
-                            tuple(p.orders), acct=p.unit_charge(d.q))
+    return _closed_form_point(p, d.q, d.budget, t_cap, d.sigma_min, d.sigma_max, float(d.kappa))
+
+
+def _closed_form_point(p: Problem, q, eps, t_cap, s_lo, s_hi, kappa) -> dict:
+    """Gu et al.'s map at q (:func:`_closed_form_for_q`) under problem ``p``, its ε reported as the design's is
+    (where an outside accountant reports on fixed orders, the larger); {} where the map has none."""
+    cf = _closed_form_for_q(q, p.n_clients, eps, p.delta, t_cap, s_lo, s_hi, kappa, tuple(p.orders),
+                            acct=p.unit_charge(q))
     if cf is None:
         return {}
     cf["epsilon"] = p.epsilon_of(cf["q"], cf["sigma"], cf["rounds"])
@@ -841,7 +846,6 @@ def _report_the_larger(d: Design, got: dict, derived: dict) -> None:
         pre["training_epsilon"] = max(float(pre["training_epsilon"]), got["training"])
     for g, e in zip(d.groups or (), got["groups"] or ()):
         g["epsilon"] = max(float(g["epsilon"]), e)
-
 
 
 # --------------------------------------------------------------------------
@@ -1691,13 +1695,10 @@ def _design_point(job: _Job, mech, qs=None) -> Design:
     acct = p.unit_charge(qb)
     cf, case, distance, relation = None, "", {}, math.nan
     if p.ratios is None:                   # Theorem 3's map: Gu et al.'s bound as it is
-        cf = _closed_form_for_q(qb, n, epsilon, job.delta, job.t_cap, job.sigma_min, job.sigma_max, kappa,
-                                job.orders, acct=acct)
+        cf = _closed_form_point(p, qb, epsilon, job.t_cap, job.sigma_min, job.sigma_max, kappa) or None
         case = pareto.theorem3(pareto.Box(qb, n, kappa, job.sigma_min, job.sigma_max, job.t_cap)).case
         relation = float(pareto.relation_sigma(T, qb, n, kappa))
     if cf is not None:
-        # its ε as the design's is reported: where an outside accountant reports on fixed orders, the larger
-        cf["epsilon"] = p.epsilon_of(cf["q"], cf["sigma"], cf["rounds"])
         distance = {"sigma_rel": sig / cf["sigma"] - 1.0, "rounds_rel": T / cf["rounds"] - 1.0,
                     "utility_rel": u / cf["utility_bound"] - 1.0}
     # the noise multiplier on the released sum, per unit C (adaptive clipping's
