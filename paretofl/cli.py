@@ -583,7 +583,9 @@ def _finish_design(a, d, out, lines):
                      "mechanism, q, T, sigma, C, lr, local epochs, delta and the model and data kappa came from)"
                      + (" - it runs in paretofl's trainer only: no framework samples its groups" if d.groups else
                         f", or export it with paretofl export {where} --to "
-                        + api.names()["export_of_noise"].get(d.noise_on, "flower|opacus"))
+                        + api.names()["export_of_noise"].get(d.noise_on, "flower" if d.framework == "flower" else
+                                                             "opacus (to run it in Flower, design it with --framework "
+                                                             "flower: Flower samples its own way)"))
                      + ("; publish the privacy statement (--statement)" if not a.statement else
                         "; publish the statement above with your results")
                      + ("" if d.tuning or d.groups or d.noise_on != "sum" or "pretrial" in d.details
