@@ -578,12 +578,14 @@ def _finish_design(a, d, out, lines):
         lines += ["", out["statement"], ""]
     if a.export is None:
         where = a.out or "design.json"
+        known = api.names()
+        flower = known["flower_framework"]
         save = "" if a.out else f"save it (add --out {where}), then "
         lines.append(f"next: {save}train it with paretofl train --design {where} (the design travels whole: "
                      "mechanism, q, T, sigma, C, lr, local epochs, delta and the model and data kappa came from)"
                      + (" - it runs in paretofl's trainer only: no framework samples its groups" if d.groups else
                         f", or export it with paretofl export {where} --to "
-                        + api.names()["export_of_noise"].get(d.noise_on, "flower" if d.framework == "flower" else
+                        + known["export_of_noise"].get(d.noise_on, flower if d.framework == flower else
                                                              "opacus (to run it in Flower, design it with --framework "
                                                              "flower: Flower samples its own way)"))
                      + ("; publish the privacy statement (--statement)" if not a.statement else

@@ -491,3 +491,20 @@ def test_the_tunings_line_says_on_how_many_held_out_samples_it_ranked():
     d.tuning = {k: v for k, v in d.tuning.items() if k not in ("scored_on", "validation_samples")}
     line = next(x for x in _recipe_lines(d) if "public tuning" in x)
     assert "test loss 0.7" in line and "held-out samples" not in line, line
+
+
+@pytest.mark.parametrize("how", [(), ("--framework", "flower"), ("--framework", "flower-accounted"),
+                                 ("--mechanism", "bandmf")])
+def test_the_next_step_names_an_export_the_design_takes(capsys, tmp_path, how):
+    """The line a design ends with names the framework to export it to; that
+    export, run as printed (with the C it asks for), must succeed: a design
+    made for paretofl's trainer is not offered to Flower, whose sampling it
+    was not designed for, and one made for Flower is not sent elsewhere."""
+    path = tmp_path / "d.json"
+    assert main(["design", "--clients", "1000", "--budget", "2", "--max-rounds", "500", *how,
+                 "--out", str(path)]) == 0
+    text = capsys.readouterr().out
+    (to,) = re.findall(r"paretofl export \S+ --to ([\w-]+)", text)
+    opacus = ("--client-size", "600", "--batch-size", "60", "--local-steps", "10", "--clip", "1.0")
+    codes = [main(["export", str(path), "--to", to, *extra]) for extra in (opacus, ("--clip", "1.0"), ())]
+    assert 0 in codes, (to, capsys.readouterr())
