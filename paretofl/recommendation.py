@@ -1953,7 +1953,7 @@ def _least_sigma(a: float, b: float, tb: int, reaches, eps, q, delta, orders, ac
     above, every point the bisection visits lies at or below the one or at or above the other, and the answer
     grows with σ, so the accountant would have answered each as the guess did: the same σ, to the bit.
     Otherwise (a wrong guess), the bisection asks the accountant at each point itself."""
-    guess = least_noise_guess(eps, acct.rate, _fewest_participations(acct, tb), delta, a * acct.zf, b * acct.zf,
+    guess = least_noise_guess(eps, acct.rate, _fewest_participations(acct, tb), delta, (a * acct.zf, b * acct.zf),
                               orders, sampling=acct.sampling, prior=acct.prior)
     if guess is not None:
         hi, lo = _bisect(a, b, lambda pts: pts >= guess / acct.zf)

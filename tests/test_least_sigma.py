@@ -46,7 +46,7 @@ def test_guess_is_the_accountants_root(eps, q, steps, sampling):
     z = calibrate_noise(eps, q, steps, 1e-5, sampling=sampling)
     lo, hi = z * 0.9, z * 1.05
     want = _brute_least_z(eps, q, steps, lo, hi, sampling)
-    got = least_noise_guess(eps, q, steps, 1e-5, lo, hi, sampling=sampling)
+    got = least_noise_guess(eps, q, steps, 1e-5, (lo, hi), sampling=sampling)
     assert got is not None and got == pytest.approx(want, rel=1e-11)
 
 
@@ -57,15 +57,15 @@ def test_guess_composes_with_a_spend_before():
         z *= 1.2
         assert z < 100
     want = _brute_least_z(3.0, 0.2, 50, 0.3, z, prior=prior)
-    got = least_noise_guess(3.0, 0.2, 50, 1e-5, 0.3, z, prior=prior)
+    got = least_noise_guess(3.0, 0.2, 50, 1e-5, (0.3, z), prior=prior)
     assert got == pytest.approx(want, rel=1e-11)
     # without the spend the root is lower: the guess is of the composed accountant
-    assert least_noise_guess(3.0, 0.2, 50, 1e-5, 0.3, z) < want * (1 - 1e-3)
+    assert least_noise_guess(3.0, 0.2, 50, 1e-5, (0.3, z)) < want * (1 - 1e-3)
 
 
 def test_no_guess_where_no_order_reaches():
     z = calibrate_noise(2.0, 0.5, 12, 1e-5)
-    assert least_noise_guess(2.0, 0.5, 12, 1e-5, z * 0.5, z * 0.9) is None
+    assert least_noise_guess(2.0, 0.5, 12, 1e-5, (z * 0.5, z * 0.9)) is None
 
 
 def _acct(q, bands=1, prior=()):
@@ -128,10 +128,10 @@ def test_no_guess_beyond_a_million_steps_nor_for_an_empty_range():
     """Past 10⁶ steps the most steps wobble with round-off as σ grows (an attack found 493475890 → 493475885
     → 493475896 near σ·zf ≈ 8.6e4): no guess, the bisection as it was.  A range that is not one is an error."""
     z = calibrate_noise(1.0, 0.001, 2_000_000, 1e-5)
-    assert least_noise_guess(1.0, 0.001, 2_000_000, 1e-5, z * 0.9, z * 1.1) is None
+    assert least_noise_guess(1.0, 0.001, 2_000_000, 1e-5, (z * 0.9, z * 1.1)) is None
     for lo, hi in ((0.0, 1.0), (-1.0, 1.0), (2.0, 1.0)):
         with pytest.raises(ValueError, match="z_lo < z_hi"):
-            least_noise_guess(1.0, 0.1, 10, 1e-5, lo, hi)
+            least_noise_guess(1.0, 0.1, 10, 1e-5, (lo, hi))
 
 
 def test_meets_is_the_searched_epsilons_answer():

@@ -1082,11 +1082,12 @@ def _max_steps_grid(target_epsilon, q, noise_multiplier, delta, orders, conversi
     return t if np.ndim(noise_multiplier) else int(t[0])
 
 
-def least_noise_guess(target_epsilon: float, q: float, steps: int, delta: float, z_lo: float, z_hi: float,
-                      orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "improved",
-                      sampling: str = "poisson", prior=()) -> float | None:
+def least_noise_guess(target_epsilon: float, q: float, steps: int, delta: float, bracket: tuple[float, float],
+                      orders: Sequence[float] = DEFAULT_ORDERS, sampling: str = "poisson",
+                      prior=()) -> float | None:
     """A guess, to about 1e-12 relative, at the least noise multiplier z in
-    (z_lo, z_hi] at which :func:`max_steps` reaches ``steps``: its answer is
+    ``bracket`` = (z_lo, z_hi] at which :func:`max_steps` (with its default,
+    the improved conversion) reaches ``steps``: its answer is
     max_α floor((ε - c_α)/RDP_α(z)), so the least z is min_α of the z where
     RDP_α(z) = (ε - c_α)/steps.  That root is found (regula falsi in log z,
     Illinois' variant) for the few orders that hold the most steps at z_hi,
@@ -1100,12 +1101,13 @@ def least_noise_guess(target_epsilon: float, q: float, steps: int, delta: float,
     solved again from there, up to three times.  Guesses of T beyond 10⁶
     steps are not made: there the most steps wobble with round-off, not
     only rise, as σ grows."""
+    z_lo, z_hi = bracket
     if not (0 < z_lo < z_hi and math.isfinite(z_hi)) or not (1 <= steps <= _GUESS_MAX_STEPS):
         if not 0 < z_lo < z_hi:
             raise ValueError(f"least_noise_guess: need 0 < z_lo < z_hi, got {z_lo!r}, {z_hi!r}")
         return None
     a = _check_orders(orders)
-    head = target_epsilon - conversion_offset(a, check_delta(delta), conversion) - _prior_rdp(prior, a)
+    head = target_epsilon - conversion_offset(a, check_delta(delta), "improved") - _prior_rdp(prior, a)
     for _ in range(3):
         z = _least_noise_root(float(q), int(steps), z_lo, z_hi, a, head, sampling)
         if z is None:
