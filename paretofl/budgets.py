@@ -433,7 +433,10 @@ def _groups_on_updates(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min,
     cand = sorted_unique(np.concatenate([np.arange(1, min(n, 24) + 1),
                                          np.geomspace(1, n, 24).round()])) / n
     cand = cand[cand <= q_max * (1 + 1e-12)]
+    # σ_g on a fixed geometric grid, within the σ range asked, its ends included
     ss = np.geomspace(1e-2, 1e4, 200)
+    ss = sorted_unique(np.concatenate([ss[(ss > sigma_min) & (ss < sigma_max)], [sigma_min, sigma_max]]))
+    ss = ss[ss > 0]
     best = None
     for q in cand:
         ch = _group_charge(mech, q, ss)
@@ -449,13 +452,16 @@ def _groups_on_updates(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min,
         u = np.where(good, u, np.inf)
         it = int(np.argmin(u))
         if best is None or u[it] < best[0]:
-            best = (float(u[it]), float(q), int(ts[it]))
+            best = (float(u[it]), float(q), int(ts[it]), ss[first[:, it]])
     if best is None:
         raise ValueError(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round at any rate "
                          "and noise allowed: raise its budget or the sigma range")
-    _, q, T = best
+    _, q, T, grid_sigma = best
     sampling = _group_charge(mech, q, 1.0).sampling
-    sig = np.array([calibrate_noise(float(e), q, T, delta, orders, sampling=sampling) for e in eps])
+    # each group's least σ_g within its budget, raised to the range's floor (more noise spends less); never
+    # above the grid's σ_g, which the accountant found within the budget and the range
+    least = np.array([calibrate_noise(float(e), q, T, delta, orders, sampling=sampling) for e in eps])
+    sig = np.minimum(np.maximum(least, sigma_min), grid_sigma)
     spent = [_group_charge(mech, q, float(s)).epsilon(delta, T) for s in sig]
     groups = [dict(budget=float(e), clients=int(c), share=float(c / n), q=q, sigma=float(s), epsilon=float(x))
               for e, c, s, x in zip(eps, counts, sig, spent)]

@@ -2117,7 +2117,8 @@ def _notes(d: Design, capped_by_time: bool) -> list[str]:
 def _sigma_range(d) -> None:
     """A design's σ range, as a file records it: two finite numbers at least 0 (NbAFL's design, which searches
     none, records 0 and 0), the σ it trains between them (a design with groups records their blend, and
-    client-local's group design does not search the range: not checked there)."""
+    client-local's group designs written before its σ_g were held to the range may lie outside it: not
+    checked there, as a σ outside the range is the user's wish missed, never a privacy figure)."""
     lo, hi = d.sigma_min, d.sigma_max
     for name, v in (("sigma_min", lo), ("sigma_max", hi)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < math.inf):

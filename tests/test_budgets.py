@@ -91,6 +91,33 @@ def test_each_groups_epsilon_re_accounted_is_within_its_budget_local_view(seed):
             assert tight <= g["budget"] and g["epsilon"] >= tight * (1 - 1e-3)
 
 
+@pytest.mark.parametrize("mechanism", ["client-aggregate", "client-local"])
+@pytest.mark.parametrize("lo, hi", [(2.0, 5.0), (0.5, 0.9), (1.0, 1.0)])
+def test_a_group_design_keeps_its_noise_in_the_sigma_range_asked(mechanism, lo, hi):
+    """--sigma-min/--sigma-max hold for group designs as for one budget: every
+    σ a group design trains (each group's σ_g in the local view, the one σ in
+    the aggregate view) lies in the range, each group's ε re-accounted from
+    its σ_g stays within its budget, and where the range leaves a group no
+    round the design is refused (the local view searched a fixed grid of σ_g
+    whatever the range, and trained σ_g = 0.64 when asked for 2 to 5)."""
+    b = Budgets.shares([0.6, 0.3, 0.1], [1, 2, 8], 100)
+    try:
+        d = paretofl.design(100, None, max_rounds=200, budgets=b, kappa=KAPPA, mechanism=mechanism,
+                            sigma_min=lo, sigma_max=hi)
+    except ValueError as e:
+        # refused only where the strictest group cannot be served at the most noise allowed, at every rate
+        assert "allows no round" in str(e)
+        assert mechanism == "client-local"
+        assert _seen_gaussians_epsilon(1, hi, 1e-5) > 1.0
+        return
+    sigmas = [g["sigma"] for g in d.groups] if mechanism == "client-local" else [d.sigma]
+    assert all(lo * (1 - 1e-12) <= s <= hi * (1 + 1e-12) for s in sigmas), sigmas
+    for g in d.groups:
+        assert g["epsilon"] <= g["budget"] * (1 + 1e-9)
+        if mechanism == "client-local" and g["q"] == 1.0:
+            assert _seen_gaussians_epsilon(d.rounds, g["sigma"], d.delta) <= g["budget"] * (1 + 1e-9)
+
+
 def test_the_group_design_beats_everyone_at_the_strictest_budget_in_its_bound():
     """The group design's search holds the design that gives everyone the
     strictest budget (every group at the strict group's rate), so its

@@ -530,3 +530,30 @@ def test_a_figure_that_is_not_a_finite_number_is_refused(mechanism, path, bad, t
     with pytest.raises(ValueError, match="e.json") as err:
         paretofl.api.load_design(p)
     assert "\n" not in str(err.value)
+
+
+@settings(max_examples=int(os.environ.get("PARETOFL_FUZZ_SIGMA_RANGES", 16)), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(mechanism=st.sampled_from([*paretofl.mechanisms.names(designable=True), paretofl.mechanisms.SEARCH]),
+       groups=st.booleans(), lo=st.sampled_from([0.05, 0.3, 1.0, 2.0]), width=st.sampled_from([1.0, 1.5, 4.0, 100.0]),
+       eps=st.sampled_from([1.0, 2.0, 8.0]))
+@example(mechanism="client-local", groups=True, lo=2.0, width=2.5, eps=2.0)      # the grid that ignored the range
+def test_every_design_trains_a_noise_within_the_sigma_range_asked(mechanism, groups, lo, width, eps):
+    """The class of a knob a design ignores (client-local's group design searched a fixed grid of σ_g, whatever
+    --sigma-min/--sigma-max said): every σ a design trains, each group's σ_g included, lies in the range asked,
+    for every designable mechanism, with and without per-client budgets; or the request is refused."""
+    from paretofl.budgets import Budgets
+
+    hi = lo * width
+    groups = groups and mechanism in ("client-aggregate", "client-local")        # those that sample groups
+    kw = dict(budgets=Budgets.shares([0.5, 0.5], [eps, 2 * eps], 100), epsilon=None) if groups else dict(epsilon=eps)
+    if mechanism == "distributed":
+        kw["mechanism_options"] = {"dim": 7850}
+    try:
+        d = paretofl.design(n_clients=100, delta=1e-5, max_rounds=200, mechanism=mechanism, sigma_min=lo,
+                            sigma_max=hi, **kw)
+    except ValueError as e:
+        assert "sigma" in str(e) or "noise" in str(e), e          # refused for the range, in one line
+        return
+    sigmas = [d.sigma, *(g["sigma"] for g in d.groups if "sigma" in g)] if d.groups else [d.sigma]
+    assert all(lo * (1 - 1e-9) <= s <= hi * (1 + 1e-9) for s in sigmas), (d.mechanism, lo, hi, sigmas)
