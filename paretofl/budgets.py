@@ -384,7 +384,7 @@ def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sig
     if not feasible.any():
         worst = float(eps[0])
         raise ValueError(f"the strictest group's budget (epsilon = {worst:g}) allows no round at any rate and "
-                         "noise allowed: raise its budget or the sigma range")
+                         f"noise allowed: raise its budget or the sigma range{_or_q_max(q_max, n)}")
     u = np.where(feasible, u, np.inf)
     iz, it = np.unravel_index(np.argmin(u), u.shape)
     T = int(ts[it])
@@ -426,6 +426,14 @@ def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sig
     return out
 
 
+def _or_q_max(q_max: float, n: int) -> str:
+    """What else a refusal of a group design names where the rate was capped: q_max (below 1/N a round
+    samples no client on average)."""
+    if q_max >= 1.0:
+        return ""
+    return f", or q_max ({q_max:g}{', below 1/N' if q_max * n < 1 else ''})"
+
+
 def _groups_on_updates(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sigma_max, orders) -> dict:
     """The group design where each update carries its own noise (local view):
     the design's fields, ``groups`` among them."""
@@ -455,7 +463,7 @@ def _groups_on_updates(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min,
             best = (float(u[it]), float(q), int(ts[it]), ss[first[:, it]])
     if best is None:
         raise ValueError(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round at any rate "
-                         "and noise allowed: raise its budget or the sigma range")
+                         f"and noise allowed: raise its budget or the sigma range{_or_q_max(q_max, n)}")
     _, q, T, grid_sigma = best
     sampling = _group_charge(mech, q, 1.0).sampling
     # each group's least σ_g within its budget, raised to the range's floor (more noise spends less); never
@@ -504,8 +512,16 @@ def design_groups(budgets: Budgets, request, t_cap: int, kappa: float, kappa_sou
     out["notes"] = notes = []
     if T == t_cap:
         notes.append(f"T is at its cap of {t_cap} rounds (raise max_rounds)")
-    full = [g["budget"] for g in out["groups"] if g["q"] >= q_max * (1 - 1e-9) and g["epsilon"] < 0.95 * g["budget"]]
+    # a group of its own noise held at the range's floor spends less than its budget: the floor is why
+    floor = [g["budget"] for g in out["groups"] if mech.noise_on != "sum" and g["sigma"] <= sigma_min * (1 + 1e-12)
+             and g["epsilon"] < 0.95 * g["budget"]]
+    if floor:
+        notes.append(f"the groups of epsilon {', '.join(f'{e:g}' for e in floor)} add the least noise the sigma "
+                     f"range allows (sigma_min {sigma_min:g}) and still do not spend their budget: lower sigma_min "
+                     "to let them use it")
+    full = [g["budget"] for g in out["groups"] if g["q"] >= q_max * (1 - 1e-9) and g["epsilon"] < 0.95 * g["budget"]
+            and g["budget"] not in floor]
     if full:
         notes.append(f"the groups of epsilon {', '.join(f'{e:g}' for e in full)} take part every round and "
-                         "still do not spend their budget: their clients cannot use more")
+                     "still do not spend their budget: their clients cannot use more")
     return out

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 
 from . import api
@@ -110,6 +111,11 @@ def _jsonable(x):
         # JSON has no NaN or infinity: NaN (nothing measured) is null, ±inf a string
         return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return x
+
+
+def _sh(path) -> str:
+    """A path as a command a next: line names takes it: quoted for the shell where it needs to be."""
+    return shlex.quote(str(path))
 
 
 def _emit(obj, as_json, text):
@@ -577,17 +583,20 @@ def _finish_design(a, d, out, lines):
         out["statement"] = d.statement()
         lines += ["", out["statement"], ""]
     if a.export is None:
-        where = a.out or "design.json"
+        where = _sh(a.out) if a.out else "design.json"
         known = api.names()
         flower = known["flower_framework"]
+        # what Flower's wrappers release: the default mechanism's sum, fixed clipping (no option of its own)
+        to_flower = d.mechanism == known["default_mechanism"] and not d.mechanism_options
         save = "" if a.out else f"save it (add --out {where}), then "
         lines.append(f"next: {save}train it with paretofl train --design {where} (the design travels whole: "
                      "mechanism, q, T, sigma, C, lr, local epochs, delta and the model and data kappa came from)"
                      + (" - it runs in paretofl's trainer only: no framework samples its groups" if d.groups else
                         f", or export it with paretofl export {where} --to "
                         + known["export_of_noise"].get(d.noise_on, flower if d.framework == flower else
-                                                             "opacus (to run it in Flower, design it with --framework "
-                                                             "flower: Flower samples its own way)"))
+                                                             "opacus" + (" (to run it in Flower, design it with "
+                                                                         "--framework flower: Flower samples its "
+                                                                         "own way)" if to_flower else "")))
                      + ("; publish the privacy statement (--statement)" if not a.statement else
                         "; publish the statement above with your results")
                      + ("" if d.tuning or d.groups or d.noise_on != "sum" or "pretrial" in d.details
@@ -671,7 +680,7 @@ def _design_nbafl(a):
     if a.statement:
         out["statement"] = d.statement()
         lines += ["", out["statement"], ""]
-    where = a.out or "design.json"
+    where = _sh(a.out) if a.out else "design.json"
     lines.append(f"next: {'' if a.out else f'save it (add --out {where}), then '}train it with paretofl train "
                  f"--design {where} --dataset fashion-mnist --model lr (or your data and model, split over its "
                  f"{a.clients} clients; the design's C, sigma, T and clients per round travel with it); "
@@ -863,7 +872,7 @@ def cmd_pretrial(a):
             + (f"\nscored on {summary['scored_samples']} samples held out of its training"
                if summary.get("scored_on") == "held-out" else
                f"\nscored on the data set's test split ({summary.get('scored_samples')} samples)")
-            + f"\nnext: paretofl fit {out}")
+            + f"\nnext: paretofl fit {_sh(out)}")
     _emit(summary, a.json, text)
 
 
@@ -907,20 +916,22 @@ def cmd_fit(a):
                      f"design --from-store uses it)")
     if r.problems and all(p.startswith("the front disagrees") for p in r.problems):
         lines += [f"problem: {p}" for p in r.problems]
-        lines.append(f"next: paretofl design --from-store {a.results} --clients N --budget EPS --max-rounds T "
-                     f"(the empirical mode), or --fit {out} to use the closed form all the same")
+        lines.append(f"next: paretofl design --from-store {_sh(a.results)} --clients N --budget EPS --max-rounds T "
+                     f"(the empirical mode), or --fit {_sh(out)} to use the closed form all the same")
     elif r.problems:
         lines += [f"problem: {p}" for p in r.problems]
         if r.blocking and r.blocking[0].startswith(api.FIT_FRONT_ONLY) and r.utility_models:
             lines.append(f"design --fit refuses this fit (its front, not its training); what works on this store "
-                         f"today: paretofl design --from-store {a.results} --clients N --budget EPS --max-rounds T")
+                         f"today: paretofl design --from-store {_sh(a.results)} --clients N --budget EPS "
+                         "--max-rounds T")
         elif r.blocking:
             lines.append(f"design --fit refuses this fit: {r.blocking[0].split(':')[0]}; fix that and fit again")
         else:
-            lines.append(f"next: paretofl design --fit {out or 'FIT.json'} --clients N --budget EPS --max-rounds T "
+            lines.append(f"next: paretofl design --fit {_sh(out) if out else 'FIT.json'} --clients N --budget EPS "
+                         "--max-rounds T "
                          "(mind the problems above)")
     else:
-        lines.append(f"next: paretofl design --fit {out} --clients N --budget EPS --max-rounds T")
+        lines.append(f"next: paretofl design --fit {_sh(out)} --clients N --budget EPS --max-rounds T")
     _emit(d, a.json, "\n".join(lines))
 
 

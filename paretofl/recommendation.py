@@ -716,10 +716,39 @@ def account_design(d: Design) -> dict:
     p = Problem(d.n_clients, d.budget, d.delta, max(int(d.rounds), int(d.max_rounds or 0)), [d.q],
                 d.sigma_min or d.sigma, d.sigma_max or d.sigma, mech, mech.orders, prior)
     out["epsilon"] = p.epsilon_of(d.q, d.sigma, d.rounds)
+    out["candidates"] = _candidates_spend(d, prior)
     if p.ratios is None:      # Theorem 3's point beside it, computed again (a design with an error ratio has none)
         out["closed_form"] = _closed_form_again(d, p)
     out["training"] = (mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients, orders=mech.orders) if prior
                        else out["epsilon"])
+    return out
+
+
+def _candidates_spend(d: Design, prior: tuple) -> dict:
+    """What each candidate of a design's local work spends at its own q, T, σ with its own mechanism (the
+    design's where a file predates them), composed with the pre-trial's charges: {local epochs: ε}.  A
+    candidate is another design a user may ask for (``--local-epochs K``): it must be within the budget too,
+    whether or not the fit it was chosen from is here.  One that cannot be accounted is a ValueError."""
+    lw = d.local_work
+    cands = lw.get("candidates") if isinstance(lw, dict) else None
+    if cands is None:
+        return {}
+    if not isinstance(cands, list) or not all(isinstance(c, dict) for c in cands):
+        raise ValueError("its local work's candidates are not a list of points")
+    out = {}
+    for c in cands:
+        name, options = c.get("mechanism", d.mechanism), c.get("mechanism_options", d.mechanism_options or {})
+        if not isinstance(name, str) or not isinstance(options, dict):
+            raise ValueError(f"a candidate names the mechanism {name!r} with options {options!r}")
+        q, sigma, rounds = c.get("q"), c.get("sigma"), c.get("rounds")
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf
+               for v in (q, sigma, rounds)) or not isinstance(rounds, int):
+            raise ValueError(f"a candidate at {c.get('epochs')!r} local epochs runs q {q!r}, T {rounds!r}, "
+                             f"sigma {sigma!r}")
+        mech = mechanism_of(name, **options)
+        mech.check_rate(q, d.n_clients)
+        p = Problem(d.n_clients, d.budget, d.delta, rounds, [q], sigma, sigma, mech, mech.orders, prior)
+        out[c.get("epochs")] = p.epsilon_of(q, sigma, rounds)
     return out
 
 
@@ -807,6 +836,8 @@ def check_claims(d: Design, where: str = "the design") -> dict:
     bad.extend(_closed_form_problems(d, got))
     if not bad and got["groups"] is None and got["epsilon"] > d.budget * (1 + CLAIM_RTOL):
         bad.append(f"epsilon {got['epsilon']:.6g}, past its budget {d.budget:g}")
+    bad.extend(f"a candidate at {k!r} local epochs that spends epsilon {e:.6g}, past its budget {d.budget:g}"
+               for k, e in got.get("candidates", {}).items() if e > d.budget * (1 + CLAIM_RTOL))
     if bad:
         raise ValueError(f"{where} does not add up: it records {bad[0]}"
                          + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
@@ -2116,14 +2147,18 @@ def _notes(d: Design, capped_by_time: bool) -> list[str]:
 
 def _sigma_range(d) -> None:
     """A design's σ range, as a file records it: two finite numbers at least 0 (NbAFL's design, which searches
-    none, records 0 and 0), the σ it trains between them (a design with groups records their blend, and
-    client-local's group designs written before its σ_g were held to the range may lie outside it: not
+    none, records 0 and 0), the σ it trains between them (a group design with noise on each update records
+    its groups' blend, and those written before its σ_g were held to the range may lie outside it: not
     checked there, as a σ outside the range is the user's wish missed, never a privacy figure)."""
     lo, hi = d.sigma_min, d.sigma_max
     for name, v in (("sigma_min", lo), ("sigma_max", hi)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < math.inf):
             raise ValueError(f'"{name}" must be a finite number at least 0, got {v!r}')
-    if hi > 0 and d.groups is None and not (lo * (1 - 1e-9) <= d.sigma <= hi * (1 + 1e-9)):
+    if hi > 0 and lo > hi:
+        raise ValueError(f'"sigma_min" {lo!r} is above "sigma_max" {hi!r}: no range')
+    # the aggregate view's group design has one σ, searched in the range as a design without groups is
+    checked = d.groups is None or d.noise_on == "sum"
+    if hi > 0 and checked and not (lo * (1 - 1e-9) <= d.sigma <= hi * (1 + 1e-9)):
         raise ValueError(f'"sigma" {d.sigma!r} lies outside its range ["sigma_min", "sigma_max"] = [{lo!r}, {hi!r}]')
 
 

@@ -118,6 +118,28 @@ def test_a_group_design_keeps_its_noise_in_the_sigma_range_asked(mechanism, lo, 
             assert _seen_gaussians_epsilon(d.rounds, g["sigma"], d.delta) <= g["budget"] * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("mechanism, q_max", [("client-aggregate", 0.001), ("client-local", 0.0099)])
+def test_a_group_design_refused_for_its_rate_cap_names_the_cap(mechanism, q_max):
+    """Where q_max (below 1/N: no client a round on average) is what leaves no round, the refusal names it
+    beside the budget and the σ range (it named those two only, and neither helps)."""
+    b = Budgets.shares([0.5, 0.5], [1, 8], 100)
+    with pytest.raises(ValueError, match=r"or q_max \(.*below 1/N\)"):
+        paretofl.design(100, None, max_rounds=10, budgets=b, kappa=KAPPA, mechanism=mechanism, q_max=q_max)
+
+
+def test_a_group_held_at_the_sigma_floor_is_told_why_it_underspends():
+    """A client-local group whose budget allows less noise than sigma_min gets sigma_min and spends less: the
+    note says the floor is why (it said its clients could not use more, which a lower floor lets them)."""
+    b = Budgets.shares([0.3, 0.4, 0.3], [1, 3, 8], 10)
+    d = paretofl.design(10, None, max_rounds=10, budgets=b, kappa=KAPPA, mechanism="client-local", sigma_min=2,
+                        sigma_max=5, delta=1e-3)
+    floor = [g for g in d.groups if g["sigma"] == 2.0]
+    assert floor and all(g["epsilon"] < 0.95 * g["budget"] for g in floor)
+    (note,) = [n for n in d.notes if "sigma_min" in n]
+    assert "lower sigma_min" in note and all(f"{g['budget']:g}" in note for g in floor)
+    assert not any("cannot use more" in n for n in d.notes)
+
+
 def test_the_group_design_beats_everyone_at_the_strictest_budget_in_its_bound():
     """The group design's search holds the design that gives everyone the
     strictest budget (every group at the strict group's rate), so its

@@ -4,6 +4,7 @@ on the analytic commands, plots written."""
 import json
 import math
 import re
+import shlex
 import subprocess
 import sys
 
@@ -494,17 +495,23 @@ def test_the_tunings_line_says_on_how_many_held_out_samples_it_ranked():
 
 
 @pytest.mark.parametrize("how", [(), ("--framework", "flower"), ("--framework", "flower-accounted"),
-                                 ("--mechanism", "bandmf")])
+                                 ("--mechanism", "bandmf"), ("--mechanism", "client-local"),
+                                 ("--clip-quantile", "0.5")])
 def test_the_next_step_names_an_export_the_design_takes(capsys, tmp_path, how):
     """The line a design ends with names the framework to export it to; that
     export, run as printed (with the C it asks for), must succeed: a design
     made for paretofl's trainer is not offered to Flower, whose sampling it
     was not designed for, and one made for Flower is not sent elsewhere."""
-    path = tmp_path / "d.json"
+    path = tmp_path / "my design;1.json"           # a path the shell would split: the line quotes it
     assert main(["design", "--clients", "1000", "--budget", "2", "--max-rounds", "500", *how,
                  "--out", str(path)]) == 0
     text = capsys.readouterr().out
-    (to,) = re.findall(r"paretofl export \S+ --to ([\w-]+)", text)
+    (line,) = [x for x in text.splitlines() if x.startswith("next:")]
+    (quoted, to), = re.findall(r"paretofl export ('[^']*'|\S+) --to ([\w-]+)", line)
+    assert shlex.split(quoted) == [str(path)], quoted       # the shell gives back the path, whole
     opacus = ("--client-size", "600", "--batch-size", "60", "--local-steps", "10", "--clip", "1.0")
     codes = [main(["export", str(path), "--to", to, *extra]) for extra in (opacus, ("--clip", "1.0"), ())]
     assert 0 in codes, (to, capsys.readouterr())
+    if "--framework flower" in line:             # the way to Flower it names must be one Flower's design takes
+        assert main(["design", "--clients", "1000", "--budget", "2", "--max-rounds", "500", *how,
+                     "--framework", "flower"]) == 0, capsys.readouterr().err

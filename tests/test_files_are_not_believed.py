@@ -224,6 +224,43 @@ def test_a_client_local_group_design_outside_its_sigma_range_loads(tmp_path):
     assert paretofl.api.load_design(tmp_path / "old.json").epsilon == d.epsilon
 
 
+@pytest.mark.parametrize("edit", [{"sigma_min": 3.0}, {"sigma_min": 6.0, "sigma_max": 5.0}])
+def test_an_aggregate_group_designs_sigma_range_is_checked(tmp_path, edit):
+    """The fourth attack's: a group design's σ range was not checked at all; the aggregate view's one σ is
+    searched in the range as a design without groups is, and no design has a range whose ends cross."""
+    b = paretofl.budgets.Budgets.shares([0.5, 0.5], [1.0, 4.0], 1000)
+    d = paretofl.design(1000, max_rounds=200, budgets=b, sigma_min=0.5, sigma_max=5.0)
+    assert d.sigma < 3.0
+    d.save(tmp_path / "g.json")
+    paretofl.api.load_design(tmp_path / "g.json")
+    data = json.loads((tmp_path / "g.json").read_text())
+    data.update(edit)
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="outside its range|no range"):
+        paretofl.api.load_design(tmp_path / "e.json")
+
+
+@pytest.mark.parametrize("mechanism", ["client-aggregate", "bandmf-amplified", "flower", "auto"])
+def test_a_candidate_of_the_local_work_past_the_budget_is_refused(tmp_path, mechanism):
+    """Every other local work's point a design lists (q, T, σ with its mechanism) is a design a user may ask for
+    (--local-epochs K): it is accounted on load like the design, with no fit needed, and one past the budget
+    is refused (a lowered σ was believed where the fit was not here, and only its bound checked where it was)."""
+    from paretofl.theory.privacy import compute_epsilon
+
+    d = paretofl.design(100, 2.0, max_rounds=500, mechanism=mechanism)
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    other = next(c for c in data["local_work"]["candidates"] if c["epochs"] != data["local_epochs"])
+    if other["mechanism"] == "client-aggregate" and other["q"] == 1.0:   # everyone, every round: z = σ√N
+        assert compute_epsilon(1.0, other["sigma"] * 10, other["rounds"], 1e-5) <= 2.0 * (1 + 1e-6)
+        assert compute_epsilon(1.0, other["sigma"] * 9, other["rounds"], 1e-5) > 2.0
+    other["sigma"] *= 0.9
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=f"candidate at {other['epochs']} local epochs that spends epsilon .* past "
+                                         "its budget 2"):
+        paretofl.api.load_design(tmp_path / "e.json")
+
+
 def test_a_distributed_cap_past_its_table_is_one_line(tmp_path, capsys):
     """The third attack's: a distributed file's max_rounds of 9e15 asked for 64 PiB; its search tables its
     error ratio to the cap, so the cap is the mechanism's (10^6), refused in one line past it."""

@@ -476,7 +476,9 @@ _FIGURE_PATHS = ["epsilon", "noise_multiplier", "charged_noise_multiplier", "bud
                  "max_rounds", "sigma_min", "sigma_max", "delta", "n_clients", "utility_bound", "kappa",
                  "closed_form.epsilon", "closed_form.sigma", "closed_form.q", "closed_form.rounds",
                  "closed_form.utility_bound", "details.participations", "details.error_ratio", "details.group_rate",
-                 "details.round_noise_factor", "details.groups"]
+                 "details.round_noise_factor", "details.groups",
+                 # a candidate of the local work: another design a user may ask for, accounted on load as well
+                 "local_work.candidates.0.q", "local_work.candidates.0.sigma", "local_work.candidates.0.rounds"]
 #: what no figure may be: the class the last attack's members (-inf, a number as text) came from
 _NOT_A_FIGURE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "text": "2.0", "boolean": True, "None": None,
                  "list": [1.0], "mapping": {"x": 1.0}, "past any float": 10 ** 400}
@@ -502,6 +504,8 @@ def _saved(mechanism, tmp):
 @example(mechanism="bandmf", path="details.participations", bad="inf")
 @example(mechanism="client-aggregate", path="closed_form.epsilon", bad="inf")
 @example(mechanism="bandmf", path="kappa", bad="text")                       # the third attack's crash
+@example(mechanism="client-aggregate", path="local_work.candidates.0.sigma", bad="-inf")
+@example(mechanism="flower-accounted", path="local_work.candidates.0.rounds", bad="past any float")
 def test_a_figure_that_is_not_a_finite_number_is_refused(mechanism, path, bad, tmp_path_factory):
     """Every figure a design file records is a finite number or the file is refused in one line: inf was within
     any tolerance of anything (|a − b| <= rtol·inf), and a number as text was read as the number.  The
@@ -510,7 +514,7 @@ def test_a_figure_that_is_not_a_finite_number_is_refused(mechanism, path, bad, t
     *parents, leaf = path.split(".")
     holder = data
     for k in parents:
-        holder = holder[k]
+        holder = holder[int(k)] if isinstance(holder, list) else (holder or {}).get(k, {})
     if leaf not in holder or (path, bad) == ("max_rounds", "None"):
         return                       # a figure this mechanism's design does not have; a design may have no cap
     holder[leaf] = _NOT_A_FIGURE[bad]

@@ -776,7 +776,8 @@ def test_a_design_files_prediction_is_re_derived_from_its_fit(tmp_path, edit):
     assert paretofl.Design.load(tmp_path / "d.json").loaded_prediction["rederived"] is True
     edit(data)
     (tmp_path / "e.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="not what its fit gives|utility bound|malformed|whole number"):
+    with pytest.raises(ValueError, match="not what its fit gives|utility bound|malformed|whole number|past its "
+                                         "budget|cannot be re-derived"):
         paretofl.Design.load(tmp_path / "e.json")
 
 
