@@ -108,12 +108,12 @@ class Budgets:
         if np.any(~np.isfinite(s)) or np.any(s <= 0):
             raise ValueError(f"every share must be positive, got {s[~(np.isfinite(s) & (s > 0))][0]:g}")
         if abs(s.sum() - 1.0) > 1e-6:
-            raise ValueError(f"the shares must sum to one, they sum to {s.sum():.6g}")
+            raise ValueError(f"the shares must sum to one (within 1e-6), they sum to {s.sum():.10g}")
         if len(np.unique(e)) != len(e):
             raise ValueError("each epsilon may have one share only")
         order = np.argsort(e)
         s, e = s[order], e[order]
-        raw = s * n_clients
+        raw = s / s.sum() * n_clients         # shares within 1e-6 of one, made to sum to one: N clients, not more
         n = np.floor(raw).astype(int)
         n[np.argsort(-(raw - n), kind="stable")[: n_clients - n.sum()]] += 1
         if np.any(n == 0):

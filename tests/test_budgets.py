@@ -118,6 +118,21 @@ def test_a_group_design_keeps_its_noise_in_the_sigma_range_asked(mechanism, lo, 
             assert _seen_gaussians_epsilon(d.rounds, g["sigma"], d.delta) <= g["budget"] * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_shares_that_sum_to_one_within_the_tolerance_give_n_clients(seed):
+    """Shares summing to one within 1e-6 are accepted; they must give exactly N clients, each group at most
+    one from its share of N (at N = 10⁷, shares summing to 1 + 9e-7 gave 10,000,009 clients)."""
+    rng = np.random.default_rng(seed)
+    g = int(rng.integers(1, 6))
+    s = rng.dirichlet(np.ones(g)) * (1 + rng.uniform(-9e-7, 9e-7))
+    n = int(rng.choice([7, 100, 10**6 + 3, 10**7]))
+    if np.any(s * n < 1):
+        return
+    b = Budgets.shares(s, np.arange(1, g + 1, dtype=float), n)
+    assert len(b.group_of) == n and b.counts.sum() == n
+    assert np.all(np.abs(b.counts - s / s.sum() * n) < 1 + 1e-9)
+
+
 @pytest.mark.parametrize("mechanism, q_max", [("client-aggregate", 0.001), ("client-local", 0.0099)])
 def test_a_group_design_refused_for_its_rate_cap_names_the_cap(mechanism, q_max):
     """Where q_max (below 1/N: no client a round on average) is what leaves no round, the refusal names it
