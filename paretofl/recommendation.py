@@ -1058,6 +1058,11 @@ def search(p: Problem, utility) -> tuple:
         eps1 = [accts[qq].epsilon(p.sigma_max * accts[qq].zf, 1, p.delta, p.orders) for qq in p.qs]
         k = int(np.argmin(eps1))
         pre = account(p.prior, p.delta) if p.prior else None
+        floor = float(np.min(conversion_offset(np.asarray(p.orders, dtype=float), p.delta)))
+        if eps1[k] < p.epsilon and p.epsilon < floor * (1 + 1e-9) and pre is None:
+            # the search counts rounds on its orders, where converting RDP to (ε, δ) alone costs the floor
+            raise InfeasibleBudget(p.epsilon, floor, {"q": p.qs[k], "sigma": p.sigma_max, "floor": True,
+                                                           "largest_order": float(np.max(p.orders))})
         raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max}, pre)
     (u, T, sig), qb = best
     return (u, T, sig, qb), per_q

@@ -276,3 +276,15 @@ def test_a_spend_before_the_training_given_in_numpy_numbers_is_the_same_spend():
     assert plain.rounds < D.design(req).rounds           # the spend is charged
     with pytest.raises(ValueError, match="one ledger"):
         D.design(req, pretrial=spend(P.Charge("poisson", 0.1, np.array([4.0, 5.0]), 30)))
+
+
+def test_a_budget_below_the_orders_conversion_floor_says_so():
+    """Below the least cost of converting RDP to (ε, δ) on the accountant's orders (log((α−1)/α) − (log δ +
+    log α)/(α − 1), its least over the orders), the search fits no round at any σ: the refusal names that
+    floor, not a "smallest ε reachable" below the budget (which said 0 and contradicted itself); just above
+    it a design is made."""
+    floor = min(math.log((a - 1) / a) - (math.log(1e-5) + math.log(a)) / (a - 1) for a in P.DEFAULT_ORDERS)
+    with pytest.raises(ValueError, match=rf"below epsilon {floor:.4g} no round fits .*up to {max(P.DEFAULT_ORDERS):g}"):
+        paretofl.design(100, floor * 0.6, max_rounds=5, sigma_min=1, sigma_max=1e6)
+    d = paretofl.design(100, floor * 1.7, max_rounds=5, sigma_min=1, sigma_max=1e6)
+    assert floor < d.epsilon <= floor * 1.7

@@ -41,7 +41,12 @@ class InfeasibleBudget(ValueError):
 
     def __init__(self, epsilon: float, min_epsilon: float, where: dict, prior_epsilon: float | None = None):
         self.epsilon, self.min_epsilon, self.where = epsilon, min_epsilon, where
-        if prior_epsilon is not None and prior_epsilon >= epsilon:
+        if where.get("floor"):
+            top = where.get("largest_order", math.inf)
+            why = (f"budget epsilon={epsilon:g} cannot be met: below epsilon {min_epsilon:.4g} no round fits at this "
+                   f"delta on the accountant's orders (up to {top:g}: converting RDP to (epsilon, delta) alone costs "
+                   "that much); raise epsilon above it, or delta")
+        elif prior_epsilon is not None and prior_epsilon >= epsilon:
             why = (f"budget epsilon={epsilon:g} cannot be met: the private pre-trial alone spent epsilon "
                    f"{prior_epsilon:.4g}; raise epsilon above it, with room for the training")
         else:
