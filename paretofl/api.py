@@ -15,6 +15,7 @@ from .fl.prv import PRV_LIMITS  # noqa: F401  (re-exported; numbers only: Opacus
 from .mechanisms import DEFAULT
 from .mechanisms import get as mechanism_of
 from .recommendation import FIT_FRONT_ONLY, Design, InfeasibleBudget, Request, nbafl_design  # noqa: F401  (re-exported)
+from .shell import command_path  # noqa: F401  (re-exported: how a suggested command prints a path)
 from .theory import privacy
 from .theory.pareto import Box, ParetoSet, theorem3
 from .theory.privacy import SAMPLINGS, Charge, check_delta, check_step

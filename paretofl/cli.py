@@ -16,7 +16,6 @@ import json
 import math
 import os
 import re
-import shlex
 import sys
 
 from . import api
@@ -114,8 +113,8 @@ def _jsonable(x):
 
 
 def _sh(path) -> str:
-    """A path as a command a next: line names takes it: quoted for the shell where it needs to be."""
-    return shlex.quote(str(path))
+    """A path as a command a next: line names takes it (:func:`paretofl.shell.command_path`)."""
+    return api.command_path(path)
 
 
 def _emit(obj, as_json, text):

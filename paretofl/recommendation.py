@@ -692,6 +692,9 @@ def account_design(d: Design) -> dict:
     if pre is not None:                  # what design() refuses to compose, a file may not compose either
         _check_pretrial_fits(pre.get("clients", d.n_clients), d.n_clients, mech, d.groups or None)
     out = {"pretrial": account(prior, d.delta) if prior else None, "groups": None}
+    if d.groups and d.local_work:      # (a design of its own, NbAFL's, is refused one with the prediction)
+        raise ValueError("it lists local-work candidates where its design chooses no local work (groups with "
+                         "budgets of their own)")
     if d.groups:
         if pre is not None:
             raise ValueError("a group design composes no private pre-trial (design refuses the two together)")
@@ -716,7 +719,7 @@ def account_design(d: Design) -> dict:
     p = Problem(d.n_clients, d.budget, d.delta, max(int(d.rounds), int(d.max_rounds or 0)), [d.q],
                 d.sigma_min or d.sigma, d.sigma_max or d.sigma, mech, mech.orders, prior)
     out["epsilon"] = p.epsilon_of(d.q, d.sigma, d.rounds)
-    out["candidates"] = _candidates_spend(d, prior)
+    out["candidates"] = _candidates_spend(d, prior, pre)
     if p.ratios is None:      # Theorem 3's point beside it, computed again (a design with an error ratio has none)
         out["closed_form"] = _closed_form_again(d, p)
     out["training"] = (mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients, orders=mech.orders) if prior
@@ -724,32 +727,48 @@ def account_design(d: Design) -> dict:
     return out
 
 
-def _candidates_spend(d: Design, prior: tuple) -> dict:
+def _candidates_spend(d: Design, prior: tuple, pre) -> dict:
     """What each candidate of a design's local work spends at its own q, T, σ with its own mechanism (the
     design's where a file predates them), composed with the pre-trial's charges: {local epochs: ε}.  A
-    candidate is another design a user may ask for (``--local-epochs K``): it must be within the budget too,
-    whether or not the fit it was chosen from is here.  One that cannot be accounted is a ValueError."""
-    lw = d.local_work
-    cands = lw.get("candidates") if isinstance(lw, dict) else None
+    candidate is another design a user may ask for (``--local-epochs K``): it is checked as the design is
+    (its rate, its release, the pre-trial it composes with) and must be within the budget too, whether or not
+    the fit it was chosen from is here.  One that cannot be accounted, or a number of epochs listed twice, is
+    a ValueError."""
+    cands = d.local_work.get("candidates") if isinstance(d.local_work, dict) else None
     if cands is None:
         return {}
     if not isinstance(cands, list) or not all(isinstance(c, dict) for c in cands):
         raise ValueError("its local work's candidates are not a list of points")
     out = {}
     for c in cands:
+        k = c.get("epochs")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"a candidate's local epochs {k!r} are not a whole number of epochs")
+        if k in out:
+            raise ValueError(f"its local work lists {_epochs_text(k)} twice")
         name, options = c.get("mechanism", d.mechanism), c.get("mechanism_options", d.mechanism_options or {})
         if not isinstance(name, str) or not isinstance(options, dict):
             raise ValueError(f"a candidate names the mechanism {name!r} with options {options!r}")
         q, sigma, rounds = c.get("q"), c.get("sigma"), c.get("rounds")
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf
                for v in (q, sigma, rounds)) or not isinstance(rounds, int):
-            raise ValueError(f"a candidate at {c.get('epochs')!r} local epochs runs q {q!r}, T {rounds!r}, "
-                             f"sigma {sigma!r}")
-        mech = mechanism_of(name, **options)
-        mech.check_rate(q, d.n_clients)
-        p = Problem(d.n_clients, d.budget, d.delta, rounds, [q], sigma, sigma, mech, mech.orders, prior)
-        out[c.get("epochs")] = p.epsilon_of(q, sigma, rounds)
+            raise ValueError(f"a candidate at {_epochs_text(k)} runs q {q!r}, T {rounds!r}, sigma {sigma!r}")
+        try:
+            mech = mechanism_of(name, **options)
+            if pre is not None:          # what design() refuses to compose, a candidate may not compose either
+                _check_pretrial_fits(pre.get("clients", d.n_clients), d.n_clients, mech, None)
+            mech.check_rate(q, d.n_clients)
+            if mech.trainable:
+                mech.noise(q, sigma, d.n_clients)        # the release it names must exist
+            p = Problem(d.n_clients, d.budget, d.delta, rounds, [q], sigma, sigma, mech, mech.orders, prior)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"a candidate at {_epochs_text(k)} cannot run as it says ({exc})") from None
+        out[k] = p.epsilon_of(q, sigma, rounds)
     return out
+
+
+def _epochs_text(k: int) -> str:
+    return f"{k} local epoch{'' if k == 1 else 's'}"
 
 
 def _closed_form_again(d: Design, p: Problem) -> dict:
@@ -836,7 +855,7 @@ def check_claims(d: Design, where: str = "the design") -> dict:
     bad.extend(_closed_form_problems(d, got))
     if not bad and got["groups"] is None and got["epsilon"] > d.budget * (1 + CLAIM_RTOL):
         bad.append(f"epsilon {got['epsilon']:.6g}, past its budget {d.budget:g}")
-    bad.extend(f"a candidate at {k!r} local epochs that spends epsilon {e:.6g}, past its budget {d.budget:g}"
+    bad.extend(f"a candidate at {_epochs_text(k)} that spends epsilon {e:.6g}, past its budget {d.budget:g}"
                for k, e in got.get("candidates", {}).items() if e > d.budget * (1 + CLAIM_RTOL))
     if bad:
         raise ValueError(f"{where} does not add up: it records {bad[0]}"

@@ -515,3 +515,16 @@ def test_the_next_step_names_an_export_the_design_takes(capsys, tmp_path, how):
     if "--framework flower" in line:             # the way to Flower it names must be one Flower's design takes
         assert main(["design", "--clients", "1000", "--budget", "2", "--max-rounds", "500", *how,
                      "--framework", "flower"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["plain.json", "my design.json", "a;b.json", "-dash.json", "--x.json", "it's.json",
+                                  "$(rm -rf x).json", "tab\there.json", "/abs/-x.json"])
+def test_a_suggested_command_takes_the_path_whole(name):
+    """Every path a next: line or a refusal prints comes from one function: the shell gives back one word,
+    the same file, and never an option (a relative path starting with "-" is led by "./": argparse read
+    --design -dash.json as a flag missing its value)."""
+    from paretofl.api import command_path
+
+    (word,) = shlex.split(command_path(name))
+    assert not word.startswith("-")
+    assert word == name or word == "./" + name

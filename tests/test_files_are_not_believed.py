@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -256,9 +257,64 @@ def test_a_candidate_of_the_local_work_past_the_budget_is_refused(tmp_path, mech
         assert compute_epsilon(1.0, other["sigma"] * 9, other["rounds"], 1e-5) > 2.0
     other["sigma"] *= 0.9
     (tmp_path / "e.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=f"candidate at {other['epochs']} local epochs that spends epsilon .* past "
+    with pytest.raises(ValueError, match=f"candidate at {other['epochs']} local epochs? that spends epsilon .* past "
                                          "its budget 2"):
         paretofl.api.load_design(tmp_path / "e.json")
+
+
+def _lowered_copy_first(data):
+    c = json.loads(json.dumps(data["local_work"]["candidates"][0]))
+    c["sigma"] *= 0.3
+    data["local_work"]["candidates"].insert(0, c)
+
+
+def _group_with_local_work(data):
+    import tempfile
+
+    g = paretofl.design(100, max_rounds=300, budgets=paretofl.budgets.Budgets.shares([0.5, 0.5], [2.0, 8.0], 100))
+    with tempfile.TemporaryDirectory() as where:
+        g.save(Path(where) / "g.json")
+        group = json.loads((Path(where) / "g.json").read_text())
+    lw = data["local_work"]
+    data.clear()
+    data.update(group, local_work=lw)
+
+
+@pytest.mark.parametrize("mechanism, edit, fit_here", [
+    # the fifth attack's: a second copy of one K, over the budget, hidden by the copy after it
+    ("distributed", _lowered_copy_first, True),
+    ("client-aggregate", _lowered_copy_first, False),
+    # K written as a float, text or a boolean beside the whole number
+    ("client-aggregate", lambda d: d["local_work"]["candidates"].insert(0, {**d["local_work"]["candidates"][0],
+                                                                          "epochs": 1.0}), False),
+    ("client-aggregate", lambda d: d["local_work"]["candidates"][0].update(epochs="1"), False),
+    ("client-aggregate", lambda d: d["local_work"]["candidates"][0].update(epochs=-3), False),
+    # candidates on a design that chooses no local work
+    ("client-aggregate", _group_with_local_work, False),
+    # a count noise that leaves no budget for the update (the design's own is refused so)
+    ("adaptive", lambda d: next(c for c in d["local_work"]["candidates"] if c["epochs"] != d["local_epochs"])[
+        "mechanism_options"].update(count_noise=1e-9), True),
+])
+def test_every_candidate_is_checked_as_the_design_is(tmp_path, mechanism, edit, fit_here):
+    """The fifth attack's: candidates were accounted one per number of epochs (a duplicate overwrote the one
+    before it), not on group designs, and without the checks the design's own release passes (its count
+    noise, the pre-trial it composes with); now each is refused in one line, whether or not the fit is
+    here (where it is not, the prediction is not re-derived, so only these checks stand)."""
+    kw = {"mechanism_options": {"dim": 7850}} if mechanism == "distributed" else {}
+    if mechanism == "adaptive":
+        kw = {"mechanism_options": {"clip_quantile": 0.5}}
+        mechanism = "client-aggregate"
+    d = paretofl.design(1000 if "dim" in kw.get("mechanism_options", {}) else 100, 2.0,
+                        max_rounds=300, mechanism=mechanism, **kw)
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    edit(data)
+    if not fit_here and isinstance(data.get("local_work"), dict) and "fit" in data["local_work"]:
+        data["local_work"]["fit"]["sha256"] = "0" * 64               # the fit is not here as it was
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError) as err:
+        paretofl.api.load_design(tmp_path / "e.json")
+    assert "e.json" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_a_distributed_cap_past_its_table_is_one_line(tmp_path, capsys):
@@ -756,3 +812,20 @@ def test_a_busy_store_is_not_passed_over_for_another_or_for_the_fits_claim(tmp_p
         ValueError(f"{path} is not a paretofl results file (database is locked)")))
     with pytest.raises(ValueError, match="held by another process"):
         private.locate(str(tmp_path / "a.sqlite"), digest="0" * 64)
+
+
+def test_a_candidate_that_cannot_compose_the_pre_trial_is_refused(private, tmp_path):
+    """The fifth attack's: a candidate grafted onto a design with a private pre-trial, of a mechanism design()
+    refuses to compose with it (Flower's replace-one neighbours), was accounted with the pre-trial's
+    add/remove charges all the same; it is refused as the design's own mechanism would be."""
+    data = json.loads((private / "design.json").read_text())
+    other = paretofl.design(40, 12.0, delta=1e-4, max_rounds=30)
+    other.save(tmp_path / "o.json")
+    lw = json.loads((tmp_path / "o.json").read_text())["local_work"]
+    lw["fit"]["sha256"] = "0" * 64
+    for c in lw["candidates"]:
+        c["mechanism"] = c["mechanism"] if c["epochs"] == lw["epochs"] else "flower"
+    data["local_work"], data["local_epochs"] = lw, lw["epochs"]
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="e.json.*cannot run as it says"):
+        paretofl.api.load_design(tmp_path / "e.json")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1] / "paretofl"
 
 #: lowest first; a module's layer is that of its longest matching prefix
 LAYERS = [
-    ("paretofl.theory", "paretofl.progress"),
+    ("paretofl.theory", "paretofl.progress", "paretofl.shell"),
     ("paretofl.mechanisms",),
     ("paretofl.fl",),
     ("paretofl.budgets", "paretofl.recommendation"),

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..recommendation import FIT_BLOCKING, FIT_FORMAT, store_digest
+from ..shell import command_path
 from .store import Store
 
 #: a bootstrap over seeds needs this many: from two, a resample is one seed twice or both, three fronts in all,
@@ -382,7 +383,7 @@ def _problems(res: Results, kappa, kappa_ci, slope, distance=math.nan, bootstrap
                    f"factor {math.exp(distance):.1f} on average (mean |ln T - ln T_relation| = {distance:.2f}; data "
                    f"that follow the bound give about 0.7), its slope is {slope:.2f} where the theory has -2; the "
                    f"closed form's design may miss the best T: design from the store itself (paretofl design "
-                   f"--from-store {res.path})")
+                   f"--from-store {command_path(res.path)})")
     return out
 
 

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 
 from ..progress import Progress
+from ..shell import command_path
 from .spec import MECHANISM, Spec
 from .store import Store, run_key
 
@@ -358,8 +359,8 @@ def _check_spend(spec: Spec, store: Store, jobs: list) -> None:
         before = account(charges_of_log(spent_before, spec.clients), spec.delta) if spent_before else 0.0
         raise ValueError(f"{store.path} has charged epsilon {before:.4g} already; the {len(planned)} run(s) still to "
                          f"train (each trained afresh, with new noise) would bring it to {total:.4g}, above the "
-                         f"spec's epsilon = {spec.epsilon:g}: fit what is there (paretofl fit {store.path}), or "
-                         "start a new store")
+                         f"spec's epsilon = {spec.epsilon:g}: fit what is there (paretofl fit "
+                         f"{command_path(store.path)}), or start a new store")
 
 
 def _check_reachable(address: str, timeout: float = 10.0):
