@@ -916,7 +916,8 @@ def cmd_fit(a):
     if r.problems and all(p.startswith("the front disagrees") for p in r.problems):
         lines += [f"problem: {p}" for p in r.problems]
         lines.append(f"next: paretofl design --from-store {_sh(a.results)} --clients N --budget EPS --max-rounds T "
-                     f"(the empirical mode), or --fit {_sh(out)} to use the closed form all the same")
+                     f"(the empirical mode), or --fit {_sh(out) if out else 'FIT.json'} to use the closed form all "
+                     "the same")
     elif r.problems:
         lines += [f"problem: {p}" for p in r.problems]
         if r.blocking and r.blocking[0].startswith(api.FIT_FRONT_ONLY) and r.utility_models:
@@ -930,7 +931,8 @@ def cmd_fit(a):
                          "--max-rounds T "
                          "(mind the problems above)")
     else:
-        lines.append(f"next: paretofl design --fit {_sh(out)} --clients N --budget EPS --max-rounds T")
+        lines.append(f"next: paretofl design --fit {_sh(out) if out else 'FIT.json'} --clients N --budget EPS "
+                     "--max-rounds T")
     _emit(d, a.json, "\n".join(lines))
 
 

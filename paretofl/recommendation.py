@@ -41,7 +41,7 @@ from .mechanisms import names as mechanism_names
 from .mechanisms.base import Mechanism
 from .mechanisms.statement import statement as privacy_statement
 from .theory import pareto
-from .theory.local_work import SCORED_ON, LocalWork
+from .theory.local_work import MAX_LOCAL_EPOCHS, SCORED_ON, LocalWork
 from .theory.privacy import (
     DEFAULT_ORDERS,
     Charge,
@@ -695,6 +695,10 @@ def account_design(d: Design) -> dict:
     if d.groups and d.local_work:      # (a design of its own, NbAFL's, is refused one with the prediction)
         raise ValueError("it lists local-work candidates where its design chooses no local work (groups with "
                          "budgets of their own)")
+    if not mech.designable and (pre is not None or d.local_work):
+        # accounted below as its own design, every round a Gaussian: nothing before it, nothing beside it
+        raise ValueError(f"a {d.mechanism} design composes no private pre-trial and lists no local work: design() "
+                         "makes neither for it")
     if d.groups:
         if pre is not None:
             raise ValueError("a group design composes no private pre-trial (design refuses the two together)")
@@ -742,8 +746,9 @@ def _candidates_spend(d: Design, prior: tuple, pre) -> dict:
     out = {}
     for c in cands:
         k = c.get("epochs")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"a candidate's local epochs {k!r} are not a whole number of epochs")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_LOCAL_EPOCHS:
+            raise ValueError(f"a candidate's local epochs {k!r} are not a whole number of epochs from 1 to "
+                             f"{MAX_LOCAL_EPOCHS}")
         if k in out:
             raise ValueError(f"its local work lists {_epochs_text(k)} twice")
         name, options = c.get("mechanism", d.mechanism), c.get("mechanism_options", d.mechanism_options or {})
@@ -1078,7 +1083,7 @@ def search(p: Problem, utility) -> tuple:
         k = int(np.argmin(eps1))
         pre = account(p.prior, p.delta) if p.prior else None
         floor = float(np.min(conversion_offset(np.asarray(p.orders, dtype=float), p.delta)))
-        if eps1[k] < p.epsilon and p.epsilon < floor * (1 + 1e-9) and pre is None:
+        if p.epsilon < floor * (1 + 1e-9) and pre is None:
             # the search counts rounds on its orders, where converting RDP to (ε, δ) alone costs the floor
             raise InfeasibleBudget(p.epsilon, floor, {"q": p.qs[k], "sigma": p.sigma_max, "floor": True,
                                                            "largest_order": float(np.max(p.orders))})

@@ -528,3 +528,14 @@ def test_a_suggested_command_takes_the_path_whole(name):
     (word,) = shlex.split(command_path(name))
     assert not word.startswith("-")
     assert word == name or word == "./" + name
+
+
+def test_fit_as_json_without_a_file_prints_the_fit(capsys):
+    """--json without --out saves nothing and prints the fit; the next: line it does not print named a path
+    that is not there (the sixth attack's: a traceback, since paths in suggested commands are quoted)."""
+    from pathlib import Path
+
+    store = Path(__file__).resolve().parents[1] / "pretrials" / "lr_fmnist.sqlite"
+    assert main(["fit", str(store), "--json", "--bootstrap", "20"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fit_file"] is None and out["kappa"] > 0

@@ -288,3 +288,12 @@ def test_a_budget_below_the_orders_conversion_floor_says_so():
         paretofl.design(100, floor * 0.6, max_rounds=5, sigma_min=1, sigma_max=1e6)
     d = paretofl.design(100, floor * 1.7, max_rounds=5, sigma_min=1, sigma_max=1e6)
     assert floor < d.epsilon <= floor * 1.7
+
+
+def test_the_floor_holds_on_the_fixed_orders_of_flower_accounted_too():
+    """flower-accounted reports ε on Flower's fixed orders too: below their conversion floor the refusal named
+    a smallest ε reachable and advised raising sigma_max or lowering q, which cannot help."""
+    mech = paretofl.mechanisms.get("flower-accounted")
+    floor = min(math.log((a - 1) / a) - (math.log(1e-5) + math.log(a)) / (a - 1) for a in mech.orders)
+    with pytest.raises(ValueError, match=rf"below epsilon {floor:.4g} no round fits"):
+        paretofl.design(1000, floor * 0.3, max_rounds=100, framework="flower-accounted", sigma_max=1e6)

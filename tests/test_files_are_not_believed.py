@@ -77,7 +77,8 @@ DESIGN_CLASSES = {
     "edited budget": (_set(budget=0.5), "past its budget"),
     "edited noise multiplier": (_scale("noise_multiplier", 4), "does not add up"),
     "changed mechanism": (_set(mechanism="client-local"), "does not add up"),
-    "changed mechanism to nbafl": (_set(mechanism="nbafl"), "does not add up"),
+    # (a design of its own composes no pre-trial and lists no local work, which this one does)
+    "changed mechanism to nbafl": (_set(mechanism="nbafl"), "composes no private pre-trial and lists no local work"),
     "unknown mechanism": (_set(mechanism="laplace"), "laplace"),
     "NaN": (_set(sigma="nan"), "sigma"),
     "missing field": (_drop("rounds"), "missing rounds"),
@@ -828,4 +829,39 @@ def test_a_candidate_that_cannot_compose_the_pre_trial_is_refused(private, tmp_p
     data["local_work"], data["local_epochs"] = lw, lw["epochs"]
     (tmp_path / "e.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="e.json.*cannot run as it says"):
+        paretofl.api.load_design(tmp_path / "e.json")
+
+
+@pytest.mark.parametrize("with_pretrial", [False, True])
+def test_a_design_of_its_own_mechanism_carries_no_pre_trial_and_no_candidates(private, tmp_path, with_pretrial):
+    """The sixth attack's: a file switched to a mechanism with a design of its own ("sample"), every other
+    figure made to agree, was accounted as that design (every round a Gaussian) without the private
+    pre-trial's spend it records as composed (a guarantee of 14.1 printed for 20.8 spent) and without its
+    local-work candidates (each past the budget); design() writes neither for such a mechanism: refused."""
+    from paretofl.recommendation import Design, account_design
+
+    if with_pretrial:
+        data = json.loads((private / "design.json").read_text())
+    else:
+        paretofl.design(100, 2.0, max_rounds=500).save(tmp_path / "d.json")
+        data = json.loads((tmp_path / "d.json").read_text())
+    data.update(mechanism="sample", mechanism_options={}, closed_form={}, distance={})
+    kept = {k: data.pop(k) for k in ("local_work",)} if not with_pretrial else {}
+    pre = data["details"].pop("pretrial", None)
+    for sigma in (3.0, 10.0, 30.0, 100.0, 300.0):          # a σ its own accounting keeps within the budget
+        data["sigma"] = sigma
+        alone = account_design(Design(**{k: v for k, v in data.items() if k not in ("format", "framework")}))
+        if alone["epsilon"] <= data["budget"]:
+            break
+    data.update(epsilon=alone["epsilon"], noise_multiplier=alone["noise_multiplier"],
+                charged_noise_multiplier=alone["charged_noise_multiplier"], sampling=alone["sampling"], **kept)
+    if pre is not None:
+        pre["training_epsilon"] = alone["epsilon"]
+        data["details"]["pretrial"] = pre
+    else:                         # its candidates of the same mechanism, its fit not here: nothing else reads them
+        data["local_work"]["fit"]["sha256"] = "0" * 64
+        for c in data["local_work"]["candidates"]:
+            c.update(mechanism="sample", mechanism_options={}, rounds=100_000, sigma=0.3)
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="e.json.*composes no private pre-trial and lists no local work"):
         paretofl.api.load_design(tmp_path / "e.json")
