@@ -314,6 +314,10 @@ def check_design(d: Design, where: str = "the design", near=None) -> Design:
         raise ValueError(f"{where} names pre-trials that spent differently ({', '.join(seen)}): κ and the pre-trial "
                          "it composes must be one pre-trial; design again, nothing was believed")
     found = next((x for x in spends if x is not None), None)
+    if found is not None and found.clients != d.n_clients:
+        raise ValueError(f"{where} composes a private pre-trial that {found.source} ran on {found.clients} clients: "
+                         f"it protects those, not this design's {d.n_clients} (run it on your federation's own "
+                         "clients); nothing was believed")
     if found is not None:
         from .theory.privacy import charges_from_data
 

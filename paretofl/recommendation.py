@@ -687,10 +687,17 @@ def account_design(d: Design) -> dict:
     from .theory.privacy import charges_from_data
 
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
+    if not mech.designable and mech.trainable:
+        raise ValueError(f"no design is made for {d.mechanism} (it trains, but neither design() nor a design of "
+                         "its own chooses its knobs)")
     pre = (d.details or {}).get("pretrial")
-    prior = tuple(charges_from_data(pre.get("charges") if isinstance(pre, dict) else None)) if pre is not None else ()
+    if "pretrial" in (d.details or {}) and not isinstance(pre, dict):
+        raise ValueError(f"its private pre-trial is {pre!r}, not a record of its charges")
+    prior = tuple(charges_from_data(pre.get("charges"))) if pre is not None else ()
     if pre is not None:                  # what design() refuses to compose, a file may not compose either
-        _check_pretrial_fits(pre.get("clients", d.n_clients), d.n_clients, mech, d.groups or None)
+        if not prior:
+            raise ValueError("it records a private pre-trial that charged nothing")
+        _check_pretrial_fits(_pretrial_clients(pre, d.n_clients), d.n_clients, mech, d.groups or None)
     out = {"pretrial": account(prior, d.delta) if prior else None, "groups": None}
     if d.groups and d.local_work:      # (a design of its own, NbAFL's, is refused one with the prediction)
         raise ValueError("it lists local-work candidates where its design chooses no local work (groups with "
@@ -731,6 +738,18 @@ def account_design(d: Design) -> dict:
     return out
 
 
+def _pretrial_clients(pre: dict, n: int) -> int:
+    """The clients a design file says its private pre-trial ran on: its own N where it does not say (design()
+    records none: it refuses a pre-trial on other clients), never "none" (which would skip the checks of
+    what the pre-trial composes with)."""
+    clients = pre.get("clients")
+    if clients is None:
+        return n
+    if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
+        raise ValueError(f"its private pre-trial ran on {clients!r} clients, not a whole number")
+    return clients
+
+
 def _candidates_spend(d: Design, prior: tuple, pre) -> dict:
     """What each candidate of a design's local work spends at its own q, T, σ with its own mechanism (the
     design's where a file predates them), composed with the pre-trial's charges: {local epochs: ε}.  A
@@ -761,7 +780,7 @@ def _candidates_spend(d: Design, prior: tuple, pre) -> dict:
         try:
             mech = mechanism_of(name, **options)
             if pre is not None:          # what design() refuses to compose, a candidate may not compose either
-                _check_pretrial_fits(pre.get("clients", d.n_clients), d.n_clients, mech, None)
+                _check_pretrial_fits(_pretrial_clients(pre, d.n_clients), d.n_clients, mech, None)
             mech.check_rate(q, d.n_clients)
             if mech.trainable:
                 mech.noise(q, sigma, d.n_clients)        # the release it names must exist

@@ -605,7 +605,8 @@ GROUP_CLASSES = {
                                     "does not add up"),
     # the third attack: a mechanism that samples one cohort for all (Flower's) ran the groups' rates as one
     "groups under Flower's mechanism": (lambda d: d.update(mechanism="flower"), "run with client-aggregate or"),
-    "groups under the sample mechanism": (lambda d: d.update(mechanism="sample"), "run with client-aggregate or"),
+    # (refused before its groups are read: no design is made for sample)
+    "groups under the sample mechanism": (lambda d: d.update(mechanism="sample"), "no design is made for sample"),
     "a budget as text": (_group(1, budget="8"), "budget must be a finite number"),
     "a NaN budget": (_group(1, budget="nan"), "budget must be a finite number"),
     "a rate as text": (_group(0, q="0.5"), "q must be a finite number"),
@@ -834,10 +835,11 @@ def test_a_candidate_that_cannot_compose_the_pre_trial_is_refused(private, tmp_p
 
 @pytest.mark.parametrize("with_pretrial", [False, True])
 def test_a_design_of_its_own_mechanism_carries_no_pre_trial_and_no_candidates(private, tmp_path, with_pretrial):
-    """The sixth attack's: a file switched to a mechanism with a design of its own ("sample"), every other
-    figure made to agree, was accounted as that design (every round a Gaussian) without the private
-    pre-trial's spend it records as composed (a guarantee of 14.1 printed for 20.8 spent) and without its
-    local-work candidates (each past the budget); design() writes neither for such a mechanism: refused."""
+    """The sixth attack's: a file switched to a mechanism design() does not design ("sample" then, refused
+    outright now; NbAFL, which has a design of its own, here), every other figure made to agree, was
+    accounted as NbAFL's design is (every round a Gaussian) without the private pre-trial's spend it records
+    as composed (a guarantee of 14.1 printed for 20.8 spent) and without its local-work candidates (each
+    past the budget); neither design writes those for such a mechanism: refused."""
     from paretofl.recommendation import Design, account_design
 
     if with_pretrial:
@@ -845,7 +847,7 @@ def test_a_design_of_its_own_mechanism_carries_no_pre_trial_and_no_candidates(pr
     else:
         paretofl.design(100, 2.0, max_rounds=500).save(tmp_path / "d.json")
         data = json.loads((tmp_path / "d.json").read_text())
-    data.update(mechanism="sample", mechanism_options={}, closed_form={}, distance={})
+    data.update(mechanism="nbafl", mechanism_options={}, closed_form={}, distance={})
     kept = {k: data.pop(k) for k in ("local_work",)} if not with_pretrial else {}
     pre = data["details"].pop("pretrial", None)
     for sigma in (3.0, 10.0, 30.0, 100.0, 300.0):          # a σ its own accounting keeps within the budget
@@ -861,7 +863,73 @@ def test_a_design_of_its_own_mechanism_carries_no_pre_trial_and_no_candidates(pr
     else:                         # its candidates of the same mechanism, its fit not here: nothing else reads them
         data["local_work"]["fit"]["sha256"] = "0" * 64
         for c in data["local_work"]["candidates"]:
-            c.update(mechanism="sample", mechanism_options={}, rounds=100_000, sigma=0.3)
+            c.update(mechanism="nbafl", mechanism_options={}, rounds=100_000, sigma=0.3)
     (tmp_path / "e.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="e.json.*composes no private pre-trial and lists no local work"):
+    with pytest.raises(ValueError, match="e.json.*(composes no private pre-trial and lists no local work|cannot be "
+                                         "composed with this design)"):
         paretofl.api.load_design(tmp_path / "e.json")
+
+
+def _consistent(data):
+    """The file's privacy figures made to agree with what it releases (the forger's last step)."""
+    from paretofl.recommendation import Design, account_design
+
+    got = account_design(Design(**{k: v for k, v in data.items() if k not in ("format", "framework")}))
+    data.update(epsilon=got["epsilon"], noise_multiplier=got["noise_multiplier"],
+                charged_noise_multiplier=got["charged_noise_multiplier"], sampling=got["sampling"])
+    if got["pretrial"] is not None:
+        data["details"]["pretrial"].update(epsilon=got["pretrial"], training_epsilon=got["training"])
+    return data
+
+
+def test_a_pre_trial_said_to_have_run_on_no_clients_is_still_checked(tmp_path):
+    """The seventh attack's: "clients": null in a file's pre-trial skipped every check of what the pre-trial
+    may compose with (read as "no pre-trial"): a Flower design, whose replace-one neighbours double the
+    pre-trial's charges, printed ε 3.17 for 5.57 spent.  A missing or null count is the design's own N."""
+    paretofl.design(100, 2.0, max_rounds=200, framework="flower").save(tmp_path / "f.json")
+    data = json.loads((tmp_path / "f.json").read_text())
+    data.update(local_work={}, budget=10.0)
+    data["details"]["pretrial"] = {"charges": [{"sampling": "poisson", "rate": 1.0, "noise_multiplier": 6.0,
+                                                "steps": 10}], "clients": None, "fit": None, "store": None}
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="e.json.*pre-trial's spend cannot be composed with this design"):
+        paretofl.api.load_design(tmp_path / "e.json")
+    data["details"]["pretrial"]["clients"] = "100"
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="e.json.*not a whole number"):
+        paretofl.api.load_design(tmp_path / "e.json")
+
+
+@pytest.mark.parametrize("pretrial, match", [(None, "not a record of its charges"),
+                                             ({"charges": [], "epsilon": 0.0}, "charged nothing")])
+def test_a_pre_trial_record_that_is_not_one_is_refused_in_one_line(tmp_path, pretrial, match):
+    """The seventh attack's: "pretrial": null loaded and crashed train --design; no charges raised a bare
+    TypeError."""
+    paretofl.design(100, 2.0, max_rounds=200).save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    data["details"]["pretrial"] = pretrial
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    assert main(["export", str(tmp_path / "e.json"), "--statement"]) == 2
+
+
+def test_a_file_of_a_mechanism_no_design_chooses_is_refused(tmp_path):
+    """The seventh attack's: a file switched to "sample" (DP-SGD in the clients, which neither design() nor a
+    design of its own chooses the knobs of) loaded, its statement below what its Opacus export then ran."""
+    paretofl.design(100, 2.0, max_rounds=200, local_epochs=1).save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    data.update(mechanism="sample", mechanism_options={}, closed_form={}, distance={}, local_work={})
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="e.json.*no design is made for sample"):
+        paretofl.api.load_design(tmp_path / "e.json")
+
+
+def test_a_pre_trial_on_other_clients_than_the_design_is_refused(private, tmp_path):
+    """A private pre-trial protects the clients it ran on: a file whose N was edited (every figure made to
+    agree) composes its store's spend for clients it does not protect; the store's count is checked."""
+    data = json.loads((private / "design.json").read_text())
+    data["n_clients"] = 50
+    data.update(closed_form={}, distance={}, local_work={})
+    (tmp_path / "e.json").write_text(json.dumps(_consistent(data)))
+    with pytest.raises(ValueError, match="e.json.*ran on 40 clients"):
+        paretofl.api.check_design(paretofl.Design.load(tmp_path / "e.json"), str(tmp_path / "e.json"),
+                                  near=private / "design.json")     # its store found beside the design it came with
