@@ -711,6 +711,7 @@ def account_design(d: Design) -> dict:
             raise ValueError("a group design composes no private pre-trial (design refuses the two together)")
         from .budgets import account_groups
 
+        mech.noise(d.q, d.sigma, d.n_clients)     # the release it names must exist (a count noise leaving no budget)
         g = account_groups(d.mechanism, d.groups, d.group_of, d.sigma, d.delta, d.rounds)
         out.update(groups=g["epsilons"], epsilon=max(g["epsilons"]), training=max(g["epsilons"]),
                    group_problems=g["problems"], group_q=g["q"], group_budget=g["budget"],

@@ -933,3 +933,17 @@ def test_a_pre_trial_on_other_clients_than_the_design_is_refused(private, tmp_pa
     with pytest.raises(ValueError, match="e.json.*ran on 40 clients"):
         paretofl.api.check_design(paretofl.Design.load(tmp_path / "e.json"), str(tmp_path / "e.json"),
                                   near=private / "design.json")     # its store found beside the design it came with
+
+
+def test_a_group_designs_release_is_checked_on_load(tmp_path):
+    """The eighth attack's: a group design with adaptive clipping whose count noise leaves no budget for the
+    update loaded (its groups' ε re-derived without asking the release), and crashed at its statement."""
+    b = paretofl.budgets.Budgets.shares([0.5, 0.5], [1.0, 4.0], 200)
+    d = paretofl.design(200, None, max_rounds=200, budgets=b, mechanism_options={"clip_quantile": 0.5})
+    d.save(tmp_path / "g.json")
+    assert paretofl.api.load_design(tmp_path / "g.json").statement()
+    data = json.loads((tmp_path / "g.json").read_text())
+    data["mechanism_options"]["count_noise"] = 0.5
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="e.json.*leaves no budget for the update"):
+        paretofl.api.load_design(tmp_path / "e.json")          # refused on load, before anything reads it
