@@ -462,8 +462,11 @@ def _groups_on_updates(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min,
         if best is None or u[it] < best[0]:
             best = (float(u[it]), float(q), int(ts[it]), ss[first[:, it]])
     if best is None:
+        # every rate from 1/N to q_max was searched, and a seen participation only spends more at a higher one:
+        # q_max is the cause only where it leaves no rate at all
         raise ValueError(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round at any rate "
-                         f"and noise allowed: raise its budget or the sigma range{_or_q_max(q_max, n)}")
+                         f"and noise allowed: raise its budget or the sigma range"
+                         f"{_or_q_max(q_max, n) if q_max * n < 1 else ''}")
     _, q, T, grid_sigma = best
     sampling = _group_charge(mech, q, 1.0).sampling
     # each group's least σ_g within its budget, raised to the range's floor (more noise spends less); never

@@ -706,21 +706,17 @@ def account_design(d: Design) -> dict:
         # accounted below as its own design, every round a Gaussian: nothing before it, nothing beside it
         raise ValueError(f"a {d.mechanism} design composes no private pre-trial and lists no local work: design() "
                          "makes neither for it")
-    if d.groups:
-        if pre is not None:
-            raise ValueError("a group design composes no private pre-trial (design refuses the two together)")
+    if d.groups:                       # (a private pre-trial beside groups is refused above: _check_pretrial_fits)
         from .budgets import account_groups
 
-        mech.noise(d.q, d.sigma, d.n_clients)     # the release it names must exist (a count noise leaving no budget)
-        g = account_groups(d.mechanism, d.groups, d.group_of, d.sigma, d.delta, d.rounds)
+        g = account_groups(d.mechanism, d.groups, d.group_of, d.sigma, d.delta, d.rounds)    # (its mechanism's)
+        _runs(mech, d.q, d.sigma, d.n_clients)
         out.update(groups=g["epsilons"], epsilon=max(g["epsilons"]), training=max(g["epsilons"]),
                    group_problems=g["problems"], group_q=g["q"], group_budget=g["budget"],
                    **{k: g[k] for k in ("noise_multiplier", "charged_noise_multiplier", "sampling")})
         return out
-    mech.check_rate(d.q, d.n_clients)    # a rate its mechanism can run (bandmf: q = 1/b; amplified: q b <= 1)
+    _runs(mech, d.q, d.sigma, d.n_clients)
     c = mech.charge(d.q, d.sigma, d.n_clients)
-    if mech.trainable:
-        mech.noise(d.q, d.sigma, d.n_clients)     # the release it names must exist (a count noise leaving no budget)
     out.update(charged_noise_multiplier=float(c.noise_multiplier), sampling=c.sampling,
                noise_multiplier=float(mechanism_of(d.mechanism).noise(d.q, d.sigma, d.n_clients).std))
     if not mech.designable:       # its own design (NbAFL's): a Gaussian of σ per upload, every round, searched orders
@@ -737,6 +733,14 @@ def account_design(d: Design) -> dict:
     out["training"] = (mech.epsilon(d.q, d.sigma, d.rounds, d.delta, d.n_clients, orders=mech.orders) if prior
                        else out["epsilon"])
     return out
+
+
+def _runs(mech, q, sigma, n: int) -> None:
+    """A point a file records can run: a rate its mechanism can run (bandmf: q = 1/b; amplified: q b <= 1) and
+    the release it names exists (a count noise leaving no budget for the update does not); ValueError if not."""
+    mech.check_rate(q, n)
+    if mech.trainable:
+        mech.noise(q, sigma, n)
 
 
 def _pretrial_clients(pre: dict, n: int) -> int:
@@ -782,9 +786,7 @@ def _candidates_spend(d: Design, prior: tuple, pre) -> dict:
             mech = mechanism_of(name, **options)
             if pre is not None:          # what design() refuses to compose, a candidate may not compose either
                 _check_pretrial_fits(_pretrial_clients(pre, d.n_clients), d.n_clients, mech, None)
-            mech.check_rate(q, d.n_clients)
-            if mech.trainable:
-                mech.noise(q, sigma, d.n_clients)        # the release it names must exist
+            _runs(mech, q, sigma, d.n_clients)
             p = Problem(d.n_clients, d.budget, d.delta, rounds, [q], sigma, sigma, mech, mech.orders, prior)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"a candidate at {_epochs_text(k)} cannot run as it says ({exc})") from None

@@ -322,3 +322,14 @@ def test_budgets_beside_a_mechanism_that_cannot_sample_groups_are_refused_before
         paretofl.train(dataset="digits", rounds=2, budgets=[1.0, 1.0, 4.0, 4.0], mechanism=mech)
     msg = str(e.value)
     assert "\n" not in msg and ("client-aggregate" in msg or "Flower" in msg), msg
+
+
+def test_a_client_local_refusal_names_q_max_only_where_it_leaves_no_rate():
+    """Each update's own noise, its participation seen: every rate from 1/N to q_max is searched and a higher
+    one only spends more, so q_max is not why a group cannot be served (the refusal named it, and raising it
+    changed nothing), unless it is below 1/N."""
+    b = Budgets.shares([0.5, 0.3, 0.2], [1, 4, 20], 200)
+    with pytest.raises(ValueError) as err:
+        paretofl.design(200, None, max_rounds=20, budgets=b, kappa=KAPPA, mechanism="client-local",
+                        sigma_min=0.5, sigma_max=0.8, q_max=0.2)
+    assert "allows no round" in str(err.value) and "q_max" not in str(err.value)
