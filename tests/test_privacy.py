@@ -574,3 +574,57 @@ def test_the_prv_accountant_says_nothing_beside_its_answer_at_a_huge_noise(capsy
         assert main(["account", "--sigma", "1e9", "--q", "0.1", "--steps", "10", "--accountant", "both"]) == 0
     out = capsys.readouterr()
     assert not seen and out.err == "" and "the larger is reported" in out.out, ([str(w.message) for w in seen], out)
+
+
+def _wor_diffs_reference(z):
+    """Theorem 27's forward-difference bounds as the docstring states them, every series column and every
+    alternating sum over a full row: the straightforward computation the fast one must equal."""
+    top, c = P._WOR_TOP, 1.0 / (2.0 * z * z)
+    lf = P._log_fact(2 * top + 2)
+    b = P._wor_log_b()
+    n = np.arange(b.shape[0], dtype=float)
+    x = b + (n * math.log(c) - lf[: b.shape[0]])[:, None]
+    with np.errstate(over="ignore", divide="ignore"):
+        mx = np.where(np.isfinite(x.max(axis=0)), x.max(axis=0), 0.0)
+        series = np.log(np.sum(np.exp(x - mx), axis=0)) + mx + lf[: top + 1] + 4 * top * P._EPS
+    i = np.arange(top + 1)
+    ms = np.arange(2, top + 1)
+    inside = i[None, :] <= ms[:, None]
+    vals = np.where(inside, P._log_binom(np.where(inside, ms[:, None], i), i), -np.inf) + c * i * (i - 1.0)
+    top_v = vals.max(axis=1)
+    mags = np.exp(vals - top_v[:, None])
+    s = np.sum(np.where((ms[:, None] - i) % 2 == 0, 1.0, -1.0) * mags, axis=1)
+    err = (ms + 2) * P._EPS * np.sum(mags, axis=1) * (8.0 + 2.0 * np.max(np.where(inside, np.abs(vals), 0), axis=1))
+    alt = np.where(s + err > 0, top_v + np.log(np.where(s + err > 0, s + err, 1.0)), np.inf)
+    N, lam = b.shape[0] - 1, c * ms * (ms - 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tail = ms * math.log(2) + (N + 1) * np.log(lam) - float(lf[N + 1]) - np.log1p(-lam / (N + 2))
+        up = np.where(lam < N + 2, np.logaddexp(series[2:], tail), np.inf)
+    out = np.minimum(up, alt)
+    return np.concatenate([[0.0, -np.inf], out + 1e-12 * (1.0 + np.abs(out))])
+
+
+@pytest.mark.parametrize("z", [0.06, 0.09, 0.2, 0.5, 1.0, 2.7, 8.0, 11.5, 40.0, 300.0])
+def test_wor_differences_are_those_of_the_full_computation(z):
+    """The forward differences are computed only where each way can hold the minimum (the series where its
+    tail bound holds, the alternating sums over each row's own terms): the values are those of every column
+    and every full row (to round-off: issue 47 keeps the designs' numbers)."""
+    fast = P._wor_diffs_upper(z, P._WOR_TOP)
+    ref = _wor_diffs_reference(z)
+    assert np.array_equal(np.isinf(fast), np.isinf(ref))
+    fin = np.isfinite(ref)
+    np.testing.assert_allclose(fast[fin], ref[fin], rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("z", [0.09, 0.3, 1.0, 5.0, 30.0])
+def test_wor_differences_bound_the_exact_ones(z):
+    """Each bound is at least log Δ^m g(0) computed exactly (300 digits), m = 2..40: where the series is
+    left out (small σ) as where it decides (large σ)."""
+    mp.mp.dps = 300
+    zz = mp.mpf(z)
+    fast = P._wor_diffs_upper(z, P._WOR_TOP)
+    for m in range(2, 41):
+        d = mp.fsum([(-1) ** (m - i) * mp.binomial(m, i) * mp.e ** (mp.mpf(i) * (i - 1) / (2 * zz * zz))
+                     for i in range(m + 1)])
+        exact = float(mp.log(d))
+        assert exact <= fast[m] <= exact + 1e-9 * (1 + abs(exact)) or (z >= 30 and m > 20 and fast[m] >= exact)

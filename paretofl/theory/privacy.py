@@ -471,22 +471,34 @@ def _wor_diffs_upper(z: float, top: int) -> np.ndarray:
     out[0] = 0.0
     lf = _log_fact(2 * _WOR_TOP + 2)
     # series
-    b = _wor_log_b()[:, : top + 1]
+    b = _wor_log_b()
     n = np.arange(b.shape[0], dtype=float)
-    series = _lse(b + (n * math.log(c) - lf[: b.shape[0]])[:, None], axis=0)[0] + lf[: top + 1]
-    series = series + 4 * _WOR_TOP * _EPS                      # the table's own rounding
     N = b.shape[0] - 1
+    m = np.arange(2, top + 1, dtype=float)
+    lam = c * m * (m - 1)
+    # the series only where its tail bound holds (λ < N + 2: m = 2..last); each column is summed on its own,
+    # down the rows in turn, so these are the values all columns asked at once give (at least 8 columns:
+    # a single one would be summed as a vector, pairwise)
+    last = 2 + int(np.count_nonzero(lam < N + 2))
+    series = np.full(top + 1, np.inf)
+    if last > 2:
+        cols = slice(2, min(top + 1, max(last, 10)))
+        series[cols] = _lse(b[:, cols] + (n * math.log(c) - lf[: b.shape[0]])[:, None], axis=0)[0] + lf[cols]
+    series = series + 4 * _WOR_TOP * _EPS                      # the table's own rounding
     # the alternating sums of every m at once, one row each (i <= m); each
     # row is summed on its own below, so each sum is the one a row alone gives
     i = np.arange(top + 1)
     inside, log_binom, signs = _wor_binomials(top)
-    vals = log_binom + c * i * (i - 1.0)        # -inf outside
-    top_v = vals.max(axis=1)
-    mags = np.exp(vals - top_v[:, None])
+    growth = c * i * (i - 1.0)
+    top_v, mags = np.empty(top - 1), np.zeros((top - 1, top + 1))     # exp(-inf) = 0 outside (i > m)
+    for r0 in range(0, top - 1, 32):            # in blocks of rows, each as wide as its largest m
+        r1 = min(r0 + 32, top - 1)
+        w = r1 + 2
+        vals = log_binom[r0:r1, :w] + growth[:w]        # -inf outside
+        top_v[r0:r1] = vals.max(axis=1)
+        mags[r0:r1, :w] = np.exp(vals - top_v[r0:r1, None])
     signed = signs * mags
-    big = np.where(inside, np.abs(vals), 0.0).max(axis=1)
-    m = np.arange(2, top + 1, dtype=float)
-    lam = c * m * (m - 1)
+    big = top_v          # the largest |term| of each row: every term is log C(m, i) + c·i(i-1) >= 0
     with np.errstate(divide="ignore", invalid="ignore"):
         tail = m * math.log(2) + (N + 1) * np.log(lam) - float(lf[N + 1]) - np.log1p(-lam / (N + 2))
     up = np.where(lam < N + 2, np.logaddexp(series[2:], np.where(lam < N + 2, tail, -np.inf)), np.inf)
@@ -513,6 +525,24 @@ def _wor_diffs(z: float) -> np.ndarray:
             _WOR_DIFFS.clear()
         _WOR_DIFFS[z] = _wor_diffs_upper(z, _WOR_TOP)
     return _WOR_DIFFS[z]
+
+
+_WOR_BLOCK_BINOMIALS: dict = {}
+
+
+def _wor_block_binomials(block: tuple) -> tuple:
+    """For a block of integer orders α (rows) and j = 3..max α: j <= α,
+    log C(α, 2) and log C(α, j) (where j > α: C(max α, j), masked by the
+    first); they do not depend on q or σ, and the lazy accountant asks the
+    same blocks for every σ (remembered, bounded)."""
+    if block not in _WOR_BLOCK_BINOMIALS:
+        if len(_WOR_BLOCK_BINOMIALS) >= 256:
+            _WOR_BLOCK_BINOMIALS.clear()
+        b = np.array(block)
+        jj = np.arange(3, int(b[-1]) + 1)
+        inside = jj[None, :] <= b[:, None]
+        _WOR_BLOCK_BINOMIALS[block] = (inside, _log_binom(b, 2), _log_binom(np.where(inside, b[:, None], jj), jj))
+    return _WOR_BLOCK_BINOMIALS[block]
 
 
 def _wor_log_a(q: float, z: float, alphas, diffs: np.ndarray) -> dict:
@@ -557,12 +587,11 @@ def _wor_log_a(q: float, z: float, alphas, diffs: np.ndarray) -> dict:
             stop += 1
         block = np.array(ks[start:stop])
         top = int(block[-1])
-        jj = j[: top - 2]
-        inside = jj[None, :] <= block[:, None]
+        inside, binom2, binoms = _wor_block_binomials(tuple(ks[start:stop]))
         t = np.full((block.size, top), -np.inf)
         t[:, 0] = 0.0
-        t[:, 1] = 2 * math.log(q) + _log_binom(block, 2) + pick
-        t[:, 2:] = np.where(inside, shared[: top - 2] + _log_binom(np.where(inside, block[:, None], jj), jj), -np.inf)
+        t[:, 1] = 2 * math.log(q) + binom2 + pick
+        t[:, 2:] = np.where(inside, shared[: top - 2] + binoms, -np.inf)
         m = t.max(axis=1)
         e = np.exp(t - m[:, None])
         for r, k in enumerate(block):
