@@ -382,9 +382,7 @@ def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sig
         u = 1.0 / ts[None, :] + kappa * zs[:, None] ** 2 / m ** 2
     feasible &= (sig >= sigma_min) & (sig <= sigma_max)
     if not feasible.any():
-        worst = float(eps[0])
-        raise ValueError(f"the strictest group's budget (epsilon = {worst:g}) allows no round at any rate and "
-                         f"noise allowed: raise its budget or the sigma range{_or_q_max(q_max, n)}")
+        raise ValueError(_no_round(float(eps[0]), delta, orders, _or_q_max(q_max, n)))
     u = np.where(feasible, u, np.inf)
     iz, it = np.unravel_index(np.argmin(u), u.shape)
     T = int(ts[it])
@@ -426,6 +424,19 @@ def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sig
     return out
 
 
+def _no_round(eps0: float, delta: float, orders, also: str = "") -> str:
+    """The refusal of a group design whose strictest budget allows no round: where that budget lies below what
+    converting RDP to (ε, δ) costs on the accountant's orders, no rate or noise can help, and it says so."""
+    a = np.asarray(orders, dtype=float)
+    floor = float(np.min(conversion_offset(a, delta)))
+    head = f"the strictest group's budget (epsilon = {eps0:g}) allows no round"
+    if eps0 < floor * (1 + 1e-9):
+        return (f"{head}: below epsilon {floor:.4g} no round fits at this delta on the accountant's orders (up to "
+                f"{float(np.max(a)):g}: converting RDP to (epsilon, delta) alone costs that much); raise its budget "
+                "above it, or delta")
+    return f"{head} at any rate and noise allowed: raise its budget or the sigma range{also}"
+
+
 def _or_q_max(q_max: float, n: int) -> str:
     """What else a refusal of a group design names where the rate was capped: q_max (below 1/N a round
     samples no client on average)."""
@@ -464,9 +475,7 @@ def _groups_on_updates(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min,
     if best is None:
         # every rate from 1/N to q_max was searched, and a seen participation only spends more at a higher one:
         # q_max is the cause only where it leaves no rate at all
-        raise ValueError(f"the strictest group's budget (epsilon = {eps[0]:g}) allows no round at any rate "
-                         f"and noise allowed: raise its budget or the sigma range"
-                         f"{_or_q_max(q_max, n) if q_max * n < 1 else ''}")
+        raise ValueError(_no_round(float(eps[0]), delta, orders, _or_q_max(q_max, n) if q_max * n < 1 else ""))
     _, q, T, grid_sigma = best
     sampling = _group_charge(mech, q, 1.0).sampling
     # each group's least σ_g within its budget, raised to the range's floor (more noise spends less); never

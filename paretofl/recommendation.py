@@ -1109,7 +1109,8 @@ def search(p: Problem, utility) -> tuple:
             # the search counts rounds on its orders, where converting RDP to (ε, δ) alone costs the floor
             raise InfeasibleBudget(p.epsilon, floor, {"q": p.qs[k], "sigma": p.sigma_max, "floor": True,
                                                            "largest_order": float(np.max(p.orders))})
-        raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max}, pre)
+        raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max,
+                                                     "one_client": p.qs[k] * p.n_clients <= 1 + 1e-9}, pre)
     (u, T, sig), qb = best
     return (u, T, sig, qb), per_q
 

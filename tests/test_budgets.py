@@ -14,6 +14,7 @@ from scipy.stats import norm
 import paretofl
 from paretofl.budgets import Budgets, read_budgets
 from paretofl.cli import main
+from paretofl.theory.privacy import DEFAULT_ORDERS
 
 KAPPA = 16.4
 
@@ -333,3 +334,21 @@ def test_a_client_local_refusal_names_q_max_only_where_it_leaves_no_rate():
         paretofl.design(200, None, max_rounds=20, budgets=b, kappa=KAPPA, mechanism="client-local",
                         sigma_min=0.5, sigma_max=0.8, q_max=0.2)
     assert "allows no round" in str(err.value) and "q_max" not in str(err.value)
+
+
+@pytest.mark.parametrize("mechanism", ["client-aggregate", "client-local"])
+def test_a_group_budget_below_the_conversion_floor_names_it(tmp_path, mechanism):
+    """A strictest budget below the least cost of converting RDP to (ε, δ) on the orders (computed here from
+    the conversion's formula) fits no round at any rate or noise: the refusal names that floor and no rate
+    or σ range; a budget that is merely small names the range, not the floor."""
+    floor = min(math.log((a - 1) / a) - (math.log(1e-5) + math.log(a)) / (a - 1) for a in DEFAULT_ORDERS)
+    f = tmp_path / "b.csv"
+    f.write_text(f"share,epsilon\n0.5,{floor * 0.5!r}\n0.5,8\n")
+    with pytest.raises(ValueError, match=rf"below epsilon {floor:.4g} no round fits") as err:
+        paretofl.design(100, None, max_rounds=50, budgets=str(f), mechanism=mechanism, q_max=0.5)
+    assert "sigma range" not in str(err.value) and "q_max" not in str(err.value)
+    f.write_text("share,epsilon\n0.5,0.01\n0.5,8\n")
+    with pytest.raises(ValueError, match="allows no round at any rate and noise allowed: raise its budget or the "
+                                         "sigma range") as err:
+        paretofl.design(100, None, max_rounds=50, budgets=str(f), mechanism=mechanism, sigma_max=0.5)
+    assert "below epsilon" not in str(err.value)

@@ -297,3 +297,12 @@ def test_the_floor_holds_on_the_fixed_orders_of_flower_accounted_too():
     floor = min(math.log((a - 1) / a) - (math.log(1e-5) + math.log(a)) / (a - 1) for a in mech.orders)
     with pytest.raises(ValueError, match=rf"below epsilon {floor:.4g} no round fits"):
         paretofl.design(1000, floor * 0.3, max_rounds=100, framework="flower-accounted", sigma_max=1e6)
+
+
+def test_a_refusal_advises_a_lower_q_only_where_one_exists():
+    """Where the least ε reachable is at one client a round (q = 1/N), a lower q is no advice; where q was fixed
+    above it, it is."""
+    with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.01, .*\(q is already one client a round\)$"):
+        paretofl.design(100, 0.01, max_rounds=50, mechanism="client-local")
+    with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.2, .*or lower q$"):
+        paretofl.design(100, 0.01, max_rounds=50, mechanism="client-local", q=0.2)

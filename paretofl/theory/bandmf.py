@@ -91,13 +91,20 @@ def strategy(rounds: int, b: int) -> np.ndarray:
 
 def error_ratios(b: int, t_max: int) -> np.ndarray:
     """:func:`error_ratio` of every T = 1..t_max at once (array of t_max)."""
-    T = int(t_max)
+    return np.array(_error_ratios(int(b), int(t_max)))
+
+
+@lru_cache(maxsize=256)
+def _error_ratios(b: int, T: int) -> np.ndarray:
+    """Remembered: a design asks the same (b, T) for every cohort and number of local epochs it searches."""
     e = np.cumsum(inverse_coefficients(b, T))      # the coefficients of B = AC⁻¹ (Toeplitz)
     e2 = e * e
     j = np.arange(T)
     Tp = np.arange(1, T + 1, dtype=float)
     frob = Tp * np.cumsum(e2) - np.cumsum(j * e2)   # ‖B_T‖²_F = Σ_{j<T} (T − j) e_j²
-    return frob / (Tp * (Tp + 1) / 2)
+    out = frob / (Tp * (Tp + 1) / 2)
+    out.flags.writeable = False
+    return out
 
 
 def error_ratio(b: int, rounds: int) -> float:
