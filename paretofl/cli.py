@@ -797,6 +797,8 @@ def cmd_train(a):
         out["history"] = a.history
     lines = []
     out["guarantee"] = r.delta < 1                     # δ = 1: the floating-point δ reached 1, nothing is promised
+    if r.epsilon_groups:                               # ε is the most any group spent: each against its own budget
+        out["budget_met"] = all(v <= float(k) * (1 + 1e-9) for k, v in r.epsilon_groups.items())
     if r.options.get("calibration") == "paper":          # NbAFL's option: the paper's calibration
         out["epsilon_asked"] = r.budget
         out["budget_met"] = r.budget is None or r.epsilon <= r.budget * (1 + 1e-9)
@@ -818,7 +820,9 @@ def cmd_train(a):
                                           f"seeded (--seed {a.seed}): a simulation, reproducible, and anyone with the "
                                           "seed can draw its noise again; train a real release with --secure")]
     if r.epsilon_groups:
-        lines.append("  per group (budget: spent)  " + ", ".join(f"{k}: {v:.4g}" for k, v in r.epsilon_groups.items()))
+        lines.append("  per group (budget: spent)  " + ", ".join(f"{k}: {v:.4g}" for k, v in r.epsilon_groups.items())
+                     + ("  (the epsilon above is the most any group spent; each group is held to its own budget, "
+                        + ("and every group met it)" if out["budget_met"] else "and not every group met it)")))
     lines += _predicted_lines(design, r, out)
     if a.history:
         lines.append(f"  history written to {a.history}")

@@ -2,6 +2,7 @@
 (each group's ε re-accounted by independent accountants), the trainer's
 per-group sampling and ledgers, and the command line."""
 
+import json
 import math
 
 import dp_accounting
@@ -352,3 +353,19 @@ def test_a_group_budget_below_the_conversion_floor_names_it(tmp_path, mechanism)
                                          "sigma range") as err:
         paretofl.design(100, None, max_rounds=50, budgets=str(f), mechanism=mechanism, sigma_max=0.5)
     assert "below epsilon" not in str(err.value)
+
+
+def test_a_group_run_says_its_epsilon_is_the_most_any_group_spent(tmp_path, capsys):
+    """A run of groups reports the largest group's ε beside the strictest budget (the one it stopped at): it says
+    so, and ``budget_met`` holds each group's spend against its own budget (the spends read from the JSON)."""
+    f = tmp_path / "b.csv"
+    f.write_text("share,epsilon\n0.5,1\n0.5,8\n")
+    cmd = ["train", "--dataset", "digits", "--model", "lr", "--clients", "10", "--budgets", str(f),
+           "--mechanism", "client-aggregate", "--rounds", "2"]
+    assert main([*cmd, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    spent = out["epsilon_groups"]
+    assert out["epsilon"] == max(spent.values()) > out["budget"] == 1.0
+    assert out["budget_met"] is True and spent["1"] <= 1.0 and spent["8"] <= 8.0
+    assert main(cmd) == 0
+    assert "the epsilon above is the most any group spent" in capsys.readouterr().out
