@@ -310,7 +310,9 @@ def _export_lines(p, framework):
                 f"  PrivacyEngine().make_private(module, optimizer, loader, noise_multiplier={p.noise_multiplier:.6g}, "
                 f"max_grad_norm={p.max_grad_norm:g}, poisson_sampling=True)",
                 f"  {p.local_steps} steps a round, {p.steps} in all; epsilon {p.epsilon:.4f} (sample-level, "
-                f"add/remove; Opacus's and paretofl's accountants both within it), delta {p.delta:g}"]
+                f"add/remove; Opacus's and paretofl's accountants both within it), delta {p.delta:g}: n*delta = "
+                f"{p.exposed:.3g}, the client's samples a release within it may expose outright, in expectation",
+                *(f"  - {n}" for n in p.notes)]
     recipe = ([f"  each ClientApp trains, each round: {p.local_epochs} local epoch(s)"
                + (f" of batch {p.batch_size}" if p.batch_size else "")
                + (f" at learning rate {p.learning_rate:g}" if p.learning_rate else "")

@@ -283,3 +283,26 @@ def test_flower_accountant_mistakes_the_bridge_rules_out():
     naive = acc.get_privacy_spent().epsilon
     assert naive < 0.75 * d.epsilon                                                           # (b)
     assert bridge.flower_epsilon(100, 20, d.noise_multiplier, d.rounds, d.delta) == pytest.approx(d.epsilon, rel=1e-9)
+
+
+@pytest.mark.parametrize("n,delta", [(60000, 1e-5), (100, 9e-4), (1000, 5e-5), (100, 0.01), (50, 0.005), (20, 0.008)])
+def test_the_opacus_plan_says_what_its_delta_means_for_a_clients_samples(n, delta, capsys, tmp_path):
+    """An (ε, δ) guarantee allows exposing each sample with probability δ: n·δ samples of a client's n in
+    expectation.  The export's text prints n·δ; where δ is not below 1/n (Opacus's advice) the plan says the
+    guarantee means nothing for the client's samples."""
+    from paretofl.integrations import opacus as bridge
+
+    p = bridge.plan(2.0, delta, 10, 5, n, 10, 1.0)
+    assert p.exposed == pytest.approx(n * delta, rel=1e-12)
+    assert (p.notes == []) == (delta < 1 / n)
+    if p.notes:
+        assert "no meaningful guarantee" in p.notes[0] and f"n = {n} samples" in p.notes[0]
+    assert p.to_dict()["notes"] == p.notes and p.to_dict()["exposed"] == p.exposed
+    d = paretofl.design(40, 2.0, delta=delta, max_rounds=50)        # δ below 1/N: the clients are protected
+    f = tmp_path / "d.json"
+    d.save(f)
+    capsys.readouterr()
+    assert main(["export", str(f), "--to", "opacus", "--clip", "1", "--client-size", str(n), "--batch-size", "10",
+                 "--local-steps", "5"]) == 0
+    text = capsys.readouterr().out
+    assert f"n*delta = {n * delta:.3g}" in text and ("no meaningful guarantee" in text) == (delta >= 1 / n)

@@ -55,13 +55,28 @@ class OpacusPlan:
     def steps(self) -> int:
         return self.rounds * self.local_steps
 
+    @property
+    def exposed(self) -> float:
+        """n·δ: an (ε, δ) guarantee allows a release that exposes each sample outright with probability δ
+        (Dwork and Roth 2014, §2.3), so n·δ of a client's n samples in expectation."""
+        return self.dataset_size * self.delta
+
+    @property
+    def notes(self) -> list[str]:
+        """Where δ is not below 1/n (Opacus's advice): the guarantee means nothing for a client's samples."""
+        if self.exposed < 1:
+            return []
+        return [f"delta {self.delta:g} is not below 1/n = {1 / self.dataset_size:.3g} for a client's n = "
+                f"{self.dataset_size} samples: no meaningful guarantee (it allows publishing a sample in the "
+                f"clear); design with delta well below 1/n"]
+
     def make_private_kwargs(self) -> dict:
         return {"noise_multiplier": self.noise_multiplier, "max_grad_norm": self.max_grad_norm,
                 "poisson_sampling": True}
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "sample_rate": self.sample_rate, "steps": self.steps,
-                "make_private": self.make_private_kwargs()}
+        return {**asdict(self), "sample_rate": self.sample_rate, "steps": self.steps, "exposed": self.exposed,
+                "notes": self.notes, "make_private": self.make_private_kwargs()}
 
 
 def plan(epsilon: float, delta: float, rounds: int, local_steps: int, dataset_size: int, batch_size: int,
