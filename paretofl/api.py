@@ -542,6 +542,9 @@ class TrainResult:
     partition: str = ""
     epsilon_groups: dict | None = None    # clients with budgets of their own: ε spent per group (by budget)
     budget: float | None = None           # the budget the run stopped at (the strictest group's, with groups)
+    #: every replica within its budget: with groups, each group's spend against its own budget (exact, not the
+    #: group's label); None without a budget
+    budget_met: bool | None = None
     history: list = field(default_factory=list, repr=False)
     #: did the run do what was asked (issue 45)?  ``problems`` says why not, one sentence each:
     #: no round trained, fewer rounds than the design or an explicit ``rounds``, a non-finite test loss
@@ -1089,11 +1092,24 @@ def _train_result(fin, problems, t: Training, setup, config, partition, hist, cl
         clients=len(setup.parts), partition=partition, history=hist.rows, budget=epsilon,
         epsilon_groups=None if "epsilon_groups" not in fin else {
             k: float(np.max(v)) for k, v in fin["epsilon_groups"].items()},
+        budget_met=_budget_met(fin, epsilon),
         complete=not problems, problems=problems, noise="entropy" if secure else "seeded",
         unit=mech.unit_text
         + ("; the clients' sizes read from their data and assumed public (DP-SGD's divisor and weights: declare "
            "them with declared_sizes to drop the assumption)"
            if getattr(config, "declared_sizes", "") in (None, "data") and mech.noise_on == "gradient" else ""))
+
+
+def _budget_met(fin: dict, budget) -> bool | None:
+    """Whether every replica spent within its budget; with groups, each group within its own (the exact budgets
+    the run held, ``fin["budgets"]``, not the groups' printed labels)."""
+    import numpy as np
+
+    if "epsilon_groups" in fin:
+        return all(float(np.max(v)) <= float(fin["budgets"][k]) * (1 + 1e-9) for k, v in fin["epsilon_groups"].items())
+    if budget is None:
+        return None
+    return float(np.max(fin["epsilon"])) <= float(budget) * (1 + 1e-9)
 
 
 def train_problems(final: dict, asked: int | None, budget, by: str = "rounds") -> list[str]:

@@ -1110,9 +1110,26 @@ def search(p: Problem, utility) -> tuple:
             raise InfeasibleBudget(p.epsilon, floor, {"q": p.qs[k], "sigma": p.sigma_max, "floor": True,
                                                            "largest_order": float(np.max(p.orders))})
         raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max,
-                                                     "one_client": p.qs[k] * p.n_clients <= 1 + 1e-9}, pre)
+                                                     "lower_q": _lower_q(p, eps1[k])}, pre)
     (u, T, sig), qb = best
     return (u, T, sig, qb), per_q
+
+
+def _lower_q(p: Problem, least: float) -> list | None:
+    """Where a rate below every one searched (those a fixed q or q_min left out, down to one client a round)
+    reaches less than ``least`` in one round at sigma_max: [that rate, its ε]; None where none does (ε is not
+    monotone in q: a lower rate is advice only where it is measured to help)."""
+    lowest = min(p.qs)
+    if lowest * p.n_clients <= 1 + 1e-9:
+        return None
+    best = None
+    for qq in _q_candidates(p.n_clients, None, None, lowest):
+        if qq < lowest * (1 - 1e-12):
+            acct = p.unit_charge(qq)
+            e = acct.epsilon(p.sigma_max * acct.zf, 1, p.delta, p.orders)
+            if e < least and (best is None or e < best[1]):
+                best = [float(qq), float(e)]
+    return best
 
 
 # --------------------------------------------------------------------------

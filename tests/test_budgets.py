@@ -369,3 +369,18 @@ def test_a_group_run_says_its_epsilon_is_the_most_any_group_spent(tmp_path, caps
     assert out["budget_met"] is True and spent["1"] <= 1.0 and spent["8"] <= 8.0
     assert main(cmd) == 0
     assert "the epsilon above is the most any group spent" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mechanism", ["client-local", "client-aggregate"])
+def test_budget_met_holds_each_group_to_its_exact_budget_not_its_label(tmp_path, capsys, mechanism):
+    """Budgets whose printed labels round (0.6666666 -> "0.666667", 2.0000004 -> "2"): a run that spends within
+    the exact budgets is met (it was said not met against the label "2"), and the figure is checked against the
+    exact budgets read back from the file, not the labels."""
+    f = tmp_path / "b.csv"
+    f.write_text("share,epsilon\n0.5,0.6666666\n0.5,2.0000004\n")
+    assert main(["train", "--dataset", "digits", "--model", "lr", "--clients", "10", "--budgets", str(f),
+                 "--mechanism", mechanism, "--rounds", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    spent = sorted(out["epsilon_groups"].values())
+    assert spent[0] <= 0.6666666 * (1 + 1e-9) and spent[1] <= 2.0000004 * (1 + 1e-9)
+    assert out["budget_met"] is True

@@ -299,10 +299,22 @@ def test_the_floor_holds_on_the_fixed_orders_of_flower_accounted_too():
         paretofl.design(1000, floor * 0.3, max_rounds=100, framework="flower-accounted", sigma_max=1e6)
 
 
-def test_a_refusal_advises_a_lower_q_only_where_one_exists():
-    """Where the least ε reachable is at one client a round (q = 1/N), a lower q is no advice; where q was fixed
-    above it, it is."""
-    with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.01, .*\(q is already one client a round\)$"):
+def test_a_refusal_advises_a_lower_q_only_where_one_is_measured_to_help():
+    """ε is not monotone in q: a lower q is advised only where a rate below those searched reaches less, and the
+    refusal names it with its ε (checked here with compute_epsilon at z = σ_max·√(qN)); at one client a round,
+    or where the least ε is at a rate inside the range searched, no lower q is advised."""
+    with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.01, .*raise epsilon or sigma_max$"):
         paretofl.design(100, 0.01, max_rounds=50, mechanism="client-local")
-    with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.2, .*or lower q$"):
+    with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.2, .*or lower q \(q=0\.01 reaches") as err:
         paretofl.design(100, 0.01, max_rounds=50, mechanism="client-local", q=0.2)
+    assert err.value.where["lower_q"][1] < err.value.min_epsilon
+    # the default mechanism at a fixed q above its best: the lower rate named reaches what it says
+    with pytest.raises(paretofl.InfeasibleBudget, match=r"or lower q") as err:
+        paretofl.design(20, 0.05, delta=1e-12, max_rounds=5, q=0.5, sigma_max=3.0)
+    q_low, e_low = err.value.where["lower_q"]
+    assert e_low == pytest.approx(P.compute_epsilon(q_low, 3.0 * math.sqrt(q_low * 20), 1, 1e-12), rel=1e-9)
+    assert e_low < err.value.min_epsilon
+    # searched over every rate: the least ε is at its best rate, and no lower q is advised
+    with pytest.raises(paretofl.InfeasibleBudget) as err:
+        paretofl.design(20, 0.05, delta=1e-12, max_rounds=5, sigma_max=3.0)
+    assert "lower q" not in str(err.value) and err.value.where["lower_q"] is None

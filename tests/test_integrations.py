@@ -6,6 +6,7 @@ with Google's dp-accounting, Opacus's own ε agrees with paretofl's, and
 import json
 import math
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import dp_accounting
@@ -285,7 +286,8 @@ def test_flower_accountant_mistakes_the_bridge_rules_out():
     assert bridge.flower_epsilon(100, 20, d.noise_multiplier, d.rounds, d.delta) == pytest.approx(d.epsilon, rel=1e-9)
 
 
-@pytest.mark.parametrize("n,delta", [(60000, 1e-5), (100, 9e-4), (1000, 5e-5), (100, 0.01), (50, 0.005), (20, 0.008)])
+@pytest.mark.parametrize("n,delta", [(60000, 1e-5), (100, 9e-4), (1000, 5e-5), (100, 0.01), (50, 0.005), (20, 0.008),
+                                     (103, 1 / 103), (149, 1 / 149), (197, 0.99 / 197)])
 def test_the_opacus_plan_says_what_its_delta_means_for_a_clients_samples(n, delta, capsys, tmp_path):
     """An (ε, δ) guarantee allows exposing each sample with probability δ: n·δ samples of a client's n in
     expectation.  The export's text prints n·δ; where δ is not below 1/n (Opacus's advice) the plan says the
@@ -294,7 +296,7 @@ def test_the_opacus_plan_says_what_its_delta_means_for_a_clients_samples(n, delt
 
     p = bridge.plan(2.0, delta, 10, 5, n, 10, 1.0)
     assert p.exposed == pytest.approx(n * delta, rel=1e-12)
-    assert (p.notes == []) == (delta < 1 / n)
+    assert (p.notes == []) == (Fraction(delta) * n < 1 - Fraction(1, 10**12))     # exact: δ = 1/n is 1/n
     if p.notes:
         assert "no meaningful guarantee" in p.notes[0] and f"n = {n} samples" in p.notes[0]
     assert p.to_dict()["notes"] == p.notes and p.to_dict()["exposed"] == p.exposed
@@ -305,4 +307,7 @@ def test_the_opacus_plan_says_what_its_delta_means_for_a_clients_samples(n, delt
     assert main(["export", str(f), "--to", "opacus", "--clip", "1", "--client-size", str(n), "--batch-size", "10",
                  "--local-steps", "5"]) == 0
     text = capsys.readouterr().out
-    assert f"n*delta = {n * delta:.3g}" in text and ("no meaningful guarantee" in text) == (delta >= 1 / n)
+    assert f"n*delta = {n * delta:.3g}" in text and ("no meaningful guarantee" in text) == bool(p.notes)
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(ValueError, match="dataset_size must be an integer"):
+            bridge.OpacusPlan(1.0, 1.0, 10, bad, 5, 10, 2.0, delta)

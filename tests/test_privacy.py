@@ -609,11 +609,12 @@ def test_wor_differences_are_those_of_the_full_computation(z):
     """The forward differences are computed only where each way can hold the minimum (the series where its
     tail bound holds, the alternating sums over each row's own terms): the values are those of every column
     and every full row (to round-off: issue 47 keeps the designs' numbers)."""
-    fast = P._wor_diffs_upper(z, P._WOR_TOP)
     ref = _wor_diffs_reference(z)
-    assert np.array_equal(np.isinf(fast), np.isinf(ref))
-    fin = np.isfinite(ref)
-    np.testing.assert_allclose(fast[fin], ref[fin], rtol=1e-14, atol=0)
+    for top in (P._WOR_TOP, 3, 9, 40):               # the first top + 1 of them, whatever top is asked
+        fast = P._wor_diffs_upper(z, top)
+        assert fast.shape == (top + 1,) and np.array_equal(np.isinf(fast), np.isinf(ref[: top + 1]))
+        fin = np.isfinite(ref[: top + 1])
+        np.testing.assert_allclose(fast[fin], ref[: top + 1][fin], rtol=1e-14, atol=0)
 
 
 @pytest.mark.parametrize("z", [0.09, 0.3, 1.0, 5.0, 30.0])
@@ -628,3 +629,19 @@ def test_wor_differences_bound_the_exact_ones(z):
                      for i in range(m + 1)])
         exact = float(mp.log(d))
         assert exact <= fast[m] <= exact + 1e-9 * (1 + abs(exact)) or (z >= 30 and m > 20 and fast[m] >= exact)
+
+
+def test_bandmf_error_ratios_check_their_bands_and_leave_their_memory_alone():
+    """The error ratios are remembered: the band count is checked before (2.5 was read as 2), and what a caller
+    gets is its own copy (writing into it changes no later answer)."""
+    from paretofl.theory import bandmf as mf
+
+    for bad in (2.5, True, 2.0, "3", 0):
+        with pytest.raises(ValueError, match="bands must be an integer"):
+            mf.error_ratios(bad, 10)
+    first = mf.error_ratios(3, 12)
+    first[:] = -1.0
+    again = mf.error_ratios(3, 12)
+    for T in (1, 5, 12):                  # the dense computation: ‖A C⁻¹‖²_F / (T(T+1)/2), A the prefix sums
+        B = np.tril(np.ones((T, T))) @ np.linalg.inv(mf.strategy(T, 3))
+        assert again[T - 1] == pytest.approx(np.sum(B * B) / (T * (T + 1) / 2), rel=1e-10)

@@ -46,6 +46,13 @@ class OpacusPlan:
     epsilon: float               # paretofl's ε for rounds × local_steps steps
     delta: float
 
+    def __post_init__(self):
+        for name in ("batch_size", "dataset_size", "local_steps", "rounds"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        check_delta(self.delta)
+
     @property
     def sample_rate(self) -> float:
         """What make_private uses: 1/len(loader) = 1/⌈n/B⌉."""
@@ -64,7 +71,7 @@ class OpacusPlan:
     @property
     def notes(self) -> list[str]:
         """Where δ is not below 1/n (Opacus's advice): the guarantee means nothing for a client's samples."""
-        if self.exposed < 1:
+        if self.delta < (1 - 1e-12) / self.dataset_size:      # δ = 1/n computed in floating point is 1/n
             return []
         return [f"delta {self.delta:g} is not below 1/n = {1 / self.dataset_size:.3g} for a client's n = "
                 f"{self.dataset_size} samples: no meaningful guarantee (it allows publishing a sample in the "

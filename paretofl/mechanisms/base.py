@@ -53,8 +53,9 @@ class InfeasibleBudget(ValueError):
             why = (f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any allowed (q, T, sigma) "
                    f"reaches is {min_epsilon:.4g} (q={where['q']:g}, T=1, sigma={where['sigma']:g}"
                    + (f", after the private pre-trial's {prior_epsilon:.4g}" if prior_epsilon is not None else "")
-                   + ("); raise epsilon or sigma_max (q is already one client a round)" if where.get("one_client")
-                      else "); raise epsilon or sigma_max, or lower q"))
+                   + "); raise epsilon or sigma_max"
+                   + (f", or lower q (q={where['lower_q'][0]:g} reaches {where['lower_q'][1]:.4g})"
+                      if where.get("lower_q") else ""))
         super().__init__(why)
 
 

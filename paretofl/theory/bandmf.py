@@ -91,7 +91,7 @@ def strategy(rounds: int, b: int) -> np.ndarray:
 
 def error_ratios(b: int, t_max: int) -> np.ndarray:
     """:func:`error_ratio` of every T = 1..t_max at once (array of t_max)."""
-    return np.array(_error_ratios(int(b), int(t_max)))
+    return np.array(_error_ratios(_bands(b), int(t_max)))
 
 
 @lru_cache(maxsize=256)

@@ -476,14 +476,15 @@ def _wor_diffs_upper(z: float, top: int) -> np.ndarray:
     N = b.shape[0] - 1
     m = np.arange(2, top + 1, dtype=float)
     lam = c * m * (m - 1)
-    # the series only where its tail bound holds (λ < N + 2: m = 2..last); each column is summed on its own,
-    # down the rows in turn, so these are the values all columns asked at once give (at least 8 columns:
-    # a single one would be summed as a vector, pairwise)
+    # the series only where its tail bound holds (λ < N + 2: m = 2..last - 1); each column is summed on its
+    # own, down the rows in turn, so these are the values all columns asked at once give (at least 8 columns,
+    # whatever ``top``: a single one would be summed as a vector, pairwise)
     last = 2 + int(np.count_nonzero(lam < N + 2))
     series = np.full(top + 1, np.inf)
     if last > 2:
-        cols = slice(2, min(top + 1, max(last, 10)))
-        series[cols] = _lse(b[:, cols] + (n * math.log(c) - lf[: b.shape[0]])[:, None], axis=0)[0] + lf[cols]
+        cols = slice(2, max(last, 10))                 # the table has _WOR_TOP + 1 >= 10 columns
+        got = _lse(b[:, cols] + (n * math.log(c) - lf[: b.shape[0]])[:, None], axis=0)[0] + lf[cols]
+        series[2:last] = got[: last - 2]
     series = series + 4 * _WOR_TOP * _EPS                      # the table's own rounding
     # the alternating sums of every m at once, one row each (i <= m); each
     # row is summed on its own below, so each sum is the one a row alone gives
@@ -520,11 +521,12 @@ def _wor_diffs(z: float) -> np.ndarray:
     """:func:`_wor_diffs_upper` up to _WOR_TOP, remembered for the last few
     thousand noise multipliers (each difference is computed on its own, so
     the first m + 1 are those asked up to m)."""
-    if z not in _WOR_DIFFS:
+    got = _WOR_DIFFS.get(z)          # read once: another thread may clear the book between two reads
+    if got is None:
         if len(_WOR_DIFFS) >= 4096:
             _WOR_DIFFS.clear()
-        _WOR_DIFFS[z] = _wor_diffs_upper(z, _WOR_TOP)
-    return _WOR_DIFFS[z]
+        got = _WOR_DIFFS[z] = _wor_diffs_upper(z, _WOR_TOP)
+    return got
 
 
 _WOR_BLOCK_BINOMIALS: dict = {}
@@ -535,14 +537,18 @@ def _wor_block_binomials(block: tuple) -> tuple:
     log C(α, 2) and log C(α, j) (where j > α: C(max α, j), masked by the
     first); they do not depend on q or σ, and the lazy accountant asks the
     same blocks for every σ (remembered, bounded)."""
-    if block not in _WOR_BLOCK_BINOMIALS:
+    got = _WOR_BLOCK_BINOMIALS.get(block)
+    if got is None:
         if len(_WOR_BLOCK_BINOMIALS) >= 256:
             _WOR_BLOCK_BINOMIALS.clear()
         b = np.array(block)
         jj = np.arange(3, int(b[-1]) + 1)
         inside = jj[None, :] <= b[:, None]
-        _WOR_BLOCK_BINOMIALS[block] = (inside, _log_binom(b, 2), _log_binom(np.where(inside, b[:, None], jj), jj))
-    return _WOR_BLOCK_BINOMIALS[block]
+        got = (inside, _log_binom(b, 2), _log_binom(np.where(inside, b[:, None], jj), jj))
+        for a in got:
+            a.flags.writeable = False
+        _WOR_BLOCK_BINOMIALS[block] = got
+    return got
 
 
 def _wor_log_a(q: float, z: float, alphas, diffs: np.ndarray) -> dict:
