@@ -945,10 +945,11 @@ class _Acct:
         # the spend before the training as plain numbers, one ledger's: the searches remember answers by it
         object.__setattr__(self, "prior", tuple(_one_ledger(c) for c in self.prior))
 
-    def epsilon(self, z, steps, delta, orders) -> float:
-        """ε of ``steps`` charged participations at noise multiplier z, after the prior (orders searched)."""
+    def epsilon(self, z, steps, delta, orders, on_grid=False) -> float:
+        """ε of ``steps`` charged participations at noise multiplier z, after the prior (orders searched; with
+        ``on_grid``, on the grid of orders alone, as the search counts rounds: the larger)."""
         return account([*self.prior, Charge(self.sampling, self.rate, z, int(steps))], delta, orders,
-                       fixed=self.fixed)
+                       fixed=self.fixed or on_grid)
 
     def meets(self, eps, z, steps, delta, orders) -> bool:
         """``epsilon(z, steps, delta, orders) <= eps``, answered yes at once where ε on the grid of orders is
@@ -1101,7 +1102,8 @@ def search(p: Problem, utility) -> tuple:
             if best is None or r[0] < best[0][0]:
                 best = (r, qq)
     if best is None:
-        eps1 = [accts[qq].epsilon(p.sigma_max * accts[qq].zf, 1, p.delta, p.orders) for qq in p.qs]
+        # on the grid of orders, where the search counts its rounds: a budget of that ε designs a round
+        eps1 = [accts[qq].epsilon(p.sigma_max * accts[qq].zf, 1, p.delta, p.orders, on_grid=True) for qq in p.qs]
         k = int(np.argmin(eps1))
         pre = account(p.prior, p.delta) if p.prior else None
         floor = float(np.min(conversion_offset(np.asarray(p.orders, dtype=float), p.delta)))
@@ -1126,7 +1128,7 @@ def _lower_q(p: Problem, least: float) -> list | None:
     for qq in _q_candidates(p.n_clients, None, None, lowest):
         if qq < lowest * (1 - 1e-12):
             acct = p.unit_charge(qq)
-            e = acct.epsilon(p.sigma_max * acct.zf, 1, p.delta, p.orders)
+            e = acct.epsilon(p.sigma_max * acct.zf, 1, p.delta, p.orders, on_grid=True)
             if e < least and (best is None or e < best[1]):
                 best = [float(qq), float(e)]
     return best

@@ -434,3 +434,19 @@ def test_auto_says_which_families_it_could_not_compare_and_why():
     assert set(d.details["not_compared"]) == {"bandmf", "bandmf-amplified"}
     assert any(n.startswith("not compared: bandmf (") and "closed form" in n for n in d.notes)
     assert "not_compared" not in paretofl.design(100, 2.0, max_rounds=200, mechanism="auto", kappa=1.0).details
+
+
+def test_bandmf_amplified_tries_smaller_cohorts_before_it_refuses():
+    """The banded search tried each band count at its largest cohort first and refused where none fitted there:
+    a budget of 0.02 at N = 1000 was refused (the refusal itself named q = 0.006 reaching 0.0168) though a smaller
+    cohort meets it.  Its design now spends within the budget, checked here with the plain accountant at one band
+    (b = 1: Poisson sampling of the sum, z = σ√(qN), one charge a round)."""
+    kw = dict(max_rounds=5, delta=1e-5, sigma_max=3.0, mechanism="bandmf-amplified")
+    d = paretofl.design(1000, 0.02, **kw)
+    assert d.epsilon <= 0.02 and d.q < 0.2
+    if d.details["bands"] == 1:
+        z = d.sigma * math.sqrt(d.q * 1000)
+        assert compute_epsilon(d.q, z, d.rounds, 1e-5) == pytest.approx(d.epsilon, rel=1e-9)
+    with pytest.raises(paretofl.InfeasibleBudget) as err:       # below every count's least: the least of them named
+        paretofl.design(1000, 0.001, **kw)
+    assert paretofl.design(1000, err.value.min_epsilon * 1.001, **kw).epsilon <= err.value.min_epsilon * 1.001

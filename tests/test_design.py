@@ -115,12 +115,19 @@ def test_design_within_budget_and_optimal_against_scan(kw):
 
 def test_infeasible_budget_reports_smallest_reachable_epsilon():
     kw = dict(n_clients=50, delta=1e-5, max_rounds=100, q=0.2, sigma_min=0.5, sigma_max=2.0, kappa=0.1)
-    eps_min = P.compute_epsilon(0.2, 2.0 * math.sqrt(0.2 * 50), 1, 1e-5)
+    # the least ε of one round at σ_max on the grid of orders the search counts its rounds on (min over α of
+    # RDP(α) + log((α−1)/α) − (log δ + log α)/(α − 1)): a budget of it designs a round, where the ε searched
+    # between the orders (lower) did not (the refusal named a way out that did not work)
+    z = 2.0 * math.sqrt(0.2 * 50)
+    a = np.array(P.DEFAULT_ORDERS)
+    eps_min = float(np.min(P.rdp_subsampled_gaussian(0.2, z, a) + np.log((a - 1) / a)
+                           - (math.log(1e-5) + np.log(a)) / (a - 1)))
+    assert eps_min >= P.compute_epsilon(0.2, z, 1, 1e-5)
     with pytest.raises(D.InfeasibleBudget) as info:
         _design(epsilon=eps_min * 0.99, **kw)
-    assert info.value.min_epsilon == pytest.approx(eps_min)
-    d = _design(epsilon=eps_min * 1.001, **kw)
-    assert d.rounds == 1 and d.sigma == pytest.approx(2.0, rel=1e-2) and d.epsilon <= eps_min * 1.001
+    assert info.value.min_epsilon == pytest.approx(eps_min, rel=1e-9)
+    d = _design(epsilon=eps_min * (1 + 1e-9), **kw)
+    assert d.rounds == 1 and d.sigma == pytest.approx(2.0, rel=1e-2) and d.epsilon <= eps_min * (1 + 1e-9)
 
 
 def test_relation_and_case_reported():
@@ -301,7 +308,7 @@ def test_the_floor_holds_on_the_fixed_orders_of_flower_accounted_too():
 
 def test_a_refusal_advises_a_lower_q_only_where_one_is_measured_to_help():
     """ε is not monotone in q: a lower q is advised only where a rate below those searched reaches less, and the
-    refusal names it with its ε (checked here with compute_epsilon at z = σ_max·√(qN)); at one client a round,
+    refusal names it with its ε (checked here on the grid of orders at z = σ_max·√(qN)); at one client a round,
     or where the least ε is at a rate inside the range searched, no lower q is advised."""
     with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.01, .*raise epsilon or sigma_max$"):
         paretofl.design(100, 0.01, max_rounds=50, mechanism="client-local")
@@ -312,7 +319,10 @@ def test_a_refusal_advises_a_lower_q_only_where_one_is_measured_to_help():
     with pytest.raises(paretofl.InfeasibleBudget, match=r"or lower q") as err:
         paretofl.design(20, 0.05, delta=1e-12, max_rounds=5, q=0.5, sigma_max=3.0)
     q_low, e_low = err.value.where["lower_q"]
-    assert e_low == pytest.approx(P.compute_epsilon(q_low, 3.0 * math.sqrt(q_low * 20), 1, 1e-12), rel=1e-9)
+    a = np.array(P.DEFAULT_ORDERS)        # one round at σ_max, on the grid of orders the search counts rounds on
+    z = 3.0 * math.sqrt(q_low * 20)
+    grid = np.min(P.rdp_subsampled_gaussian(q_low, z, a) + np.log((a - 1) / a) - (math.log(1e-12) + np.log(a)) / (a - 1))
+    assert e_low == pytest.approx(grid, rel=1e-9)
     assert e_low < err.value.min_epsilon
     # searched over every rate: the least ε is at its best rate, and no lower q is advised
     with pytest.raises(paretofl.InfeasibleBudget) as err:

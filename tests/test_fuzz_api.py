@@ -561,3 +561,44 @@ def test_every_design_trains_a_noise_within_the_sigma_range_asked(mechanism, gro
         return
     sigmas = [d.sigma, *(g["sigma"] for g in d.groups if "sigma" in g)] if d.groups else [d.sigma]
     assert all(lo * (1 - 1e-9) <= s <= hi * (1 + 1e-9) for s in sigmas), (d.mechanism, lo, hi, sigmas)
+
+
+@settings(max_examples=int(os.environ.get("PARETOFL_FUZZ_WAYS", 40)), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.sampled_from([20, 100, 1000]), how=st.sampled_from(["client-aggregate", "client-local", "flower",
+                                                                   "bandmf-amplified"]),
+       m=st.sampled_from([None, 1, 3, 10]), delta=st.sampled_from([1e-5, 1e-12]), smax=st.sampled_from([3.0, 30.0]),
+       budget=st.sampled_from([0.003, 0.02, 0.05]))
+def test_a_budget_refusal_names_a_way_out_that_works(n, how, m, delta, smax, budget):
+    """Advice that cannot help is a figure that lies (issue 47's attack: "or lower q" where a lower rate reaches
+    more).  A budget refused names the smallest ε reachable: that ε, a hair above, is designed; where it
+    names a lower q and what it reaches, that q at that ε is designed and its own refusal names the same ε."""
+    kw = dict(max_rounds=5, delta=delta, sigma_max=smax)
+    if how == "flower":
+        kw["framework"] = "flower"
+    else:
+        kw["mechanism"] = how
+    if m is not None:
+        kw["q"] = min(1.0, m * 3 / n)       # above one client a round: a lower q exists
+    try:
+        paretofl.design(n, budget, **kw)
+        return
+    except paretofl.InfeasibleBudget as e:
+        err = e
+    if err.where.get("floor"):
+        assert "lower q" not in str(err) and "sigma_max" not in str(err)
+        return
+    d = paretofl.design(n, err.min_epsilon * 1.001, **kw)
+    assert d.epsilon <= err.min_epsilon * 1.001
+    lower = err.where.get("lower_q")
+    assert ("lower q" in str(err)) == (lower is not None)
+    if lower is not None:
+        q_low, e_low = lower
+        assert q_low < err.where["q"] and e_low < err.min_epsilon and f"q={q_low:g} reaches" in str(err)
+        if e_low <= budget:          # the budget itself is met there
+            assert paretofl.design(n, budget, **{**kw, "q": q_low}).epsilon <= budget
+            return
+        with pytest.raises(paretofl.InfeasibleBudget) as again:
+            paretofl.design(n, budget, **{**kw, "q": q_low})
+        assert again.value.min_epsilon == pytest.approx(e_low, rel=1e-12)
+        assert paretofl.design(n, e_low * 1.001, **{**kw, "q": q_low}).epsilon <= e_low * 1.001

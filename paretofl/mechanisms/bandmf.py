@@ -188,7 +188,7 @@ class _Banded(Mechanism):
         bs = self._band_counts(s, bands)
         q_lo = s.q if s.q is not None else (s.q_min if s.q_min is not None else 1.0 / s.n)
         q_hi = s.q if s.q is not None else s.q_max
-        found, last_error, cohorts = {}, None, {}
+        found, errors, cohorts = {}, [], {}
         for b in bs:
             if fixed:
                 cohorts[b] = [1.0 / b]
@@ -201,11 +201,10 @@ class _Banded(Mechanism):
                 cohorts[b] = qs
 
         def at(b, qs):
-            nonlocal last_error
             try:
                 found[b] = s.point(type(self)(bands=b), qs)
             except InfeasibleBudget as exc:
-                last_error = exc
+                errors.append(exc)
 
         if fixed:
             for b in cohorts:
@@ -218,9 +217,13 @@ class _Banded(Mechanism):
             for b in sorted(found, key=lambda x: found[x].utility_bound)[:2]:
                 if len(cohorts[b]) > 1:
                     at(b, cohorts[b])
+            if not found:         # no count fits at its largest cohort: a smaller one spends less a round
+                for b in cohorts:
+                    if len(cohorts[b]) > 1:
+                        at(b, cohorts[b])
         if not found:
-            if last_error is not None:
-                raise last_error
+            if errors:            # the least ε any count reached, and its way out
+                raise min(errors, key=lambda e: e.min_epsilon)
             raise ValueError(f"no band count b fits the q range [{q_lo:g}, {q_hi:g}] for {self.name}")
         b = min(found, key=lambda x: (found[x].utility_bound, x))
         d = found[b]
