@@ -30,7 +30,7 @@ import functools
 import heapq
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -1090,9 +1090,11 @@ class Empirical:
         return found
 
 
-def search(p: Problem, utility) -> tuple:
+def search(p: Problem, utility, widened: bool = False) -> tuple:
     """The best (u, T, σ, q) of the problem under the utility model, and
-    each q's best u.  Raises :class:`InfeasibleBudget` where nothing meets ε."""
+    each q's best u.  Raises :class:`InfeasibleBudget` where nothing meets ε;
+    where a cohort size the search skipped meets it in one round, that size
+    is searched too (``widened``: once)."""
     accts = {qq: p.unit_charge(qq) for qq in p.qs}
     found = utility.search(p, accts)
     best, per_q = None, {}
@@ -1105,32 +1107,44 @@ def search(p: Problem, utility) -> tuple:
         # on the grid of orders, where the search counts its rounds: a budget of that ε designs a round
         eps1 = [accts[qq].epsilon(p.sigma_max * accts[qq].zf, 1, p.delta, p.orders, on_grid=True) for qq in p.qs]
         k = int(np.argmin(eps1))
+        inside = _other_q(p, p.epsilon * (1 + 1e-12), min(p.qs)) if not widened and len(p.qs) > 1 else None
+        if inside is not None:         # a size within the range asked that the sample skipped meets the budget
+            return search(replace(p, qs=sorted({*p.qs, inside[0]})), utility, widened=True)
+        other = _other_q(p, eps1[k])
         pre = account(p.prior, p.delta) if p.prior else None
         floor = float(np.min(conversion_offset(np.asarray(p.orders, dtype=float), p.delta)))
-        if p.epsilon < floor * (1 + 1e-9) and pre is None:
+        if p.epsilon < floor * (1 + 1e-9) and pre is None and eps1[k] <= floor * (1 + 1e-6):
             # the search counts rounds on its orders, where converting RDP to (ε, δ) alone costs the floor
-            raise InfeasibleBudget(p.epsilon, floor, {"q": p.qs[k], "sigma": p.sigma_max, "floor": True,
-                                                           "largest_order": float(np.max(p.orders))})
-        raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max,
-                                                     "lower_q": _lower_q(p, eps1[k])}, pre)
+            raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max, "floor": floor,
+                                                        "largest_order": float(np.max(p.orders))})
+        raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max, "other_q": other}, pre)
     (u, T, sig), qb = best
     return (u, T, sig, qb), per_q
 
 
-def _lower_q(p: Problem, least: float) -> list | None:
-    """Where a rate below every one searched (those a fixed q or q_min left out, down to one client a round)
-    reaches less than ``least`` in one round at sigma_max: [that rate, its ε]; None where none does (ε is not
-    monotone in q: a lower rate is advice only where it is measured to help)."""
-    lowest = min(p.qs)
-    if lowest * p.n_clients <= 1 + 1e-9:
+def _other_q(p: Problem, least: float, lowest: float = 0.0) -> list | None:
+    """A cohort size the search skipped (its sizes are a geometric sample of those allowed; with ``lowest``
+    0, rates below a fixed q or q_min, down to one client a round, count too) whose one round at sigma_max
+    reaches less than ``least``: [its rate, its ε], the least of up to 512 sizes asked (every one where there
+    are fewer); None where none does (ε is not monotone in q: another rate is advice only where it is
+    measured to help)."""
+    n = p.n_clients
+    top = int(math.floor(max(p.qs) * n + 1e-9))
+    bottom = max(1, int(math.ceil(lowest * n - 1e-9)))
+    if top < bottom:
         return None
+    m = (np.arange(bottom, top + 1) if top - bottom < 512
+         else np.unique(np.round(np.geomspace(bottom, top, 512)).astype(int)))
+    seen = {round(qq * n, 6) for qq in p.qs}
     best = None
-    for qq in _q_candidates(p.n_clients, None, None, lowest):
-        if qq < lowest * (1 - 1e-12):
-            acct = p.unit_charge(qq)
-            e = acct.epsilon(p.sigma_max * acct.zf, 1, p.delta, p.orders, on_grid=True)
-            if e < least and (best is None or e < best[1]):
-                best = [float(qq), float(e)]
+    for mm in m.tolist():
+        if round(float(mm), 6) in seen:
+            continue
+        qq = mm / n
+        acct = p.unit_charge(qq)
+        e = acct.epsilon(p.sigma_max * acct.zf, 1, p.delta, p.orders, on_grid=True)
+        if e < least and (best is None or e < best[1]):
+            best = [float(qq), float(e)]
     return best
 
 

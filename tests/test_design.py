@@ -306,25 +306,23 @@ def test_the_floor_holds_on_the_fixed_orders_of_flower_accounted_too():
         paretofl.design(1000, floor * 0.3, max_rounds=100, framework="flower-accounted", sigma_max=1e6)
 
 
-def test_a_refusal_advises_a_lower_q_only_where_one_is_measured_to_help():
-    """ε is not monotone in q: a lower q is advised only where a rate below those searched reaches less, and the
-    refusal names it with its ε (checked here on the grid of orders at z = σ_max·√(qN)); at one client a round,
-    or where the least ε is at a rate inside the range searched, no lower q is advised."""
+def test_a_refusal_names_another_q_only_where_one_is_measured_to_help():
+    """ε is not monotone in q: another cohort size is named only where a size the search skipped reaches less
+    in one round (checked here on the grid of orders at z = σ_max·√(qN)); at one client a round nothing is
+    named; where a skipped size meets the budget itself, it is designed, not refused (a false refusal of
+    issue 47's attack: --q 0.072 designed a budget the searched range refused)."""
     with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.01, .*raise epsilon or sigma_max$"):
         paretofl.design(100, 0.01, max_rounds=50, mechanism="client-local")
-    with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.2, .*or lower q \(q=0\.01 reaches") as err:
+    with pytest.raises(paretofl.InfeasibleBudget, match=r"q=0\.2, .*or ask for q=0\.01 \(it reaches") as err:
         paretofl.design(100, 0.01, max_rounds=50, mechanism="client-local", q=0.2)
-    assert err.value.where["lower_q"][1] < err.value.min_epsilon
-    # the default mechanism at a fixed q above its best: the lower rate named reaches what it says
-    with pytest.raises(paretofl.InfeasibleBudget, match=r"or lower q") as err:
+    assert err.value.where["other_q"][1] < err.value.min_epsilon
+    with pytest.raises(paretofl.InfeasibleBudget, match=r"or ask for q=") as err:
         paretofl.design(20, 0.05, delta=1e-12, max_rounds=5, q=0.5, sigma_max=3.0)
-    q_low, e_low = err.value.where["lower_q"]
-    a = np.array(P.DEFAULT_ORDERS)        # one round at σ_max, on the grid of orders the search counts rounds on
-    z = 3.0 * math.sqrt(q_low * 20)
-    grid = np.min(P.rdp_subsampled_gaussian(q_low, z, a) + np.log((a - 1) / a) - (math.log(1e-12) + np.log(a)) / (a - 1))
-    assert e_low == pytest.approx(grid, rel=1e-9)
-    assert e_low < err.value.min_epsilon
-    # searched over every rate: the least ε is at its best rate, and no lower q is advised
-    with pytest.raises(paretofl.InfeasibleBudget) as err:
-        paretofl.design(20, 0.05, delta=1e-12, max_rounds=5, sigma_max=3.0)
-    assert "lower q" not in str(err.value) and err.value.where["lower_q"] is None
+    q_o, e_o = err.value.where["other_q"]
+    a = np.array(P.DEFAULT_ORDERS)
+    z = 3.0 * math.sqrt(q_o * 20)
+    grid = np.min(P.rdp_subsampled_gaussian(q_o, z, a) + np.log((a - 1) / a) - (math.log(1e-12) + np.log(a)) / (a - 1))
+    assert e_o == pytest.approx(grid, rel=1e-9) and e_o < err.value.min_epsilon
+    # a budget only a skipped cohort size meets is designed there
+    d = paretofl.design(1000, 0.0907, max_rounds=20, sigma_max=0.5, q_min=0.002, q_max=0.3)
+    assert d.epsilon <= 0.0907

@@ -570,9 +570,11 @@ def test_every_design_trains_a_noise_within_the_sigma_range_asked(mechanism, gro
        m=st.sampled_from([None, 1, 3, 10]), delta=st.sampled_from([1e-5, 1e-12]), smax=st.sampled_from([3.0, 30.0]),
        budget=st.sampled_from([0.003, 0.02, 0.05]))
 def test_a_budget_refusal_names_a_way_out_that_works(n, how, m, delta, smax, budget):
-    """Advice that cannot help is a figure that lies (issue 47's attack: "or lower q" where a lower rate reaches
-    more).  A budget refused names the smallest ε reachable: that ε, a hair above, is designed; where it
-    names a lower q and what it reaches, that q at that ε is designed and its own refusal names the same ε."""
+    """Advice that cannot help is a figure that lies (issue 47's attacks: "or lower q" where a lower rate reaches
+    more; a smallest ε a budget of which designed nothing, below the conversion floor too).  A budget refused
+    names the smallest ε the search reaches: that ε, a hair above, is designed; where it names another q
+    and what it reaches (more than the budget: a q that meets it is designed, not named), that q at that ε
+    is designed and its own refusal names the same ε."""
     kw = dict(max_rounds=5, delta=delta, sigma_max=smax)
     if how == "flower":
         kw["framework"] = "flower"
@@ -586,19 +588,15 @@ def test_a_budget_refusal_names_a_way_out_that_works(n, how, m, delta, smax, bud
     except paretofl.InfeasibleBudget as e:
         err = e
     if err.where.get("floor"):
-        assert "lower q" not in str(err) and "sigma_max" not in str(err)
-        return
+        assert "ask for q" not in str(err) and "sigma_max" not in str(err)
     d = paretofl.design(n, err.min_epsilon * 1.001, **kw)
     assert d.epsilon <= err.min_epsilon * 1.001
-    lower = err.where.get("lower_q")
-    assert ("lower q" in str(err)) == (lower is not None)
-    if lower is not None:
-        q_low, e_low = lower
-        assert q_low < err.where["q"] and e_low < err.min_epsilon and f"q={q_low:g} reaches" in str(err)
-        if e_low <= budget:          # the budget itself is met there
-            assert paretofl.design(n, budget, **{**kw, "q": q_low}).epsilon <= budget
-            return
+    other = err.where.get("other_q")
+    assert ("ask for q" in str(err)) == (other is not None)
+    if other is not None:
+        q_o, e_o = other
+        assert e_o < err.min_epsilon and e_o > budget and f"q={q_o:g} (it reaches" in str(err)
         with pytest.raises(paretofl.InfeasibleBudget) as again:
-            paretofl.design(n, budget, **{**kw, "q": q_low})
-        assert again.value.min_epsilon == pytest.approx(e_low, rel=1e-12)
-        assert paretofl.design(n, e_low * 1.001, **{**kw, "q": q_low}).epsilon <= e_low * 1.001
+            paretofl.design(n, budget, **{**kw, "q": q_o})
+        assert again.value.min_epsilon == pytest.approx(e_o, rel=1e-12)
+        assert paretofl.design(n, e_o * 1.001, **{**kw, "q": q_o}).epsilon <= e_o * 1.001

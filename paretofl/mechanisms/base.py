@@ -43,19 +43,19 @@ class InfeasibleBudget(ValueError):
         self.epsilon, self.min_epsilon, self.where = epsilon, min_epsilon, where
         if where.get("floor"):
             top = where.get("largest_order", math.inf)
-            why = (f"budget epsilon={epsilon:g} cannot be met: below epsilon {min_epsilon:.4g} no round fits at this "
-                   f"delta on the accountant's orders (up to {top:g}: converting RDP to (epsilon, delta) alone costs "
-                   "that much); raise epsilon above it, or delta")
+            why = (f"budget epsilon={epsilon:g} cannot be met: below epsilon {where['floor']:.4g} no round fits at "
+                   f"this delta on the accountant's orders (up to {top:g}: converting RDP to (epsilon, delta) alone "
+                   "costs that much); raise epsilon above it, or delta")
         elif prior_epsilon is not None and prior_epsilon >= epsilon:
             why = (f"budget epsilon={epsilon:g} cannot be met: the private pre-trial alone spent epsilon "
                    f"{prior_epsilon:.4g}; raise epsilon above it, with room for the training")
         else:
-            why = (f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any allowed (q, T, sigma) "
+            why = (f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any (q, T, sigma) searched "
                    f"reaches is {min_epsilon:.4g} (q={where['q']:g}, T=1, sigma={where['sigma']:g}"
                    + (f", after the private pre-trial's {prior_epsilon:.4g}" if prior_epsilon is not None else "")
                    + "); raise epsilon or sigma_max"
-                   + (f", or lower q (q={where['lower_q'][0]:g} reaches {where['lower_q'][1]:.4g})"
-                      if where.get("lower_q") else ""))
+                   + (f", or ask for q={where['other_q'][0]:g} (it reaches {where['other_q'][1]:.4g})"
+                      if where.get("other_q") else ""))
         super().__init__(why)
 
 
