@@ -51,12 +51,20 @@ class InfeasibleBudget(ValueError):
                    f"{prior_epsilon:.4g}; raise epsilon above it, with room for the training")
         else:
             why = (f"budget epsilon={epsilon:g} cannot be met: the smallest epsilon any (q, T, sigma) searched "
-                   f"reaches is {min_epsilon:.4g} (q={where['q']:g}, T=1, sigma={where['sigma']:g}"
+                   f"reaches is {_up(min_epsilon)} (q={where['q']:g}, T=1, sigma={where['sigma']:g}"
                    + (f", after the private pre-trial's {prior_epsilon:.4g}" if prior_epsilon is not None else "")
                    + "); raise epsilon or sigma_max"
-                   + (f", or ask for q={where['other_q'][0]:g} (it reaches {where['other_q'][1]:.4g})"
+                   + (f", or ask for q={where['other_q'][0]:g} (it reaches {_up(where['other_q'][1])})"
                       if where.get("other_q") else ""))
         super().__init__(why)
+
+
+def _up(x: float) -> str:
+    """A threshold to four significant figures, rounded up: a budget of the figure printed meets it."""
+    if not (x > 0) or math.isinf(x):
+        return f"{x:.4g}"
+    step = 10.0 ** (math.floor(math.log10(x)) - 3)
+    return f"{math.ceil(x / step * (1 - 1e-15)) * step:.4g}"
 
 
 def on_floor(d) -> str:
