@@ -37,6 +37,7 @@ from .theory.privacy import (
     Charge,
     calibrate_noise,
     check_rate,
+    conversion_floor,
     conversion_offset,
     max_steps,
     rdp_for_most_steps,
@@ -427,13 +428,12 @@ def _groups_on_sum(mech, budgets, delta, t_cap, ts, kappa, q_max, sigma_min, sig
 def _no_round(eps0: float, delta: float, orders, also: str = "") -> str:
     """The refusal of a group design whose strictest budget allows no round: where that budget lies below what
     converting RDP to (ε, δ) costs on the accountant's orders, no rate or noise can help, and it says so."""
-    a = np.asarray(orders, dtype=float)
-    floor = float(np.min(conversion_offset(a, delta)))
+    floor = conversion_floor(delta, orders)
     head = f"the strictest group's budget (epsilon = {eps0:g}) allows no round"
     if eps0 < floor * (1 + 1e-9):
         return (f"{head}: below epsilon {floor:.4g} no round fits at this delta on the accountant's orders (up to "
-                f"{float(np.max(a)):g}: converting RDP to (epsilon, delta) alone costs that much); raise its budget "
-                "above it, or delta")
+                f"{float(np.max(orders)):g}: converting RDP to (epsilon, delta) alone costs that much); raise its "
+                "budget above it, or delta")
     return f"{head} at any rate and noise allowed: raise its budget or the sigma range{also}"
 
 

@@ -47,6 +47,8 @@ from .theory.privacy import (
     Charge,
     account,
     check_delta,
+    cohort_size,
+    conversion_floor,
     conversion_offset,
     least_noise_guess,
     max_steps,
@@ -267,14 +269,14 @@ class Design:
     def cohort(self) -> float:
         """m, the expected cohort: Σ_i q_i (qN with one rate for all)."""
         if self.groups:
-            return float(sum(g["q"] * g["clients"] for g in self.groups))
-        return self.q * self.n_clients
+            return cohort_size(None, cohort=sum(g["q"] * g["clients"] for g in self.groups))
+        return cohort_size(self.q, self.n_clients)
 
     @property
     def clients_per_round(self) -> float:
         """qN, the expected cohort (an integer where it is one)."""
         c = self.cohort
-        return int(round(c)) if abs(c - round(c)) < 1e-9 else c
+        return int(c) if float(c).is_integer() else c
 
     def client_rates(self) -> np.ndarray:
         """Each client's sampling rate (N,)."""
@@ -1112,7 +1114,7 @@ def search(p: Problem, utility, widened: bool = False) -> tuple:
             return search(replace(p, qs=sorted({*p.qs, inside[0]})), utility, widened=True)
         other = _other_q(p, eps1[k])
         pre = account(p.prior, p.delta) if p.prior else None
-        floor = float(np.min(conversion_offset(np.asarray(p.orders, dtype=float), p.delta)))
+        floor = conversion_floor(p.delta, p.orders)
         if p.epsilon < floor * (1 + 1e-9) and pre is None and eps1[k] <= floor * (1 + 1e-6):
             # the search counts rounds on its orders, where converting RDP to (ε, δ) alone costs the floor
             raise InfeasibleBudget(p.epsilon, eps1[k], {"q": p.qs[k], "sigma": p.sigma_max, "floor": floor,

@@ -128,3 +128,22 @@ def test_flowers_accountant_through_the_bridge_never_under_reports():
         restored = bridge.accountant(plan)                         # its state restores the same ε
         restored.load_state_dict(acc.state_dict())
         assert restored.get_privacy_spent().epsilon == pytest.approx(flower_eps, rel=1e-12)
+
+
+def test_cohort_size_is_m_for_every_q_equal_m_over_n_and_leaves_fractions_alone():
+    """Brute force over N up to 5000 and m up to 20: (m/N)·N misses m by an ulp in thousands of pairs, and
+    cohort_size gives m in every one; a Poisson cohort that is not whole stays as it is, and the tolerance is
+    relative, so it holds where an ulp of m exceeds 1e-9 (m near 1e8)."""
+    from paretofl.theory.privacy import cohort_size
+
+    missed = 0
+    for n in range(2, 5001):
+        for m in range(1, min(n, 20) + 1):
+            missed += (m / n) * n != m
+            assert cohort_size(m / n, n) == m
+    assert missed > 5_000
+    assert cohort_size(0.123, 100) == 0.123 * 100 and cohort_size(None, cohort=12.3) == 12.3
+    big = 100_000_007.0
+    assert cohort_size(None, cohort=big * (1 + 4e-16)) == big and big * (1 + 4e-16) != big
+    arr = cohort_size([1 / 3400, 0.5], 3400)
+    assert list(arr) == [1.0, 1700.0]

@@ -608,3 +608,27 @@ def test_a_budget_refusal_names_a_way_out_that_works(n, how, m, delta, smax, bud
             paretofl.design(n, budget, **{**kw, "q": q_o})
         assert again.value.min_epsilon == pytest.approx(e_o, rel=1e-12)
         assert paretofl.design(n, e_o * 1.001, **{**kw, "q": q_o}).epsilon <= e_o * 1.001
+
+
+#: (N, m) where q = m/N times N is not m in floating point (1/3400 · 3400 = 0.9999999999999999), found by brute
+#: force: the class of a cohort of one client read as 0.9999999999999999, which crashed the distributed design
+_ULP_COHORTS = [(n, m) for n in range(2, 5001) for m in range(1, min(n, 20) + 1) if (m / n) * n != m]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mechanism=st.sampled_from(paretofl.mechanisms.names(designable=True)), nm=st.sampled_from(_ULP_COHORTS))
+@example(mechanism="distributed", nm=(3400, 1))          # the attack's: coordinate_error got 0.9999999999999999
+@example(mechanism="client-aggregate", nm=(22, 15))      # 14.999999999999998 clients a round
+def test_a_cohort_asked_as_q_equal_m_over_n_is_m_clients(mechanism, nm):
+    """q = m/N asks for m clients a round: the design says m (not m minus an ulp), in its cohort and its
+    clients a round, for every mechanism; or it refuses the request for another reason in one line."""
+    n, m = nm
+    opts = {"dim": 7850} if mechanism == "distributed" else None
+    try:
+        d = paretofl.design(n_clients=n, epsilon=2.0, delta=1e-5, max_rounds=50, q=m / n, mechanism=mechanism,
+                            mechanism_options=opts)
+    except ValueError as err:                          # bandmf asks for q = 1/bands, Flower for whole cohorts...
+        assert "9999999" not in str(err) and "0000000" not in str(err), str(err)
+        return
+    assert d.cohort == m and d.clients_per_round == m and isinstance(d.clients_per_round, int), (d.cohort, m)
+    assert d.epsilon <= 2.0

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from ..mechanisms import REGISTRY, Mechanism
+from ..theory.privacy import cohort_size
 from .engine import DPSGD, Cohort, Engine
 from .options import per_replica
 
@@ -98,7 +99,7 @@ class Release:
         # each client's sampling rate (R, N), the expected cohort m (R,), and
         # each client's share of the sum's noise variance m/N (qN/N = q)
         self.rates = np.repeat(self.client_rate[:, None], N, axis=1)
-        self.cohort, self.share = self.client_rate * N, self.client_rate
+        self.cohort, self.share = cohort_size(self.client_rate, N), self.client_rate
         self.groups = None
         if groups is not None:
             if not mechanism.groups:        # one cohort for all, or noise the group design does not plan

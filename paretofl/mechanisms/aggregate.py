@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..theory.privacy import Charge, check_rate
+from ..theory.privacy import Charge, check_rate, cohort_size
 from .base import (
     NO_CLIP,
     NOISE_DIV10,
@@ -59,8 +59,7 @@ def expected_cohort(q, n_clients, cohort=None):
     if cohort is None:
         if n_clients is None or int(n_clients) < 1:
             raise ValueError("the client-aggregate mechanism needs the number of clients n_clients >= 1")
-        cohort = np.asarray(q, dtype=float) * int(n_clients)
-    m = np.asarray(cohort, dtype=float)
+    m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
     if np.any(m < 1.0 - 1e-9):
         low = float(np.min(m))
         where = (f"q = {float(np.min(q)):g} of {int(n_clients)} clients" if n_clients is not None

@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 from ..theory import bandmf as mf
-from ..theory.privacy import Charge, check_rate
+from ..theory.privacy import Charge, check_rate, cohort_size
 from .base import (
     NO_CLIP,
     NOISE_DIV10,
@@ -134,10 +134,10 @@ class _Banded(Mechanism):
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):     # one per replica: z = σ√m each
-            m = np.asarray(cohort if cohort is not None else np.asarray(q, dtype=float) * n_clients, dtype=float)
+            m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
             z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)
             return Noise("correlated-sum", z, split=self.split, divisor=np.broadcast_to(m, np.shape(z)).copy())
-        m = float(cohort) if cohort is not None else float(q) * n_clients
+        m = cohort_size(float(q), n_clients, None if cohort is None else float(cohort))
         return Noise("correlated-sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
 
     def coefficients(self) -> list:
@@ -367,7 +367,7 @@ class BandMFAmplified(_Banded):
             raise ValueError(f"bandmf-amplified samples within a group of 1/b of the clients: q = {q:g} a round "
                              f"needs a rate {q * self.bands:g} > 1 within the group with b = {self.bands}; lower q "
                              "or the bands")
-        if n_clients is not None and q * int(n_clients) < 1 - 1e-9:
+        if n_clients is not None and cohort_size(q, n_clients) < 1:
             raise ValueError(f"q = {q:g} of {int(n_clients)} clients selects fewer than one client a round on "
                              "average")
         return q

@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..theory.privacy import DEFAULT_ORDERS, Charge, account, check_rate
+from ..theory.privacy import DEFAULT_ORDERS, Charge, account, check_rate, cohort_size
 
 __all__ = ["Mechanism", "Noise", "AuditSetting", "Break", "register", "get", "names", "REGISTRY", "positive",
            "rates", "sigmas", "sum_multiplier", "sum_sigma", "InfeasibleBudget", "on_floor"]
@@ -136,7 +136,7 @@ def sigmas(sigma):
 def sum_multiplier(q, sigma, n_clients, cohort=None):
     """z = σ√m, the noise multiplier on a sum of m clients' updates each
     noised at σ (in units of C); m = ``cohort`` or qN.  Arrays stay arrays."""
-    m = cohort if cohort is not None else np.asarray(q, dtype=float) * int(n_clients)
+    m = cohort_size(q, n_clients, cohort)
     return sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m)
 
 
@@ -144,7 +144,7 @@ def sum_sigma(std, q, n_clients, cohort=None):
     """σ = z/√m, the inverse of :func:`sum_multiplier`: the σ whose sum of m
     clients carries noise multiplier ``std``.  No checks on m (a search grid
     may hold cohorts below one: it masks them itself).  Arrays stay arrays."""
-    m = cohort if cohort is not None else np.asarray(q, dtype=float) * int(n_clients)
+    m = cohort_size(q, n_clients, cohort)
     return std / np.sqrt(m) if np.ndim(m) or np.ndim(std) else std / math.sqrt(m)
 
 

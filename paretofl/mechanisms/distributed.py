@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from ..theory import skellam as sk
-from ..theory.privacy import Charge, check_rate
+from ..theory.privacy import Charge, check_rate, cohort_size
 from .base import (
     NO_CLIP,
     NOISE_DIV10,
@@ -185,7 +185,7 @@ class DistributedSkellam(Mechanism):
     # ---------------------------------------------------------------- privacy
     def check_rate(self, q, n_clients=None):
         q = check_rate(q, "q")
-        if n_clients is not None and q * int(n_clients) < 1 - 1e-9:
+        if n_clients is not None and cohort_size(q, n_clients) < 1:
             raise ValueError(f"q = {q:g} of {int(n_clients)} clients selects fewer than one client a round on "
                              "average")
         return q
@@ -198,8 +198,7 @@ class DistributedSkellam(Mechanism):
         if cohort is None:
             if n_clients is None:
                 raise ValueError("the distributed mechanism needs the number of clients n_clients")
-            cohort = np.asarray(q, dtype=float) * int(n_clients)
-        m = np.asarray(cohort, dtype=float)
+        m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
         z = sigma * np.sqrt(m) if (np.ndim(m) or np.ndim(sigma)) else sigma * math.sqrt(float(m))
         return Charge("attributed-integer", q, z)
 
@@ -395,10 +394,10 @@ class DistributedSkellam(Mechanism):
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):     # one per replica: z = σ√m each
-            m = np.asarray(cohort if cohort is not None else np.asarray(q, dtype=float) * n_clients, dtype=float)
+            m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
             z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)
             return Noise("modular-sum", z, split=self.split, divisor=np.broadcast_to(m, np.shape(z)).copy())
-        m = float(cohort) if cohort is not None else float(q) * n_clients
+        m = cohort_size(float(q), n_clients, None if cohort is None else float(cohort))
         return Noise("modular-sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
 
     # -------------------------------------------------------------- statement

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ..theory.privacy import FLOWER_ORDERS, Charge, check_rate
+from ..theory.privacy import FLOWER_ORDERS, Charge, check_rate, cohort_size
 from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas, sum_multiplier
 
 __all__ = ["Flower", "FlowerAccounted"]
@@ -54,18 +54,18 @@ class _FixedCohort(Mechanism):
     def check_rate(self, q, n_clients=None):
         q = check_rate(q, "q")
         if n_clients is not None:
-            m = q * int(n_clients)
-            if abs(m - round(m)) > 1e-9 or round(m) < 1:
+            m = cohort_size(q, n_clients)
+            if m != round(m) or m < 1:
                 raise ValueError(f"Flower samples a whole number of clients: q = {q:g} times {int(n_clients)} "
                                  "clients is not one")
         return q
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):     # one per replica: z = σ√m each
-            m = np.asarray(cohort if cohort is not None else np.asarray(q, dtype=float) * n_clients, dtype=float)
+            m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
             z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)
             return Noise("sum", z, split=self.split, divisor=np.broadcast_to(m, np.shape(z)).copy())
-        m = float(cohort) if cohort is not None else float(q) * n_clients
+        m = cohort_size(float(q), n_clients, None if cohort is None else float(cohort))
         return Noise("sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
 
     def sampling_text(self, d) -> str:

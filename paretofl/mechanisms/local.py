@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..theory.privacy import Charge
+from ..theory.privacy import Charge, cohort_size
 from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas
 
 __all__ = ["ClientLocal"]
@@ -60,8 +60,7 @@ class ClientLocal(Mechanism):
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         """σ on each client's update (its group's σ_g where it has one: σ is
         then one per client), the sum divided by the expected cohort."""
-        m = cohort if cohort is not None else (np.asarray(q, dtype=float) * n_clients if np.ndim(q)
-                                               else float(q) * n_clients)
+        m = cohort if cohort is not None else cohort_size(q, n_clients)
         return Noise("update", np.asarray(sigma, dtype=float) if np.ndim(sigma) else sigma, split=self.split,
                      divisor=m)
 

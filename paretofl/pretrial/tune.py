@@ -37,6 +37,7 @@ import numpy as np
 
 from ..mechanisms import get as mechanism_of
 from ..progress import Progress
+from ..theory.privacy import cohort_size
 from .spec import MECHANISM, Spec
 from .sweep import HELD_OUT, held_out
 
@@ -116,7 +117,7 @@ def matched_noise(q: float, n_clients: int, noise_multiplier: float, pretrial_cl
     """(q', z') on the pre-trial's N' clients with the design's noise on the
     average, z'/m' = z/m: the same cohort where N' >= m, else every client
     and z scaled by N'/m."""
-    m = q * n_clients
+    m = cohort_size(q, n_clients)
     if m <= pretrial_clients:
         return m / pretrial_clients, noise_multiplier
     return 1.0, noise_multiplier * pretrial_clients / m

@@ -102,6 +102,25 @@ def _number(x, name: str) -> float:
     return float(x)
 
 
+#: how close qN must come to a whole number, relative to it, to be that many
+#: clients a round
+COHORT_RTOL = 1e-9
+
+
+def cohort_size(q, n_clients=None, cohort=None):
+    """m, the expected clients a round: ``cohort`` where given (Σ_i q_i where
+    clients have rates of their own), else qN; snapped to the whole number
+    it lies within COHORT_RTOL (relative) of.  q = m/N is a float, and
+    (m/N)·N misses m by an ulp either way (1/3400 · 3400 =
+    0.9999999999999999): every place that needs m takes it from here, so a
+    cohort of one client is one.  No checks (a search grid may hold cohorts
+    below one).  Arrays stay arrays."""
+    m = np.asarray(q, dtype=float) * int(n_clients) if cohort is None else np.asarray(cohort, dtype=float)
+    r = np.rint(m)
+    m = np.where(np.abs(m - r) <= COHORT_RTOL * np.maximum(r, 1.0), r, m)
+    return m if m.ndim else float(m)
+
+
 def check_rate(q: float, name: str = "sampling rate q") -> float:
     q = _number(q, name)
     if not (0.0 < q <= 1.0) or math.isnan(q):
@@ -674,6 +693,14 @@ def conversion_offset(orders, delta: float, conversion: str = "improved") -> np.
     if conversion == "improved":  # Balle et al. 2020, Thm. 21 (as Opacus)
         return np.log((orders - 1.0) / orders) - (math.log(delta) + np.log(orders)) / (orders - 1.0)
     raise ValueError(f"unknown RDP conversion {conversion!r}; use 'improved' or 'classic'")
+
+
+def conversion_floor(delta: float, orders) -> float:
+    """min_α c_α(δ): what converting RDP to (ε, δ) alone costs on these
+    orders.  No mechanism accounted on them reaches an ε below it (its RDP
+    is non-negative), so a budget below it allows no round at any noise:
+    the one place a refusal reads that floor from."""
+    return float(np.min(conversion_offset(np.asarray(orders, dtype=float), delta)))
 
 
 def rdp_to_epsilon(orders, rdp, delta: float, conversion: str = "improved") -> tuple[float, float]:
