@@ -552,6 +552,9 @@ class TrainResult:
     problems: list = field(default_factory=list)
     #: the unit of privacy and the neighbouring relation of ``epsilon`` ("client-level, add/remove")
     unit: str = ""
+    #: what the run did otherwise than a reader of its request might expect, though not a problem: a group
+    #: design that chose fewer rounds than the at most ``rounds`` allowed
+    notes: list = field(default_factory=list)
     #: where the noise came from: "seeded" (a simulation: anyone with the seed can draw it again) or "entropy"
     #: (the operating system's, drawn afresh for each replica: a real release; ``secure=True``)
     noise: str = "seeded"
@@ -756,6 +759,7 @@ def _run(t: Training) -> TrainResult:
 
     t, groups, spent = _with_design(t)
     asked = t.rounds          # the rounds a design or the caller asked for; None: up to 100, to the budget
+    notes = []
     t = _with_defaults(t, ALGORITHMS)
     _check_train_numbers(torch, t)
     cls, options = ALGORITHMS[t.algorithm], t.options
@@ -778,6 +782,9 @@ def _run(t: Training) -> TrainResult:
     if t.budgets is not None:
         groups, options = _group_design(len(setup.parts), t.delta, t.rounds, t.budgets, config.mechanism, options)
         config = cls.Config(**options)
+        if t.rounds is not None and groups.rounds < t.rounds:
+            notes = [f"the group design trains {groups.rounds} of the at most {t.rounds} rounds allowed: the T its "
+                     "search found best within every group's budget (design --budgets prints it)"]
         t = replace(t, rounds=groups.rounds, epsilon=groups.budget)
         asked = t.rounds
     _check_population(cls, config, setup, t.delta)
@@ -793,7 +800,9 @@ def _run(t: Training) -> TrainResult:
         hist.close()
     problems = train_problems(fin, asked, t.epsilon, "the design" if t.design is not None or groups is not None
                               else "rounds")
-    return _train_result(fin, problems, t, setup, config, partition_label(partition, beta), hist, cls)
+    r = _train_result(fin, problems, t, setup, config, partition_label(partition, beta), hist, cls)
+    r.notes = notes
+    return r
 
 
 def _with_design(t: Training) -> tuple[Training, object, tuple]:

@@ -822,6 +822,7 @@ def cmd_train(a):
         lines.append("  per group (budget: spent)  " + ", ".join(f"{k}: {v:.4g}" for k, v in r.epsilon_groups.items())
                      + ("  (the epsilon above is the most any group spent; each group is held to its own budget, "
                         + ("and every group met it)" if r.budget_met else "and not every group met it)")))
+    lines += [f"  note: {n}" for n in r.notes]
     lines += _predicted_lines(design, r, out)
     if a.history:
         lines.append(f"  history written to {a.history}")

@@ -53,6 +53,7 @@ from .theory.privacy import (
     least_noise_guess,
     max_steps,
     sorted_unique,
+    whole_cohort_rate,
     within,
 )
 
@@ -1109,10 +1110,11 @@ def search(p: Problem, utility, widened: bool = False) -> tuple:
         # on the grid of orders, where the search counts its rounds: a budget of that ε designs a round
         eps1 = [accts[qq].epsilon(p.sigma_max * accts[qq].zf, 1, p.delta, p.orders, on_grid=True) for qq in p.qs]
         k = int(np.argmin(eps1))
-        inside = _other_q(p, p.epsilon * (1 + 1e-12), min(p.qs)) if not widened and len(p.qs) > 1 else None
+        seen = {}                      # each skipped size's one round, accounted once for both scans
+        inside = _other_q(p, p.epsilon * (1 + 1e-12), min(p.qs), seen) if not widened and len(p.qs) > 1 else None
         if inside is not None:         # a size within the range asked that the sample skipped meets the budget
             return search(replace(p, qs=sorted({*p.qs, inside[0]})), utility, widened=True)
-        other = _other_q(p, eps1[k])
+        other = _other_q(p, eps1[k], 0.0, seen)
         pre = account(p.prior, p.delta) if p.prior else None
         floor = conversion_floor(p.delta, p.orders)
         if p.epsilon < floor * (1 + 1e-9) and pre is None and eps1[k] <= floor * (1 + 1e-6):
@@ -1124,15 +1126,16 @@ def search(p: Problem, utility, widened: bool = False) -> tuple:
     return (u, T, sig, qb), per_q
 
 
-def _other_q(p: Problem, least: float, lowest: float = 0.0) -> list | None:
+def _other_q(p: Problem, least: float, lowest: float = 0.0, memo: dict | None = None) -> list | None:
     """A cohort size the search skipped (its sizes are a geometric sample of those allowed; with ``lowest``
     0, rates below a fixed q or q_min, down to one client a round, count too) whose one round at sigma_max
     reaches less than ``least``: [its rate, its ε], the least of up to 512 sizes asked (every one where there
     are fewer); None where none does (ε is not monotone in q: another rate is advice only where it is
-    measured to help)."""
+    measured to help).  ``memo``: each size's ε, kept between calls."""
+    memo = {} if memo is None else memo
     n = p.n_clients
-    top = int(math.floor(max(p.qs) * n + 1e-9))
-    bottom = max(1, int(math.ceil(lowest * n - 1e-9)))
+    top = int(math.floor(cohort_size(max(p.qs), n)))
+    bottom = max(1, int(math.ceil(cohort_size(lowest, n))))
     if top < bottom:
         return None
     m = (np.arange(bottom, top + 1) if top - bottom < 512
@@ -1143,8 +1146,10 @@ def _other_q(p: Problem, least: float, lowest: float = 0.0) -> list | None:
         if round(float(mm), 6) in seen:
             continue
         qq = mm / n
-        acct = p.unit_charge(qq)
-        e = acct.epsilon(p.sigma_max * acct.zf, 1, p.delta, p.orders, on_grid=True)
+        if mm not in memo:
+            acct = p.unit_charge(qq)
+            memo[mm] = acct.epsilon(p.sigma_max * acct.zf, 1, p.delta, p.orders, on_grid=True)
+        e = memo[mm]
         if e < least and (best is None or e < best[1]):
             best = [float(qq), float(e)]
     return best
@@ -2138,12 +2143,12 @@ def _closed_form_for_q(q, n, eps, delta, t_cap, s_lo, s_hi, kappa, orders, acct)
 
 
 def _q_candidates(n, q, q_min, q_max):
-    if q is not None:
-        return [float(q)]
+    if q is not None:       # a q whose qN is within 1e-9 of a whole m is m/N: what a fixed draw of m takes
+        return [whole_cohort_rate(float(q), n)]
     lo = q_min if q_min is not None else 1.0 / n
     if not (0 < lo <= q_max <= 1):
         raise ValueError(f"empty or invalid q range [{lo:g}, {q_max:g}]; it must lie in (0, 1] with q_min <= q_max")
-    m = np.arange(math.ceil(lo * n - 1e-9), math.floor(q_max * n + 1e-9) + 1)
+    m = np.arange(math.ceil(cohort_size(lo, n)), math.floor(cohort_size(q_max, n)) + 1)
     m = m[m >= 1]
     if m.size == 0:
         raise ValueError(f"no cohort size m with q = m/N in [{lo:g}, {q_max:g}] for N = {n}")

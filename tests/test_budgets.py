@@ -384,3 +384,20 @@ def test_budget_met_holds_each_group_to_its_exact_budget_not_its_label(tmp_path,
     spent = sorted(out["epsilon_groups"].values())
     assert spent[0] <= 0.6666666 * (1 + 1e-9) and spent[1] <= 2.0000004 * (1 + 1e-9)
     assert out["budget_met"] is True
+
+
+def test_a_group_run_that_trains_fewer_rounds_than_allowed_says_so(capsys, tmp_path):
+    """With budgets, rounds is a cap: the group design may choose fewer, and the run trains its T.  That is
+    no problem (the run is complete), but it is said (helper 65's case: budgets of 1/3 allowed 1 of 2 rounds,
+    and the result said nothing of the other); a design that takes every round allowed has no note."""
+    import paretofl
+    from paretofl.cli import main
+
+    r = paretofl.train(budgets=[0.3333331, 0.3333339] * 5, dataset="digits", model="lr", rounds=2)
+    assert r.rounds == 1 and r.complete and r.notes and "1 of the at most 2 rounds" in r.notes[0]
+    r = paretofl.train(budgets=[8.0, 8.0] * 5, dataset="digits", model="lr", rounds=2)
+    assert r.rounds == 2 and r.notes == []
+    (tmp_path / "b.csv").write_text("share,epsilon\n0.5,0.3333331\n0.5,0.3333339\n")
+    assert main(["train", "--budgets", str(tmp_path / "b.csv"), "--rounds", "2", "--dataset", "digits", "--model", "lr",
+                 "--clients", "10"]) == 0
+    assert "note: the group design trains 1 of the at most 2 rounds allowed" in capsys.readouterr().out

@@ -212,3 +212,22 @@ def test_a_familys_own_figures_are_re_derived_on_load(tmp_path, mechanism, optio
         path.write_text(json.dumps(narrow))
         with pytest.raises(ValueError, match="does not add up"):
             paretofl.Design.load(path)
+
+
+@pytest.mark.parametrize("bits", [10, 12, 16])
+def test_a_q_given_is_kept_and_a_q_min_held_where_the_width_is_given(bits):
+    """With the width given, the search halves the cohort while a smaller sum fits a finer scale: only where
+    the cohort is searched, and not below q_min (a q given was halved to 0.0125 at 10 bits, and refused with
+    'a smaller cohort (q_max)' where the q was the user's)."""
+    opts = {"dim": 7850, "bits": bits}
+    try:
+        d = paretofl.design(1000, 2.0, 1e-5, max_rounds=200, q=0.2, mechanism="distributed", mechanism_options=opts)
+        assert d.q == 0.2
+    except ValueError as err:
+        assert "a smaller q" in str(err)
+    try:
+        d = paretofl.design(1000, 2.0, 1e-5, max_rounds=200, q_min=0.1, mechanism="distributed",
+                            mechanism_options=opts)
+        assert d.q >= 0.1
+    except ValueError as err:
+        assert "down to" in str(err)

@@ -18,6 +18,8 @@ reports through the bridge, is never below it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -131,19 +133,41 @@ def test_flowers_accountant_through_the_bridge_never_under_reports():
 
 
 def test_cohort_size_is_m_for_every_q_equal_m_over_n_and_leaves_fractions_alone():
-    """Brute force over N up to 5000 and m up to 20: (m/N)·N misses m by an ulp in thousands of pairs, and
-    cohort_size gives m in every one; a Poisson cohort that is not whole stays as it is, and the tolerance is
-    relative, so it holds where an ulp of m exceeds 1e-9 (m near 1e8)."""
+    """Brute force over N up to 5000 and m up to 20, and at the most clients a design takes (10^6): (m/N)·N
+    misses m by an ulp in thousands of pairs, and cohort_size gives m in every one; a cohort that is not whole
+    stays as it is, down to 1e-6 of a client from a whole one (a q that asks for that is no whole cohort)."""
+    from paretofl.recommendation import MAX_CLIENTS
     from paretofl.theory.privacy import cohort_size
 
     missed = 0
-    for n in range(2, 5001):
-        for m in range(1, min(n, 20) + 1):
-            missed += (m / n) * n != m
-            assert cohort_size(m / n, n) == m
+    for n in [*range(2, 5001), MAX_CLIENTS]:
+        for m in [*range(1, min(n, 20) + 1), *range(n - 20, n + 1)]:
+            if m >= 1:
+                missed += (m / n) * n != m
+                assert cohort_size(m / n, n) == m
     assert missed > 5_000
     assert cohort_size(0.123, 100) == 0.123 * 100 and cohort_size(None, cohort=12.3) == 12.3
-    big = 100_000_007.0
-    assert cohort_size(None, cohort=big * (1 + 4e-16)) == big and big * (1 + 4e-16) != big
-    arr = cohort_size([1 / 3400, 0.5], 3400)
-    assert list(arr) == [1.0, 1700.0]
+    assert cohort_size(None, cohort=7 - 1e-6) == 7 - 1e-6 and cohort_size(None, cohort=1e6 - 1e-6) < 1e6
+    assert list(cohort_size([1 / 3400, 0.5], 3400)) == [1.0, 1700.0]         # arrays stay arrays
+
+
+@pytest.mark.parametrize("n,m", [(1000, 10), (3400, 7), (3400, 1), (22, 15)])
+def test_a_whole_cohort_is_charged_at_the_rate_it_is_drawn_at(n, m):
+    """A fixed-size draw takes m = qN clients, each with probability m/N: a q within 1e-9 of m/N (an ulp of
+    (m/N)·N, or a hand-typed q) is charged at m/N, on either side of it (charged at q just below m/N, the
+    draw of m exceeded the rate charged), and a design made at such a q is made at m/N.  The TFF export
+    draws the largest m with m/N <= q (its note's claim; m/N as a float, the nearest to the fraction)."""
+    from paretofl.integrations import tff
+    from paretofl.mechanisms import get
+
+    for q in (m / n, (m - 5e-10) / n, (m + 5e-10) / n):
+        assert get("flower").charge(q, 0.5, n).rate == m / n
+        d = paretofl.design(n, 2.0, 1e-5, max_rounds=50, q=q, framework="flower")
+        assert (d.q, d.clients_per_round) == (m / n, m)
+    d = paretofl.design(n, 4.0, 1e-5, max_rounds=50, q=(m - 5e-10) / n, mechanism="distributed",
+                        mechanism_options={"dim": 7850})
+    assert d.q == m / n and tff.plan(d, 1.0).clients_per_round == m
+    for q, want in ((m / n, m), ((m - 5e-9) / n, m - 1)):          # a design file's q, as it was written
+        if want >= 1:
+            p = tff.plan(replace(d, q=q), 1.0)
+            assert p.clients_per_round == want and want / n <= q < (want + 1) / n

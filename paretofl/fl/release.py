@@ -121,7 +121,7 @@ class Release:
         self.group_rates = np.array([g["q"] for g in gd.groups])
         self.group_sigmas = np.array([g["sigma"] for g in gd.groups])
         self.rates = np.repeat(self.group_rates[self.group_of][None, :], eng.R, axis=0)
-        self.cohort = self.rates.sum(1)
+        self.cohort = cohort_size(None, cohort=self.rates.sum(1))
         self.share = self.cohort / N
         self.client_rate = self.cohort / N            # the mean rate, for what reads one
         if self.mech.noise_on == "sum":               # one noise on the sum: the groups share sigma

@@ -106,7 +106,12 @@ def plan(d: Design, clip: float) -> TFFPlan:
     z, clip = float(d.noise_multiplier), float(clip)
     # a fixed cohort of m = floor(qN) clients drawn uniformly each round: each client joins with probability
     # m/N <= q (the rate charged), and the noise is split among the n fewest survivors of those m
-    m = max(1, math.floor(d.cohort + 1e-9))
+    m = math.floor(d.q * d.n_clients)
+    m += (m + 1) / d.n_clients <= d.q            # qN can miss m by an ulp either way: the largest m with m/N <= q
+    m -= m / d.n_clients > d.q
+    if m < 1:
+        raise ValueError(f"q = {d.q:g} of {d.n_clients} clients draws no whole client: TFF draws m/N <= q, and "
+                         "no m >= 1 is; design again (q = m/N)")
     n = sk.n_min(m, mech.dropout)
     padded = mech.padded
     if 2 ** mech.bits < n:

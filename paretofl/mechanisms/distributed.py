@@ -245,7 +245,8 @@ class DistributedSkellam(Mechanism):
         bits = (self.bits,) if given.get("bits") is not None else BITS_SEARCHED
         found, skipped = {}, {}
         for b in bits:
-            got = self._width(s, b, exact, given, skipped, halve=len(bits) == 1)
+            # halved cohorts only where the cohort is searched (a q given is the user's: it is kept)
+            got = self._width(s, b, exact, given, skipped, halve=len(bits) == 1 and s.q is None)
             if got is not None:
                 found[b] = got
                 if got[0].utility_bound <= exact.utility_bound * (1 + BITS_TIE):
@@ -254,7 +255,8 @@ class DistributedSkellam(Mechanism):
             raise ValueError("no bit width searched fits the sum: " + "; ".join(f"{b} bits: {w}"
                                                                                for b, w in skipped.items())
                              + ("; give a smaller --scaled-clip or more bits" if given.get("scaled_clip") is not None
-                                else "; allow more bits (at most 32) or a smaller cohort (q_max)"))
+                                else "; allow more bits (at most 32) or a smaller " + ("q" if s.q is not None else
+                                                                                     "cohort (q_max)")))
         least = min(d.utility_bound for d, _ in found.values())
         b = min(x for x in found if found[x][0].utility_bound <= least * (1 + BITS_TIE))
         d, mech = found[b]
@@ -349,8 +351,8 @@ class DistributedSkellam(Mechanism):
                 else:
                     worse += 1
             done = best is not None and (worse >= 2 or best[0].utility_bound <= exact.utility_bound * (1 + MATCH))
-            if done or start.cohort < 2 or not halve:
-                break
+            if done or start.cohort < 2 or not halve or start.q / 2 < (s.q_min or 0.0):
+                break                           # (nor below the q_min asked)
             start = s.point(self._planned("exact"), [start.q / 2])
         if best is None:
             what = "the scaled clip given" if given.get("scaled_clip") is not None else "every scale"

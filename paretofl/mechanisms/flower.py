@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from ..theory.privacy import FLOWER_ORDERS, Charge, check_rate, cohort_size
+from ..theory.privacy import FLOWER_ORDERS, Charge, check_rate, cohort_size, whole_cohort_rate
 from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas, sum_multiplier
 
 __all__ = ["Flower", "FlowerAccounted"]
@@ -92,7 +92,9 @@ class Flower(_FixedCohort):
         """A fixed-size subsampled Gaussian of rate m/N and noise
         multiplier z/2 (replace-one moves the sum by 2C)."""
         q, sigma = rates(q), sigmas(sigma)
-        return Charge("fixed-size", q, sum_multiplier(q, sigma, n_clients, cohort) / 2.0)
+        z = sum_multiplier(q, sigma, n_clients, cohort) / 2.0
+        # the m = qN clients drawn each join with probability m/N: charged at that rate (qN within 1e-9 of m)
+        return Charge("fixed-size", q if n_clients is None else rates(whole_cohort_rate(q, n_clients)), z)
 
     def accountant_text(self, d) -> str:
         return ("RDP of the fixed-size subsampled Gaussian (Wang, Balle and Kasiviswanathan 2019, Thm 27), noise "

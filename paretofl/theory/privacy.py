@@ -102,23 +102,34 @@ def _number(x, name: str) -> float:
     return float(x)
 
 
-#: how close qN must come to a whole number, relative to it, to be that many
-#: clients a round
-COHORT_RTOL = 1e-9
+#: how close qN must come to a whole number to be that many clients a round:
+#: the tolerance every whole-cohort check here has used (absolute, so the
+#: window stays far below one client: an ulp of a cohort up to the most
+#: clients a design takes, 10^6, is 1.2e-10)
+COHORT_ATOL = 1e-9
 
 
 def cohort_size(q, n_clients=None, cohort=None):
     """m, the expected clients a round: ``cohort`` where given (Σ_i q_i where
     clients have rates of their own), else qN; snapped to the whole number
-    it lies within COHORT_RTOL (relative) of.  q = m/N is a float, and
-    (m/N)·N misses m by an ulp either way (1/3400 · 3400 =
-    0.9999999999999999): every place that needs m takes it from here, so a
-    cohort of one client is one.  No checks (a search grid may hold cohorts
-    below one).  Arrays stay arrays."""
+    it lies within COHORT_ATOL of.  q = m/N is a float, and (m/N)·N misses
+    m by an ulp either way (1/3400 · 3400 = 0.9999999999999999): every place
+    that needs m takes it from here, so a cohort of one client is one.  No
+    checks (a search grid may hold cohorts below one).  Arrays stay arrays."""
     m = np.asarray(q, dtype=float) * int(n_clients) if cohort is None else np.asarray(cohort, dtype=float)
     r = np.rint(m)
-    m = np.where(np.abs(m - r) <= COHORT_RTOL * np.maximum(r, 1.0), r, m)
+    m = np.where(np.abs(m - r) <= COHORT_ATOL, r, m)
     return m if m.ndim else float(m)
+
+
+def whole_cohort_rate(q, n_clients):
+    """q, or m/N where qN lies within COHORT_ATOL of a whole m: the rate of
+    the m clients a fixed-size draw takes (each joins with probability m/N),
+    so that what is charged is what is drawn, also where qN missed m by an
+    ulp or a hand-typed q by 1e-9.  Arrays stay arrays."""
+    m = np.asarray(cohort_size(q, n_clients), dtype=float)
+    r = np.where(m == np.rint(m), m / int(n_clients), np.asarray(q, dtype=float))
+    return r if r.ndim else float(r)
 
 
 def check_rate(q: float, name: str = "sampling rate q") -> float:
