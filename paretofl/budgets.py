@@ -160,7 +160,8 @@ def read_budgets(path, n_clients: int | None = None) -> Budgets:
     a, b = np.array(values).T
     if head[0] == "share":
         if n_clients is None:
-            raise ValueError(f"budgets file {path} gives shares: the number of clients is needed too")
+            raise ValueError(f"budgets file {path} gives shares: the number of clients is needed too (--clients "
+                             "on the command line)")
         try:
             return Budgets.shares(a, b, n_clients)
         except ValueError as exc:

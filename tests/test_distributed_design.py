@@ -231,3 +231,13 @@ def test_a_q_given_is_kept_and_a_q_min_held_where_the_width_is_given(bits):
         assert d.q >= 0.1
     except ValueError as err:
         assert "down to" in str(err)
+
+
+def test_a_q_min_that_the_width_holds_is_designed_and_one_it_does_not_is_named():
+    """Halving stops at q_min: q_min itself is tried (a range from 0.04 was refused at 10 bits though q = 0.04
+    designs), and a refusal where q_min binds names it (it advised q_max, and the advice gave an empty range)."""
+    opts = {"dim": 7850, "bits": 10}
+    d = paretofl.design(1000, 4.0, 1e-5, max_rounds=200, q_min=0.04, mechanism="distributed", mechanism_options=opts)
+    assert d.q >= 0.04
+    with pytest.raises(ValueError, match=r"too narrow.*smaller cohort \(q_min\)"):
+        paretofl.design(1000, 4.0, 1e-5, max_rounds=200, q_min=0.1, mechanism="distributed", mechanism_options=opts)

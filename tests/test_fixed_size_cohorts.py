@@ -149,6 +149,10 @@ def test_cohort_size_is_m_for_every_q_equal_m_over_n_and_leaves_fractions_alone(
     assert cohort_size(0.123, 100) == 0.123 * 100 and cohort_size(None, cohort=12.3) == 12.3
     assert cohort_size(None, cohort=7 - 1e-6) == 7 - 1e-6 and cohort_size(None, cohort=1e6 - 1e-6) < 1e6
     assert list(cohort_size([1 / 3400, 0.5], 3400)) == [1.0, 1700.0]         # arrays stay arrays
+    from paretofl.theory.privacy import whole_cohort_rate
+
+    assert whole_cohort_rate(1e-12, 100) == 1e-12          # a cohort of no client is no whole cohort: q kept
+    assert paretofl.design(100, 2.0, max_rounds=50, q=1e-12, mechanism="client-local").q == 1e-12
 
 
 @pytest.mark.parametrize("n,m", [(1000, 10), (3400, 7), (3400, 1), (22, 15)])

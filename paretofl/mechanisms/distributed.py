@@ -252,11 +252,13 @@ class DistributedSkellam(Mechanism):
                 if got[0].utility_bound <= exact.utility_bound * (1 + BITS_TIE):
                     break                       # no wider sum can be more than a tie better: the fewest bits win
         if not found:
-            raise ValueError("no bit width searched fits the sum: " + "; ".join(f"{b} bits: {w}"
+            raise ValueError(("the bit width given is too narrow for the sum: " if given.get("bits") is not None else
+                              "no bit width searched fits the sum: ") + "; ".join(f"{b} bits: {w}"
                                                                                for b, w in skipped.items())
                              + ("; give a smaller --scaled-clip or more bits" if given.get("scaled_clip") is not None
-                                else "; allow more bits (at most 32) or a smaller " + ("q" if s.q is not None else
-                                                                                     "cohort (q_max)")))
+                                else "; allow more bits (at most 32) or a smaller " + (
+                                    "q" if s.q is not None else "cohort (q_min)" if s.q_min is not None
+                                    else "cohort (q_max)")))
         least = min(d.utility_bound for d, _ in found.values())
         b = min(x for x in found if found[x][0].utility_bound <= least * (1 + BITS_TIE))
         d, mech = found[b]
@@ -351,9 +353,10 @@ class DistributedSkellam(Mechanism):
                 else:
                     worse += 1
             done = best is not None and (worse >= 2 or best[0].utility_bound <= exact.utility_bound * (1 + MATCH))
-            if done or start.cohort < 2 or not halve or start.q / 2 < (s.q_min or 0.0):
-                break                           # (nor below the q_min asked)
-            start = s.point(self._planned("exact"), [start.q / 2])
+            nxt = max(start.q / 2, s.q_min or 0.0)      # halved, down to the q_min asked (and q_min itself)
+            if done or start.cohort < 2 or not halve or nxt >= start.q:
+                break
+            start = s.point(self._planned("exact"), [nxt])
         if best is None:
             what = "the scaled clip given" if given.get("scaled_clip") is not None else "every scale"
             skipped[b] = (f"{what} wraps more than {sk.WRAP_TARGET:g} a coordinate, at every cohort down to "

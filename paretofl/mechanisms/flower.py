@@ -56,8 +56,8 @@ class _FixedCohort(Mechanism):
         if n_clients is not None:
             m = cohort_size(q, n_clients)
             if m != round(m) or m < 1:
-                raise ValueError(f"Flower samples a whole number of clients: q = {q:g} times {int(n_clients)} "
-                                 "clients is not one")
+                raise ValueError(f"Flower samples a whole number of clients: q = {q:.12g} times {int(n_clients)} "
+                                 f"clients is {q * int(n_clients):.12g}, not one")
         return q
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:

@@ -124,11 +124,11 @@ def cohort_size(q, n_clients=None, cohort=None):
 
 def whole_cohort_rate(q, n_clients):
     """q, or m/N where qN lies within COHORT_ATOL of a whole m: the rate of
-    the m clients a fixed-size draw takes (each joins with probability m/N),
+    the m >= 1 clients a fixed-size draw takes (each joins with probability m/N),
     so that what is charged is what is drawn, also where qN missed m by an
     ulp or a hand-typed q by 1e-9.  Arrays stay arrays."""
     m = np.asarray(cohort_size(q, n_clients), dtype=float)
-    r = np.where(m == np.rint(m), m / int(n_clients), np.asarray(q, dtype=float))
+    r = np.where((m == np.rint(m)) & (m >= 1), m / int(n_clients), np.asarray(q, dtype=float))
     return r if r.ndim else float(r)
 
 
