@@ -433,8 +433,8 @@ def _no_round(eps0: float, delta: float, orders, also: str = "") -> str:
     head = f"the strictest group's budget (epsilon = {eps0:g}) allows no round"
     if eps0 < floor * (1 + 1e-9):
         return (f"{head}: below epsilon {floor:.4g} no round fits at this delta on the accountant's orders (up to "
-                f"{float(np.max(orders)):g}: converting RDP to (epsilon, delta) alone costs that much); raise its "
-                "budget above it, or delta")
+                f"{float(np.max(orders)):g}: converting RDP to (epsilon, delta) alone costs that much, and a round "
+                "costs more on top); raise its budget above it, or delta")
     return f"{head} at any rate and noise allowed: raise its budget or the sigma range{also}"
 
 

@@ -110,7 +110,7 @@ def plan(d: Design, clip: float) -> TFFPlan:
     m += (m + 1) / d.n_clients <= d.q            # qN can miss m by an ulp either way: the largest m with m/N <= q
     m -= m / d.n_clients > d.q
     if m < 1:
-        raise ValueError(f"q = {d.q:g} of {d.n_clients} clients draws no whole client: TFF draws m/N <= q, and "
+        raise ValueError(f"q = {d.q:.12g} of {d.n_clients} clients draws no whole client: TFF draws m/N <= q, and "
                          "no m >= 1 is; design again (q = m/N)")
     n = sk.n_min(m, mech.dropout)
     padded = mech.padded
@@ -155,8 +155,9 @@ def plan(d: Design, clip: float) -> TFFPlan:
              "rotation_type = 'hd': the randomised Hadamard rotation paretofl simulates (TFF's default 'dft' pads "
              "less; its sensitivity bound differs)",
              f"sampling: exactly {m} of the {d.n_clients} clients a round, drawn uniformly and afresh each round (each "
-             f"joins with probability {m / d.n_clients:.4g} <= q = {d.q:.4g}, the rate charged); the epsilon claims "
-             "no amplification: secure aggregation shows who took part",
+             f"joins with probability {m / d.n_clients:.4g} <= q = {d.q:.4g}, the rate charged); secure aggregation "
+             "shows who took part, so the epsilon claims no hiding of it: each client is charged for the rounds it "
+             "joins, each with probability q",
              "TFF does not account distributed DP itself: publish paretofl's epsilon (its statement, --statement)"]
     return TFFPlan(noise_multiplier=nm, expected_clients_per_round=n, bits=mech.bits, l2_clip=clip,
                    modclip_prob=sk.WRAP_TARGET, beta=mech.beta, rotation_type="hd", mechanism="distributed_skellam",

@@ -52,6 +52,7 @@ from .base import (
     register,
     sigmas,
     sum_multiplier,
+    sum_noise,
 )
 
 __all__ = ["BandMF", "BandMFAmplified", "MAX_BANDED_ROUNDS"]
@@ -133,12 +134,7 @@ class _Banded(Mechanism):
         return mf.error_ratio(self.bands, int(rounds))
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
-        if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):     # one per replica: z = σ√m each
-            m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
-            z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)
-            return Noise("correlated-sum", z, split=self.split, divisor=np.broadcast_to(m, np.shape(z)).copy())
-        m = cohort_size(float(q), n_clients, None if cohort is None else float(cohort))
-        return Noise("correlated-sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
+        return sum_noise("correlated-sum", self.split, q, sigma, n_clients, cohort)
 
     def coefficients(self) -> list:
         """The strategy's band coefficients c_0..c_{b-1} (plain numbers)."""

@@ -34,7 +34,7 @@ import numpy as np
 from ..theory.privacy import DEFAULT_ORDERS, Charge, account, check_rate, cohort_size
 
 __all__ = ["Mechanism", "Noise", "AuditSetting", "Break", "register", "get", "names", "REGISTRY", "positive",
-           "rates", "sigmas", "sum_multiplier", "sum_sigma", "InfeasibleBudget", "on_floor"]
+           "rates", "sigmas", "sum_multiplier", "sum_noise", "sum_sigma", "InfeasibleBudget", "on_floor"]
 
 class InfeasibleBudget(ValueError):
     """No allowed (q, T, σ) meets the budget; carries the smallest ε reachable."""
@@ -138,6 +138,19 @@ def sum_multiplier(q, sigma, n_clients, cohort=None):
     noised at σ (in units of C); m = ``cohort`` or qN.  Arrays stay arrays."""
     m = cohort_size(q, n_clients, cohort)
     return sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m)
+
+
+def sum_noise(kind: str, split: str, q, sigma, n_clients, cohort=None) -> Noise:
+    """The noise on a sum of m clients' updates each noised at σ: multiplier
+    z = σ√m, the sum divided by m (m = ``cohort`` or qN, as
+    :func:`~paretofl.theory.privacy.cohort_size` gives it); one per replica
+    where q, σ or the cohort are arrays."""
+    if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):
+        m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
+        z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)
+        return Noise(kind, z, split=split, divisor=np.broadcast_to(m, np.shape(z)).copy())
+    m = cohort_size(float(q), n_clients, None if cohort is None else float(cohort))
+    return Noise(kind, float(sigma) * math.sqrt(m), split=split, divisor=m)
 
 
 def sum_sigma(std, q, n_clients, cohort=None):

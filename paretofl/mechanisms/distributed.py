@@ -49,7 +49,7 @@ from .base import (
     rates,
     register,
     sigmas,
-    sum_multiplier,
+    sum_noise,
 )
 
 __all__ = ["DistributedSkellam"]
@@ -398,18 +398,13 @@ class DistributedSkellam(Mechanism):
         return text
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
-        if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):     # one per replica: z = σ√m each
-            m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
-            z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)
-            return Noise("modular-sum", z, split=self.split, divisor=np.broadcast_to(m, np.shape(z)).copy())
-        m = cohort_size(float(q), n_clients, None if cohort is None else float(cohort))
-        return Noise("modular-sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
+        return sum_noise("modular-sum", self.split, q, sigma, n_clients, cohort)
 
     # -------------------------------------------------------------- statement
     def sampling_text(self, d) -> str:
         return (f"each client takes part with probability q = {d.q:.4g}; secure aggregation shows the server who "
-                "took part, so no amplification by sampling is claimed: each client is charged for its own "
-                "participations only")
+                "took part, so no hiding of it is claimed: each client is charged for its own participations "
+                "only, each round's with probability q")
 
     def accountant_text(self, d) -> str:
         return ("RDP of the Skellam mechanism (Agarwal, Kairouz, Liu 2021, Theorem 3.5) bounded at integer orders by "

@@ -24,7 +24,19 @@ import math
 import numpy as np
 
 from ..theory.privacy import FLOWER_ORDERS, Charge, check_rate, cohort_size, whole_cohort_rate
-from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas, sum_multiplier
+from .base import (
+    NO_CLIP,
+    NOISE_DIV10,
+    AuditSetting,
+    Break,
+    Mechanism,
+    Noise,
+    rates,
+    register,
+    sigmas,
+    sum_multiplier,
+    sum_noise,
+)
 
 __all__ = ["Flower", "FlowerAccounted"]
 
@@ -57,16 +69,11 @@ class _FixedCohort(Mechanism):
             m = cohort_size(q, n_clients)
             if m != round(m) or m < 1:
                 raise ValueError(f"Flower samples a whole number of clients: q = {q:.12g} times {int(n_clients)} "
-                                 f"clients is {q * int(n_clients):.12g}, not one")
+                                 f"clients is {q * int(n_clients):.12g}, not a whole number")
         return q
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
-        if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):     # one per replica: z = σ√m each
-            m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
-            z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)
-            return Noise("sum", z, split=self.split, divisor=np.broadcast_to(m, np.shape(z)).copy())
-        m = cohort_size(float(q), n_clients, None if cohort is None else float(cohort))
-        return Noise("sum", float(sigma) * math.sqrt(m), split=self.split, divisor=m)
+        return sum_noise("sum", self.split, q, sigma, n_clients, cohort)
 
     def sampling_text(self, d) -> str:
         return (f"m = {d.clients_per_round} of the N clients each round, uniformly without replacement; who took "

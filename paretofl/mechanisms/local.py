@@ -60,7 +60,7 @@ class ClientLocal(Mechanism):
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         """σ on each client's update (its group's σ_g where it has one: σ is
         then one per client), the sum divided by the expected cohort."""
-        m = cohort if cohort is not None else cohort_size(q, n_clients)
+        m = cohort_size(q, n_clients, cohort)
         return Noise("update", np.asarray(sigma, dtype=float) if np.ndim(sigma) else sigma, split=self.split,
                      divisor=m)
 
