@@ -1,8 +1,9 @@
 """Can the public pre-trial's noise-free curves rank the client learning rate
-with the local work?  (issue 46; docs/results.md §13, "η on public data".)
+with the local work?  (issue 46; docs/results.md §13, "η chosen with K from the public curves".)
 
     python analysis/local_lr.py [--partitions iid dirichlet:1 dirichlet:0.5 dirichlet:0.1 shards:2]
-                                [--lrs 0.05 0.1] [--seeds 3] [--out analysis/out/local_lr]
+                                [--lrs 0.025 0.05 0.1 0.2 0.4] [--seeds 3] [--out analysis/out/local_lr]
+                                [--design [--epsilons 1 2 8] [--fits analysis/out/local_work]]
 
 The design chooses the local epochs K from a public pre-trial's noise-free
 runs at one η (docs/theory.md §4.E: L(T; K) = c_K + A(K)/T, fitted on the
@@ -27,10 +28,11 @@ under ``--out`` (so it resumes) and a table ``local_lr.md``.
 
 ``--design``: the design that chooses η with K, trained on the clients.  For
 each partition, κ from ``analysis/local_work.py``'s public pre-trial
-partitioned like the clients (its fits under ``--fits``; IID: the shipped
-fit), the reference (K₀, η₀) = (1, 0.1) its κ was measured at, and each
-candidate (K, η) with A > 0: κ_Kη = κ·A(K₀, η₀)/A(K, η), the design's
-(q, T, σ) and bound u at κ_Kη, and (4.E.2) with η beside K,
+partitioned like the clients (its fits under ``--fits``, run there first
+where missing, as that script does; IID: the shipped fit), the
+reference (K₀, η₀) = (1, 0.1) its κ was measured at, and each candidate
+(K, η) with A > 0: κ_Kη = κ·A(K₀, η₀)/A(K, η), the design's (q, T, σ) and
+bound u at κ_Kη, and (4.E.2) with η beside K,
 U = u·A(K, η)/A(K₀, η₀) + (c_Kη − c_K₀η₀)/A(K₀, η₀); the least U is
 trained on the clients' data (§13's federation, three seeds), one JSON row
 per cell, and tabled in ``design.md``.  (No bootstrap confidence rule here:
@@ -152,7 +154,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--partitions", nargs="+",
                     default=["iid", "dirichlet:1", "dirichlet:0.5", "dirichlet:0.1", "shards:2"])
-    ap.add_argument("--lrs", type=float, nargs="+", default=[0.05, 0.1])
+    ap.add_argument("--lrs", type=float, nargs="+", default=[0.025, 0.05, 0.1, 0.2, 0.4])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "local_lr"))
     ap.add_argument("--design", action="store_true", help="train the design that chooses η with K")
