@@ -35,8 +35,9 @@ reference (K₀, η₀) = (1, 0.1) its κ was measured at, and each candidate
 bound u at κ_Kη, and (4.E.2) with η beside K,
 U = u·A(K, η)/A(K₀, η₀) + (c_Kη − c_K₀η₀)/A(K₀, η₀); the least U is
 trained on the clients' data (§13's federation, three seeds), one JSON row
-per cell, and tabled in ``design.md``.  (No bootstrap confidence rule here:
-the seed means only.)
+per cell, and tabled in ``design.md`` with the design's bootstrap rule
+over the pairs beside it (:func:`rule_share`; where fewer than 90 % of the
+draws agree, the reference's design is trained too).
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ def measure(partition: str, lr: float, seeds: int, out: Path) -> dict:
         acc = [float(np.mean([r["accuracy"] for r in rows if r["epochs"] == k and r["rounds"] == t]))
                for t in rounds]
         a, c = curve(rounds, mean)
-        res["curves"][str(k)] = dict(loss=mean, accuracy=acc, A=a, c=c)
+        per_seed = [[float(next(r["test_loss"] for r in rows if r["epochs"] == k and r["rounds"] == t
+                                and r["seed"] == sd)) for t in rounds] for sd in spec.seed_list()]
+        res["curves"][str(k)] = dict(loss=mean, accuracy=acc, A=a, c=c, seed_loss=per_seed)
     res["seconds"] = time.perf_counter() - t0
     path.write_text(json.dumps(res))
     print(f"{partition} lr {lr:g}: {res['seconds']:.0f} s", flush=True)
@@ -121,10 +124,32 @@ def train_pick(setup_of, partition, eps, pick, out: Path) -> dict:
     return row
 
 
+def rule_share(got: dict, pick, ref, kappa: float, draws: int = 200, seed: int = 0) -> float:
+    """The design's bootstrap rule (docs/theory.md §4.E) over (K, η) pairs: the share of draws (seeds resampled
+    with replacement, every curve refitted on the draw's seed mean) in which ``pick``'s predicted loss (4.E.1)
+    at its design point is below the reference (1, 0.1)'s at its own."""
+    rounds = got[0.1]["rounds"]
+    n_seeds = len(got[0.1]["curves"]["1"]["seed_loss"])
+    rng = np.random.default_rng(seed)
+
+    def loss(cand, cols):
+        _, k, lr, d = cand
+        a, c = curve(rounds, np.mean(np.asarray(got[lr]["curves"][str(k)]["seed_loss"])[cols], axis=0))
+        a0, _ = curve(rounds, np.mean(np.asarray(got[0.1]["curves"]["1"]["seed_loss"])[cols], axis=0))
+        return c + a / d.rounds + a0 * kappa * d.sigma ** 2 / (d.q * N)
+
+    wins = []
+    for _ in range(draws):
+        cols = rng.integers(0, n_seeds, n_seeds)
+        wins.append(loss(pick, cols) < loss(ref, cols))
+    return float(np.mean(wins))
+
+
 def design_rows(a, out: Path) -> None:
     """``--design``: the least-U (K, η) of every cell and the least-U K at η₀ = 0.1, trained on the clients."""
     lines = ["| partition | ε | η chosen with K: K, η, T, σ → accuracy (loss) | at η 0.1: K, T, σ → accuracy (loss) "
-             "| runner-up K, η (U ÷ least) |", "|---|---|---|---|---|"]
+             "| runner-up K, η (U ÷ least) | draws agreeing | with the rule: K, η → accuracy |",
+             "|---|---|---|---|---|---|---|"]
 
     def cell(row):
         return (f"{100 * np.mean(row['accuracy']):.1f} ± {100 * np.std(row['accuracy']):.1f} "
@@ -141,10 +166,15 @@ def design_rows(a, out: Path) -> None:
             cands = picks(partition, got, Path(a.fits), eps)
             best = train_pick(setup_of, partition, eps, cands[0], out)
             at01 = train_pick(setup_of, partition, eps, next(c for c in cands if c[2] == 0.1), out)
+            ref = next(c for c in cands if c[1] == 1 and c[2] == 0.1)
+            kappa = json.loads(Path(fit_for(partition, Path(a.fits))).read_text())["kappa"]
+            share = 1.0 if cands[0] is ref else rule_share(got, cands[0], ref, kappa)
+            ruled = best if share >= 0.9 else train_pick(setup_of, partition, eps, ref, out)
             u1, k1, lr1, _ = cands[1]
             line = (f"| {partition} | {eps:g} | {best['epochs']}, {best['lr']:g}, {best['rounds']}, "
                     f"{best['sigma']:.2g} → {cell(best)} | {at01['epochs']}, {at01['rounds']}, {at01['sigma']:.2g} → "
-                    f"{cell(at01)} | {k1}, {lr1:g} ({u1 / cands[0][0]:.3f}) |")
+                    f"{cell(at01)} | {k1}, {lr1:g} ({u1 / cands[0][0]:.3f}) | {100 * share:.0f} % | "
+                    f"{ruled['epochs']}, {ruled['lr']:g} → {cell(ruled)} |")
             print(line, flush=True)
             lines.append(line)
     (out / "design.md").write_text("\n".join(lines) + "\n")
