@@ -49,7 +49,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-from heterogeneity import CLIP, DELTA, SIGMA_RANGE, T_MAX, N, setup_for  # analysis/ is on the path
+from heterogeneity import CLIP, DELTA, LR, SIGMA_RANGE, T_MAX, N, setup_for  # analysis/ is on the path
 from local_work import PRETRIAL, fit_for, run
 
 import paretofl
@@ -60,6 +60,8 @@ from paretofl.theory.local_work import curve
 ROOT = Path(__file__).resolve().parent.parent
 #: the oracle's T at ε 1, 2, 8 (the shipped-κ design's T × 1, docs/results.md §13)
 ORACLE_T = {1.0: 6, 2.0: 11, 8.0: 39}
+#: the reference (K₀, η₀): the local work and η the pre-trial's κ was measured at
+REF_K, REF_LR = PRETRIAL["local_epochs"], LR
 
 
 def spec_for(partition: str, lr: float, seeds: int) -> Spec:
@@ -95,10 +97,12 @@ def measure(partition: str, lr: float, seeds: int, out: Path) -> dict:
     return res
 
 
-def picks(partition: str, got: dict, fits: Path, eps: float) -> list:
+def picks(got: dict, kappa: float, eps: float) -> list:
     """Every candidate (U, K, η, design) at ε, least U first (module docstring)."""
-    kappa = json.loads(Path(fit_for(partition, fits)).read_text())["kappa"]
-    ref = got[0.1]["curves"]["1"]
+    if REF_LR not in got or got[REF_LR]["curves"][str(REF_K)]["A"] <= 0:
+        raise SystemExit(f"--design needs the reference ({REF_K} epoch, eta {REF_LR:g}) among --lrs, with a loss "
+                         "that falls with T")
+    ref = got[REF_LR]["curves"][str(REF_K)]
     out = []
     for lr, res in got.items():
         for k, cur in res["curves"].items():
@@ -127,28 +131,31 @@ def train_pick(setup_of, partition, eps, pick, out: Path) -> dict:
 def rule_share(got: dict, pick, ref, kappa: float, draws: int = 200, seed: int = 0) -> float:
     """The design's bootstrap rule (docs/theory.md §4.E) over (K, η) pairs: the share of draws (seeds resampled
     with replacement, every curve refitted on the draw's seed mean) in which ``pick``'s predicted loss (4.E.1)
-    at its design point is below the reference (1, 0.1)'s at its own."""
-    rounds = got[0.1]["rounds"]
-    n_seeds = len(got[0.1]["curves"]["1"]["seed_loss"])
-    rng = np.random.default_rng(seed)
+    at its design point is below the reference (K₀, η₀)'s at its own."""
+    rounds = got[REF_LR]["rounds"]
 
-    def loss(cand, cols):
+    def fitted(k, lr, cols):
+        return curve(rounds, np.mean(np.asarray(got[lr]["curves"][str(k)]["seed_loss"])[cols], axis=0))
+
+    def loss(cand, cols, a0):
         _, k, lr, d = cand
-        a, c = curve(rounds, np.mean(np.asarray(got[lr]["curves"][str(k)]["seed_loss"])[cols], axis=0))
-        a0, _ = curve(rounds, np.mean(np.asarray(got[0.1]["curves"]["1"]["seed_loss"])[cols], axis=0))
+        a, c = fitted(k, lr, cols)
         return c + a / d.rounds + a0 * kappa * d.sigma ** 2 / (d.q * N)
 
+    n_seeds = len(got[REF_LR]["curves"][str(REF_K)]["seed_loss"])
+    rng = np.random.default_rng(seed)
     wins = []
     for _ in range(draws):
         cols = rng.integers(0, n_seeds, n_seeds)
-        wins.append(loss(pick, cols) < loss(ref, cols))
+        a0 = fitted(REF_K, REF_LR, cols)[0]
+        wins.append(loss(pick, cols, a0) < loss(ref, cols, a0))
     return float(np.mean(wins))
 
 
 def design_rows(a, out: Path) -> None:
     """``--design``: the least-U (K, η) of every cell and the least-U K at η₀ = 0.1, trained on the clients."""
     lines = ["| partition | ε | η chosen with K: K, η, T, σ → accuracy (loss) | at η 0.1: K, T, σ → accuracy (loss) "
-             "| runner-up K, η (U ÷ least) | draws agreeing | with the rule: K, η → accuracy |",
+             "| runner-up K, η (U − least) | draws agreeing | with the rule: K, η → accuracy |",
              "|---|---|---|---|---|---|---|"]
 
     def cell(row):
@@ -162,18 +169,18 @@ def design_rows(a, out: Path) -> None:
         def setup_of():
             return setups.setdefault(partition, setup_for("lr", partition))
 
+        kappa = json.loads(Path(fit_for(partition, Path(a.fits))).read_text())["kappa"]
         for eps in a.epsilons:
-            cands = picks(partition, got, Path(a.fits), eps)
+            cands = picks(got, kappa, eps)
             best = train_pick(setup_of, partition, eps, cands[0], out)
-            at01 = train_pick(setup_of, partition, eps, next(c for c in cands if c[2] == 0.1), out)
-            ref = next(c for c in cands if c[1] == 1 and c[2] == 0.1)
-            kappa = json.loads(Path(fit_for(partition, Path(a.fits))).read_text())["kappa"]
+            at01 = train_pick(setup_of, partition, eps, next(c for c in cands if c[2] == REF_LR), out)
+            ref = next(c for c in cands if c[1] == REF_K and c[2] == REF_LR)
             share = 1.0 if cands[0] is ref else rule_share(got, cands[0], ref, kappa)
             ruled = best if share >= 0.9 else train_pick(setup_of, partition, eps, ref, out)
             u1, k1, lr1, _ = cands[1]
             line = (f"| {partition} | {eps:g} | {best['epochs']}, {best['lr']:g}, {best['rounds']}, "
                     f"{best['sigma']:.2g} → {cell(best)} | {at01['epochs']}, {at01['rounds']}, {at01['sigma']:.2g} → "
-                    f"{cell(at01)} | {k1}, {lr1:g} ({u1 / cands[0][0]:.3f}) | {100 * share:.0f} % | "
+                    f"{cell(at01)} | {k1}, {lr1:g} ({u1 - cands[0][0]:+.4f}) | {100 * share:.0f} % | "
                     f"{ruled['epochs']}, {ruled['lr']:g} → {cell(ruled)} |")
             print(line, flush=True)
             lines.append(line)
