@@ -74,7 +74,7 @@ def spec_for(partition: str, lr: float, seeds: int) -> Spec:
 
 def measure(partition: str, lr: float, seeds: int, out: Path) -> dict:
     """Each K's seed-mean held-out loss at every T of the grid, and its fitted (A, c)."""
-    path = out / f"{partition.replace(':', '')}_lr{lr:g}.json"
+    path = out / (f"{partition.replace(':', '')}_lr{lr:g}" + ("" if seeds == 3 else f"_s{seeds}") + ".json")
     if path.exists():
         return json.loads(path.read_text())
     spec = spec_for(partition, lr, seeds)
@@ -116,11 +116,16 @@ def picks(got: dict, kappa: float, eps: float) -> list:
 
 
 def train_pick(setup_of, partition, eps, pick, out: Path) -> dict:
-    """One candidate's design trained on the clients' data (three seeds), remembered under ``out``."""
+    """One candidate's design trained on the clients' data (three seeds), remembered under ``out`` (a row whose
+    q or σ is not the design's now, e.g. from another --fits, is refused rather than reused)."""
     u, k, lr, d = pick
     path = out / f"design_{partition.replace(':', '')}_eps{eps:g}_K{k}_lr{lr:g}_T{d.rounds}.json"
     if path.exists():
-        return json.loads(path.read_text())
+        row = json.loads(path.read_text())
+        if not (np.isclose(row["q"], d.q, rtol=1e-9) and np.isclose(row["sigma"], d.sigma, rtol=1e-9)):
+            raise SystemExit(f"{path} was trained at q {row['q']:g}, sigma {row['sigma']:.6g}, not this design's "
+                             f"q {d.q:g}, sigma {d.sigma:.6g}: give another --out")
+        return row
     spec = SimpleNamespace(sigma=d.sigma, q=d.q, local_epochs=k, rounds=d.rounds, budget=eps)
     row = dict(partition=partition, epsilon=eps, epochs=k, lr=lr, q=d.q, rounds=d.rounds, sigma=d.sigma, U=u,
                **run(setup_of(), 3, spec, lr=lr))
