@@ -11,6 +11,7 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -632,3 +633,39 @@ def test_a_cohort_asked_as_q_equal_m_over_n_is_m_clients(mechanism, nm):
         return
     assert d.cohort == m and d.clients_per_round == m and isinstance(d.clients_per_round, int), (d.cohort, m)
     assert d.epsilon <= 2.0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mechanism=st.sampled_from([m for m in paretofl.mechanisms.names() if m != "nbafl"]),
+       arrays=st.tuples(st.booleans(), st.booleans(), st.booleans()), give_cohort=st.booleans(),
+       n=st.integers(4, 3000), m=st.integers(1, 4), sigma=st.floats(0.05, 20.0), rows=st.integers(2, 4))
+@example(mechanism="flower-accounted", arrays=(True, False, False), give_cohort=True, n=40, m=2, sigma=1.3,
+         rows=3)                                          # the attack's: q per replica, the cohort given once
+def test_rates_noise_and_cohorts_given_per_replica_or_once_charge_each_replica_as_one_call(
+        mechanism, arrays, give_cohort, n, m, sigma, rows):
+    """The class of a ledger's arguments where some are one per replica and some are given once (q an array
+    with the cohort a number crashed flower-accounted, and gave the sum mechanisms one std for all): every
+    mechanism charges and noises each replica exactly as a call with that replica's numbers does, one value
+    per replica wherever any argument is one per replica."""
+    mech = paretofl.mechanisms.get(mechanism)
+    fixed = mechanism.startswith("flower")
+    q = m / n if fixed else min(1.0, 2.5 * m / n)
+    cohort = float(m) if fixed or give_cohort else None
+    per = [a for a, on in zip(("q", "sigma", "cohort"), arrays) if on and not (a == "cohort" and cohort is None)]
+    args = {"q": q, "sigma": sigma, "cohort": cohort}
+    vec = {k: (np.full(rows, v) if k in per else v) for k, v in args.items()}
+    try:
+        one = mech.charge(q, sigma, n, cohort=cohort)
+    except ValueError:                                   # (a cohort this mechanism refuses: refused either way)
+        with pytest.raises(ValueError):
+            mech.charge(vec["q"], vec["sigma"], n, cohort=vec["cohort"])
+        return
+    ch = mech.charge(vec["q"], vec["sigma"], n, cohort=vec["cohort"])
+    for i in range(rows if per else 1):
+        got = ch.at(i) if per else ch
+        assert float(got.noise_multiplier) == pytest.approx(float(one.noise_multiplier), rel=1e-12)
+        assert float(got.rate) == pytest.approx(float(one.rate), rel=1e-12)
+    z1, zv = mech.noise(q, sigma, n, cohort=cohort), mech.noise(vec["q"], vec["sigma"], n, cohort=vec["cohort"])
+    assert np.allclose(np.asarray(zv.std, dtype=float), float(z1.std), rtol=1e-12)
+    if per and zv.on in ("sum", "correlated-sum", "modular-sum"):
+        assert np.shape(zv.std) == (rows,), (mechanism, per, np.shape(zv.std))

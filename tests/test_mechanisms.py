@@ -191,3 +191,31 @@ def test_every_family_option_is_a_design_flag_made_from_the_family():
             act = flags[o]
             assert name in act.help and text in act.help, (name, o, act.help)
             assert act.type("3") == (3 if kind == "int" else 3.0)
+
+
+@pytest.mark.parametrize("name", [n for n in M.names() if n not in ("nbafl",)])
+def test_a_rate_per_replica_with_one_cohort_given_is_charged_and_noised_per_replica(name):
+    """q one per replica and the cohort given once (a ledger of replicas whose
+    m is fixed): every mechanism charges and noises each replica as a scalar
+    call does, one value per replica, and raises nothing (flower-accounted
+    raised "truth value of an array is ambiguous"; the sum mechanisms gave
+    one std for all)."""
+    mech = M.get(name)
+    n, m = 40, 20
+    q, s = np.array([0.5, 0.5, 1.0]), 1.3
+    if name in ("flower", "flower-accounted"):
+        q = np.array([0.5, 0.5, 0.5])           # a fixed cohort: m/N itself
+    try:
+        ch = mech.charge(q, s, n, cohort=m)
+    except TypeError:                            # a mechanism whose charge takes no cohort
+        pytest.skip(f"{name} charges no given cohort")
+    assert ch.size == 3, name
+    for i in range(3):
+        one = mech.charge(float(q[i]), s, n, cohort=m)
+        assert ch.at(i).noise_multiplier == pytest.approx(one.noise_multiplier, rel=1e-12)
+        assert ch.at(i).rate == pytest.approx(one.rate, rel=1e-12)
+    z = mech.noise(q, s, n, cohort=m)
+    if np.ndim(z.std) or z.on in ("sum", "correlated-sum"):
+        assert np.shape(z.std) == (3,), name
+        one = mech.noise(0.5, s, n, cohort=m)
+        assert float(np.asarray(z.std)[0]) == pytest.approx(float(one.std), rel=1e-12)

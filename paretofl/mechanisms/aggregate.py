@@ -215,7 +215,7 @@ class ClientAggregate(Mechanism):
         """One noise on the sum of multiplier z = σ√m (z_Δ >= z with adaptive
         clipping: the count takes the rest of the charge), divided by m."""
         m = expected_cohort(q, n_clients, cohort)
-        if not (np.ndim(m) or np.ndim(sigma)):
+        if not (np.ndim(q) or np.ndim(m) or np.ndim(sigma)):
             z = float(sigma) * math.sqrt(m)
             return Noise("sum", self.update_multiplier(z, m), split=self.split, divisor=m)
         # one per replica (or per ledger row): each its own z and, adaptive, its own z_Δ

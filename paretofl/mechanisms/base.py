@@ -137,7 +137,11 @@ def sum_multiplier(q, sigma, n_clients, cohort=None):
     """z = σ√m, the noise multiplier on a sum of m clients' updates each
     noised at σ (in units of C); m = ``cohort`` or qN.  Arrays stay arrays."""
     m = cohort_size(q, n_clients, cohort)
-    return sigma * np.sqrt(m) if np.ndim(m) or np.ndim(sigma) else sigma * math.sqrt(m)
+    if not (np.ndim(q) or np.ndim(m) or np.ndim(sigma)):
+        return sigma * math.sqrt(m)
+    # arrays broadcast over q, σ and the cohort together: one z per replica also where only q is one per replica
+    z = np.asarray(sigma, dtype=float) * np.sqrt(m)
+    return np.broadcast_to(z, np.broadcast_shapes(np.shape(q), np.shape(z))).copy()
 
 
 def sum_noise(kind: str, split: str, q, sigma, n_clients, cohort=None) -> Noise:
@@ -158,7 +162,10 @@ def sum_sigma(std, q, n_clients, cohort=None):
     clients carries noise multiplier ``std``.  No checks on m (a search grid
     may hold cohorts below one: it masks them itself).  Arrays stay arrays."""
     m = cohort_size(q, n_clients, cohort)
-    return std / np.sqrt(m) if np.ndim(m) or np.ndim(std) else std / math.sqrt(m)
+    if not (np.ndim(q) or np.ndim(m) or np.ndim(std)):
+        return std / math.sqrt(m)
+    s = np.asarray(std, dtype=float) / np.sqrt(m)
+    return np.broadcast_to(s, np.broadcast_shapes(np.shape(q), np.shape(s))).copy()
 
 
 @dataclass(frozen=True)

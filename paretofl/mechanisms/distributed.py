@@ -49,6 +49,7 @@ from .base import (
     rates,
     register,
     sigmas,
+    sum_multiplier,
     sum_noise,
 )
 
@@ -198,9 +199,7 @@ class DistributedSkellam(Mechanism):
         if cohort is None:
             if n_clients is None:
                 raise ValueError("the distributed mechanism needs the number of clients n_clients")
-        m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
-        z = sigma * np.sqrt(m) if (np.ndim(m) or np.ndim(sigma)) else sigma * math.sqrt(float(m))
-        return Charge("attributed-integer", q, z)
+        return Charge("attributed-integer", q, sum_multiplier(q, sigma, n_clients, cohort))
 
     def error_ratio(self, rounds):
         """The error on the model over a central mechanism's noise at the
@@ -404,7 +403,8 @@ class DistributedSkellam(Mechanism):
     def sampling_text(self, d) -> str:
         return (f"each client takes part with probability q = {d.q:.4g}; secure aggregation shows the server who "
                 "took part, so no hiding of it is claimed: each client is charged for its own participations "
-                "only, each round's with probability q")
+                "only, each round's with probability q, so the epsilon holds over the random draw of the rounds a "
+                "client joins (a client made to join every round would have the Gaussian's over all T)")
 
     def accountant_text(self, d) -> str:
         return ("RDP of the Skellam mechanism (Agarwal, Kairouz, Liu 2021, Theorem 3.5) bounded at integer orders by "

@@ -133,7 +133,7 @@ class FlowerAccounted(_FixedCohort):
         q, sigma = rates(q), sigmas(sigma)
         z = sum_multiplier(q, sigma, n_clients, cohort)
         return Charge("none", q, np.where(np.asarray(q) >= 1.0, z, z / 2.0) if np.ndim(z) else
-                      (z if q >= 1.0 else z / 2.0))
+                      (z if q >= 1.0 else z / 2.0))     # (z is an array wherever q is: sum_multiplier)
 
     def sampling_text(self, d) -> str:
         if d.q >= 1:
