@@ -219,3 +219,35 @@ def test_a_rate_per_replica_with_one_cohort_given_is_charged_and_noised_per_repl
         assert np.shape(z.std) == (3,), name
         one = mech.noise(0.5, s, n, cohort=m)
         assert float(np.asarray(z.std)[0]) == pytest.approx(float(one.std), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["flower", "flower-accounted"])
+@pytest.mark.parametrize("q,cohort", [(1.0, 50.0), (0.5, 100.0), (0.5, 49.0),
+                                      (np.array([1.0, 1.0]), np.array([50.0, 100.0])),
+                                      (np.array([0.5, 0.5, 0.5]), np.array([50.0, 50.0]))])
+def test_a_fixed_cohort_given_beside_a_q_that_draws_another_is_refused(name, q, cohort):
+    """A fixed-size draw takes m = qN clients: a cohort given that is not qN would charge one cohort and
+    release another (flower-accounted charged q = 1 with m = 50 of 100 as every client in the sum: z, not
+    z/2, and epsilon 1.91 where the draw's is 4.16).  Refused in one line, by the charge and the noise."""
+    mech = M.get(name)
+    with pytest.raises(ValueError, match="fixed cohort is m = qN"):
+        mech.charge(q, 1.0, 100, cohort=cohort)
+    with pytest.raises(ValueError, match="fixed cohort is m = qN"):
+        mech.noise(q, 1.0, 100, cohort=cohort)
+    # the cohort qN itself, given or not, is charged as the draw it is: z/2 where m < N, z at m = N (accounted)
+    assert mech.charge(0.5, 1.0, 100, cohort=50.0) == mech.charge(0.5, 1.0, 100)
+    assert mech.charge(0.5, 1.0, 100).noise_multiplier == pytest.approx(math.sqrt(50) / 2)
+
+
+@pytest.mark.parametrize("name", list(M.names()))
+def test_every_mechanism_says_in_one_line_what_its_charge_and_noise_lack(name):
+    """No N where the cohort needs it, or a negative noise: a ValueError naming it, never a TypeError from
+    deep inside, and never a release of negative noise its charge would refuse."""
+    mech = M.get(name)
+    for call in (mech.charge, mech.noise):
+        try:
+            call(0.1, 1.0, None)
+        except ValueError as err:
+            assert "n_clients" in str(err) or "clients" in str(err), str(err)
+        with pytest.raises(ValueError, match="sigma"):
+            call(0.5, -1.0, 10)

@@ -214,6 +214,7 @@ class ClientAggregate(Mechanism):
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
         """One noise on the sum of multiplier z = σ√m (z_Δ >= z with adaptive
         clipping: the count takes the rest of the charge), divided by m."""
+        sigma = sigmas(sigma)
         m = expected_cohort(q, n_clients, cohort)
         if not (np.ndim(q) or np.ndim(m) or np.ndim(sigma)):
             z = float(sigma) * math.sqrt(m)

@@ -148,7 +148,9 @@ def sum_noise(kind: str, split: str, q, sigma, n_clients, cohort=None) -> Noise:
     """The noise on a sum of m clients' updates each noised at σ: multiplier
     z = σ√m, the sum divided by m (m = ``cohort`` or qN, as
     :func:`~paretofl.theory.privacy.cohort_size` gives it); one per replica
-    where q, σ or the cohort are arrays."""
+    where q, σ or the cohort are arrays.  σ is checked (>= 0, finite) as a
+    charge checks it: no release carries a noise its charge would refuse."""
+    sigma = sigmas(sigma)
     if np.ndim(q) or np.ndim(sigma) or np.ndim(cohort):
         m = np.asarray(cohort_size(q, n_clients, cohort), dtype=float)
         z = sum_multiplier(q, np.asarray(sigma, dtype=float), n_clients, m)

@@ -47,6 +47,22 @@ __all__ = ["Flower", "FlowerAccounted"]
 _WITNESS = dict(sigma=1.5 / math.sqrt(19), clients=20, cohort=19, delta=1e-3, features=10, samples=20)
 
 
+def _fixed(q, n_clients, cohort):
+    """The cohort of a fixed-size draw: m = qN, so a cohort given beside q and N must be it (one that is not
+    would charge one cohort and release another: refused in one line); as given where N is not."""
+    if cohort is None or n_clients is None:
+        return cohort
+    m = np.asarray(cohort_size(q, n_clients), dtype=float)
+    try:
+        same = np.all(np.isclose(np.asarray(cohort, dtype=float), m, rtol=1e-9, atol=0.0))
+    except ValueError:                        # rows that do not broadcast
+        same = False
+    if not same:
+        raise ValueError("a fixed cohort is m = qN clients: the cohort given is not q x N"
+                         + ("" if m.ndim else f" ({cohort} given, {float(m):g} = q x N)") + " (give q = m/N alone)")
+    return cohort
+
+
 class _FixedCohort(Mechanism):
     """What the two Flower mechanisms share: m = qN clients drawn without
     replacement, clipped, summed, all the noise added by the server."""
@@ -73,7 +89,7 @@ class _FixedCohort(Mechanism):
         return q
 
     def noise(self, q, sigma, n_clients, cohort=None) -> Noise:
-        return sum_noise("sum", self.split, q, sigma, n_clients, cohort)
+        return sum_noise("sum", self.split, q, sigma, n_clients, _fixed(q, n_clients, cohort))
 
     def sampling_text(self, d) -> str:
         return (f"m = {d.clients_per_round} of the N clients each round, uniformly without replacement; who took "
@@ -99,7 +115,7 @@ class Flower(_FixedCohort):
         """A fixed-size subsampled Gaussian of rate m/N and noise
         multiplier z/2 (replace-one moves the sum by 2C)."""
         q, sigma = rates(q), sigmas(sigma)
-        z = sum_multiplier(q, sigma, n_clients, cohort) / 2.0
+        z = sum_multiplier(q, sigma, n_clients, _fixed(q, n_clients, cohort)) / 2.0
         # the m = qN clients drawn each join with probability m/N: charged at that rate (qN within 1e-9 of m)
         return Charge("fixed-size", q if n_clients is None else rates(whole_cohort_rate(q, n_clients)), z)
 
@@ -131,9 +147,10 @@ class FlowerAccounted(_FixedCohort):
         m < N is drawn (an added client can displace a sampled one, moving
         the sum by up to 2C; docs/theory.md §5.1)."""
         q, sigma = rates(q), sigmas(sigma)
-        z = sum_multiplier(q, sigma, n_clients, cohort)
-        return Charge("none", q, np.where(np.asarray(q) >= 1.0, z, z / 2.0) if np.ndim(z) else
-                      (z if q >= 1.0 else z / 2.0))     # (z is an array wherever q is: sum_multiplier)
+        z = sum_multiplier(q, sigma, n_clients, _fixed(q, n_clients, cohort))
+        # every client in the sum (m = N, or q = 1 where N is not said): an added client joins it
+        full = np.asarray(q) >= 1.0 if n_clients is None else np.asarray(cohort_size(q, n_clients)) >= int(n_clients)
+        return Charge("none", q, np.where(full, z, z / 2.0) if np.ndim(z) else (z if bool(full) else z / 2.0))
 
     def sampling_text(self, d) -> str:
         if d.q >= 1:

@@ -14,8 +14,6 @@ subsampling amplifies nothing when the observer sees who took part.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..theory.privacy import Charge, cohort_size
 from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas
 
@@ -61,7 +59,7 @@ class ClientLocal(Mechanism):
         """σ on each client's update (its group's σ_g where it has one: σ is
         then one per client), the sum divided by the expected cohort."""
         m = cohort_size(q, n_clients, cohort)
-        return Noise("update", np.asarray(sigma, dtype=float) if np.ndim(sigma) else sigma, split=self.split,
+        return Noise("update", sigmas(sigma), split=self.split,
                      divisor=m)
 
     def sampling_text(self, d) -> str:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..theory.privacy import Charge
 from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Mechanism, Noise, register, sigmas
 
@@ -51,7 +49,7 @@ class NbAFLMechanism(Mechanism):
         return Charge("none", 1.0, sigmas(sigma))
 
     def noise(self, q, sigma, n_clients=None, cohort=None) -> Noise:
-        return Noise("parameters", np.asarray(sigma, dtype=float) if np.ndim(sigma) else sigma, split=self.split)
+        return Noise("parameters", sigmas(sigma), split=self.split)
 
     def sampling_text(self, d) -> str:
         k = d.details.get("clients_per_round", round(d.q * d.n_clients))

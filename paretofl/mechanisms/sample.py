@@ -12,8 +12,6 @@ was selected or not (conservative).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..theory.privacy import Charge
 from .base import NO_CLIP, NOISE_DIV10, AuditSetting, Break, Mechanism, Noise, rates, register, sigmas
 
@@ -47,7 +45,7 @@ class SampleDPSGD(Mechanism):
         return Charge("poisson", rates(q), sigmas(sigma), steps)
 
     def noise(self, q, sigma, n_clients=None, cohort=None) -> Noise:
-        return Noise("gradient", np.asarray(sigma, dtype=float) if np.ndim(sigma) else sigma, split=self.split)
+        return Noise("gradient", sigmas(sigma), split=self.split)
 
     def sampling_text(self, d) -> str:
         return "Poisson batches inside each client"

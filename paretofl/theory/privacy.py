@@ -116,6 +116,8 @@ def cohort_size(q, n_clients=None, cohort=None):
     m by an ulp either way (1/3400 · 3400 = 0.9999999999999999): every place
     that needs m takes it from here, so a cohort of one client is one.  No
     checks (a search grid may hold cohorts below one).  Arrays stay arrays."""
+    if cohort is None and n_clients is None:
+        raise ValueError("the cohort m = qN needs the number of clients n_clients (or the cohort itself)")
     m = np.asarray(q, dtype=float) * int(n_clients) if cohort is None else np.asarray(cohort, dtype=float)
     r = np.rint(m)
     m = np.where(np.abs(m - r) <= COHORT_ATOL, r, m)
