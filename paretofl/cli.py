@@ -528,6 +528,24 @@ def _knob_text(key: str, value) -> str:
     return f"{key.replace('_', ' ')} {shown}"
 
 
+def _fit_local_work_lines(lw: dict) -> list[str]:
+    """What a fit measured of the local work: each K's (or each (K, η)'s) constants."""
+    if lw.get("lrs") is None:
+        return [f"  local work          local epochs {', '.join(map(str, lw['epochs']))} measured without noise "
+                f"over T = {lw['rounds'][0]}-{lw['rounds'][1]} ({lw['seeds']} seeds); A(K) "
+                + ", ".join(f"{x:.3g}" for x in lw["A"]) + "; c_K " + ", ".join(f"{x:.3g}" for x in lw["c"])
+                + " (docs/theory.md 4.E: design chooses among them)"]
+    out = [f"  local work          local epochs {', '.join(map(str, sorted(set(lw['epochs']))))} at learning rates "
+           f"{', '.join(f'{x:g}' for x in sorted(set(lw['lrs'])))} measured without noise over T = "
+           f"{lw['rounds'][0]}-{lw['rounds'][1]} ({lw['seeds']} seeds; docs/theory.md 4.E: design chooses the pair):"]
+    for lr in sorted(set(lw["lrs"])):
+        at = [i for i, x in enumerate(lw["lrs"]) if x == lr]
+        out.append(f"    eta {lr:<8g}      A(K) " + ", ".join(f"{lw['A'][i]:.3g}" for i in at) + "; c_K "
+                   + ", ".join(f"{lw['c'][i]:.3g}" for i in at) + " at K " + ", ".join(str(lw["epochs"][i]) for i in at)
+                   + ("  (the pre-trial's own eta)" if lr == lw.get("reference_lr") else ""))
+    return out
+
+
 def _local_work_lines(d) -> list[str]:
     """The local work the design chose, the test loss it predicts, and what
     every other measured local epochs would do (how flat the optimum is)."""
@@ -561,12 +579,15 @@ def _local_work_lines(d) -> list[str]:
     named = [k.replace("_", " ") for k in varies]
     chose = (f" (and the {', '.join(named[:-1]) + ' and ' if len(named) > 1 else ''}{named[-1]} its search chose "
              "there)" if varies else "")
-    out.append(f"  by local epochs     T, sigma and the predicted test loss at each the pre-trial measured{chose}:")
+    by_lr = lw.get("lr") is not None
+    out.append("  by local epochs     T, sigma and the predicted test loss at each "
+               + ("(local epochs, learning rate) " if by_lr else "") + f"the pre-trial measured{chose}:")
     for c in cands:
-        mark = "  <- chosen" if c["epochs"] == lw["epochs"] else ""
+        mark = "  <- chosen" if (c["epochs"], c.get("lr")) == (lw["epochs"], lw.get("lr")) else ""
         own = "".join(f"{_knob_text(k, _knob(c, k))}, " for k in varies)
-        out.append(f"    {c['epochs']:>3} epoch(s)    {own}T {c['rounds']}, sigma {c['sigma']:.3g}, q {c['q']:.3g}: "
-                   f"loss {c['predicted_loss']:.4g}{mark}")
+        eta = f" eta {c['lr']:<6g}" if by_lr else ""
+        out.append(f"    {c['epochs']:>3} epoch(s){eta}    {own}T {c['rounds']}, sigma {c['sigma']:.3g}, "
+                   f"q {c['q']:.3g}: loss {c['predicted_loss']:.4g}{mark}")
     if "mechanism" in varies:
         out.append("                      another local work would change the mechanism too (how clients are drawn "
                    "and how the noise is added): design with --local-epochs K to see that design whole")
@@ -838,7 +859,7 @@ def cmd_train(a):
 # --------------------------------------------------------------------------
 _SPEC_FLAGS = ("dataset", "data_dir", "public_fraction", "partition", "beta", "clients", "model", "q", "sigmas",
                "rounds", "seeds", "clip", "lr", "local_epochs", "batch_size", "delta", "device", "chunk", "local_work",
-               "scored_on")
+               "local_lrs", "scored_on")
 
 
 def _spec_from_args(a):
@@ -906,11 +927,7 @@ def cmd_fit(a):
         *([f"  private pre-trial   spent epsilon {r.private_epsilon:.4g} on the clients' data ("
            f"{api.unit_text(api.names()['default_mechanism'])}; every run its spend log charged, composed); a design "
            "with this fit takes it out of its budget"] if r.private else []),
-        *([f"  local work          local epochs {', '.join(map(str, r.local_work['epochs']))} measured without noise "
-           f"over T = {r.local_work['rounds'][0]}-{r.local_work['rounds'][1]} ({r.local_work['seeds']} seeds); A(K) "
-           + ", ".join(f"{x:.3g}" for x in r.local_work["A"]) + "; c_K " + ", ".join(f"{x:.3g}" for x in
-                                                                           r.local_work["c"])
-           + " (docs/theory.md 4.E: design chooses among them)"] if r.local_work else []),
+        *(_fit_local_work_lines(r.local_work) if r.local_work else []),
         *([f"fit written to {out}"] if out else [])]
     lines += [f"note: {n}" for n in r.notes]
     if r.utility_models:
@@ -1231,6 +1248,9 @@ def _spec_flags(s, known, DATA, MODEL):
     s.add_argument("--local-epochs", type=INT, help="local epochs")
     s.add_argument("--local-work", type=INT, nargs="+", help="also measure these local epochs without noise "
                    "(e.g. 1 2 4 8; public data only): the design then chooses the local work")
+    s.add_argument("--local-lrs", type=FLOAT, nargs="+", help="also measure that local work at these clients' "
+                   "learning rates besides --lr (e.g. 0.025 0.05): the design then chooses the learning rate with "
+                   "the local epochs")
     s.add_argument("--batch-size", type=INT, help="local batch size")
     s.add_argument("--scored-on", choices=("held-out", "test"),
                    help="where each run's loss is scored: 20%% of each client's samples held out of its training "

@@ -401,23 +401,28 @@ def local_work_figure(results, local_work: dict, path):
     lw = LocalWork.from_dict(local_work, f"the fit of {results}")
     st = Store(results)
     try:
-        tab = st.local_work_table()
+        tab, own = st.local_work_table(), float(st.base.get("lr", 0.1))
     finally:
         st.close()
     q = lw.q if lw.q is not None else float(tab["q"].max()) if len(tab["q"]) else None
     fig = Figure(figsize=(6.4, 4.8))
     ax = fig.subplots()
-    colours = matplotlib_colours(len(lw.epochs))
-    for k, a, c, col in zip(lw.epochs, lw.A, lw.c, colours):
+    ks = sorted(set(lw.epochs))            # a colour per K; where several η were measured, a line style per η
+    colours = dict(zip(ks, matplotlib_colours(len(ks))))
+    etas = sorted({lr for _, lr in lw.settings() if lr is not None and lr != lw.reference_lr})
+    styles = {lw.reference_lr: "-", **dict(zip(etas, ["--", ":", "-.", (0, (5, 1)), (0, (1, 3))] * 8))}
+    for (k, lr), a, c in zip(lw.settings(), lw.A, lw.c):
+        col = colours[k]
         m = (tab["epochs"] == k) & ((tab["q"] == q) if q is not None else True)
+        m &= np.isclose(tab["lr"], own if lr is None else lr, rtol=1e-9, atol=0)     # each curve's own rows
         ts = np.unique(tab["rounds"][m])
         if len(ts):
             by_t = [tab["test_loss"][m & (tab["rounds"] == t)] for t in ts]
             ax.fill_between(ts, [v.min() for v in by_t], [v.max() for v in by_t], color=col, alpha=0.15, lw=0)
             ax.plot(ts, [v.mean() for v in by_t], "o", color=col, ms=4)
         tt = np.geomspace(lw.rounds[0], lw.rounds[1], 200)
-        ax.plot(tt, c + a / tt, "-", color=col, lw=1.5,
-                label=f"{k} local epoch{'s' if k > 1 else ''}: {_g(c)} + {_g(a)}/T")
+        ax.plot(tt, c + a / tt, color=col, lw=1.5,
+                ls=styles.get(lr, "-"), label=f"{lw.label((k, lr))}: {_g(c)} + {_g(a)}/T")
     ax.set_xscale("log")
     ax.set_xlabel("rounds T")
     ax.set_ylabel("test loss, no noise")

@@ -445,8 +445,10 @@ def _check_recipe(d: Design, where: str) -> None:
     if not lw:
         return
     try:
-        cands = {int(c["epochs"]): float(c["objective"]) for c in lw["candidates"]}
-        chosen, predicted = lw["epochs"], float(lw["predicted_loss"])
+        for rec in (lw, *lw["candidates"]):
+            _check_lw_rate(rec)
+        cands = {(int(c["epochs"]), c.get("lr")): float(c["objective"]) for c in lw["candidates"]}
+        chosen, predicted = _lw_key(lw), float(lw["predicted_loss"])
         interval = lw.get("interval")
         for name in ("epochs", "reference_epochs", "kept_reference"):     # numbers, or the record is not one
             v = lw.get(name)
@@ -459,16 +461,20 @@ def _check_recipe(d: Design, where: str) -> None:
         bad(f'its "local_work" is malformed ({type(exc).__name__}: {exc})')
 
     if chosen not in cands:
-        bad(f'its "local_work" chose {chosen!r} local epochs, which are not among its candidates')
-    if d.local_epochs != chosen:
-        bad(f'it trains "local_epochs" {d.local_epochs!r} where its "local_work" chose {chosen!r}')
-    ref = lw.get("reference_epochs")
-    kept = lw.get("kept_reference")      # a lower objective the pre-trial's seeds did not agree on
+        bad(f'its "local_work" chose {_lw_text(chosen)}, which are not among its candidates')
+    if d.local_epochs != chosen[0]:
+        bad(f'it trains "local_epochs" {d.local_epochs!r} where its "local_work" chose {chosen[0]!r}')
+    if chosen[1] is not None and not d.tuning and not (
+            isinstance(d.lr, (int, float)) and math.isclose(d.lr, chosen[1], rel_tol=1e-12)):
+        bad(f'it trains "lr" {d.lr!r} where its "local_work" chose {chosen[1]!r}')
+    ref = _lw_key(lw, "reference_epochs", "reference_lr")
+    kept = _lw_key(lw, "kept_reference", "kept_reference_lr")    # a lower objective the seeds did not agree on
+    kept = None if kept[0] is None else kept
     if kept is not None and (chosen != ref or kept == ref or kept not in cands):
         bad('its "local_work" says it kept the pre-trial\'s own local epochs, but does not')
     if len(cands) > 1 and cands[chosen] > min(cands.values()) and not (
-            kept in cands and cands[kept] == min(cands.values()) and chosen == lw.get("reference_epochs")):
-        bad(f'its "local_work" chose {chosen} local epochs where another candidate\'s objective is lower')
+            kept in cands and cands[kept] == min(cands.values()) and chosen == ref):
+        bad(f'its "local_work" chose {_lw_text(chosen)} where another candidate\'s objective is lower')
     if not math.isfinite(predicted) or (interval is not None and not (
             isinstance(interval, list) and len(interval) == 2 and all(isinstance(x, (int, float)) for x in interval)
             and interval[0] <= predicted <= interval[1])):
@@ -476,6 +482,25 @@ def _check_recipe(d: Design, where: str) -> None:
     if lw.get("scored_on", "test") not in SCORED_ON:
         bad(f'its "local_work" says its fit was scored on {lw.get("scored_on")!r}, which is neither of '
             f'{", ".join(SCORED_ON)}')
+
+
+def _lw_key(rec: dict, epochs: str = "epochs", lr: str = "lr") -> tuple:
+    """A local-work record's key (K, η): η None where the record names none (a fit of one learning rate)."""
+    return (rec.get(epochs), rec.get(lr))
+
+
+def _lw_text(key) -> str:
+    return _epochs_text(key[0]) + ("" if key[1] is None else f" at eta {key[1]:g}")
+
+
+def _check_lw_rate(rec) -> None:
+    """A local-work record's learning rates: numbers in (0, 1000], or absent."""
+    if not isinstance(rec, dict):
+        raise ValueError(f"a candidate must be a record, got {type(rec).__name__}")
+    for name in ("lr", "reference_lr", "kept_reference_lr"):
+        v = rec.get(name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1e3):
+            raise ValueError(f"{name} must be a learning rate in (0, 1000], got {v!r}")
 
 
 def _fit_reference(fit) -> dict:
@@ -569,10 +594,10 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
     cap = d.max_rounds if whole(d.max_rounds) else d.rounds          # no candidate runs more rounds than allowed
     for c in cands:
         if not (whole(c.get("epochs")) and whole(c.get("rounds")) and c["rounds"] <= cap
-                and positive(c.get("q"), 1.0) and positive(c.get("sigma")) and c["epochs"] in fitted.epochs):
-            shown = {k: c.get(k) for k in ("epochs", "q", "rounds", "sigma")}
+                and positive(c.get("q"), 1.0) and positive(c.get("sigma")) and _lw_key(c) in fitted.settings()):
+            shown = {k: c.get(k) for k in ("epochs", "lr", "q", "rounds", "sigma")}
             bad(f"lists a candidate that is not a design the fit measured ({shown})")
-    by_k = {c["epochs"]: c for c in cands}
+    by_k = {_lw_key(c): c for c in cands}
     if len(by_k) != len(cands):
         bad("lists a number of local epochs twice")
     _rederive_record(lw, data, fitted, cands, by_k, close, bad)
@@ -595,15 +620,18 @@ def _rederive_record(lw, data, fitted, cands, by_k, close, bad) -> None:
     if lw.get("scored_on", "test") != (data.get("spec") or {}).get("scored_on", "test"):
         bad(f"says its fit was scored on {lw.get('scored_on', 'test')}")
     if (lw.get("measured") != list(fitted.epochs) or lw.get("reference_epochs") != fitted.reference_epochs
-            or lw.get("rounds_measured") != list(fitted.rounds)):
-        bad("says its fit measured other local epochs or rounds")
+            or lw.get("rounds_measured") != list(fitted.rounds) or lw.get("measured_lrs") != fitted.lrs
+            or lw.get("reference_lr") != fitted.reference_lr):
+        bad("says its fit measured other local epochs, learning rates or rounds")
     dis = {k: v for k, v in (lw.get("dissimilarity") or {}).items() if k != "partition"}
     own = {k: v for k, v in fitted.dissimilarity.items() if k != "partition"}
     if set(dis) != set(own) or any(not close(dis[k], own[k]) for k in own):
         bad("gives another dissimilarity")
-    falling = [k for k in fitted.epochs if not math.isinf(fitted.ratio(k))]
-    if lw.get("not_falling") != [k for k in fitted.epochs if k not in falling] or (
-            len(cands) > 1 and sorted(by_k) != falling) or (len(cands) == 1 and cands[0]["epochs"] not in falling):
+    falling = [x for x in fitted.settings() if not math.isinf(fitted.ratio(x))]
+    flat = [x for x in fitted.settings() if x not in falling]
+    if lw.get("not_falling") != [k for k, _ in flat] or lw.get("not_falling_lrs") != (
+            None if fitted.lrs is None else [lr for _, lr in flat]) or (
+            len(cands) > 1 and set(by_k) != set(falling)) or (len(cands) == 1 and _lw_key(cands[0]) not in falling):
         bad("lists other candidates than the local epochs its fit measured falling with T")
 
 
@@ -614,7 +642,7 @@ def _rederive_candidates(by_k, fitted, kappa, ci, d, n, bounds, close, bad) -> N
     if len(named) > 1 or named == {(True, False)} or named == {(False, True)}:
         bad("names the mechanism and options of some candidates and not of others (a file from before they were "
             "named names none)")
-    for k, c in by_k.items():
+    for k, c in by_k.items():              # k: the candidate's (K, η)
         mech = _candidate_mechanism(c, d, bad)
         ratio = float(mech.error_ratio(c["rounds"]))
         bound = bounds[k] = 1.0 / c["rounds"] + kappa * fitted.ratio(k) * float(c["sigma"]) ** 2 * ratio / (
@@ -622,11 +650,11 @@ def _rederive_candidates(by_k, fitted, kappa, ci, d, n, bounds, close, bad) -> N
         own = _candidate(fitted, k, c["q"], c["rounds"], c["sigma"], bound, kappa, ci)
         pred, iv = own["predicted_loss"], own["interval"]
         if not close(c.get("kappa"), own["kappa"]) or not close(c.get("objective"), own["objective"]):
-            bad(f"gives {k} local epochs another kappa or objective than its q, T, sigma and its fit's kappa")
+            bad(f"gives {_lw_text(k)} another kappa or objective than its q, T, sigma and its fit's kappa")
         got = c.get("interval")
         if not close(c.get("predicted_loss"), pred) or (iv is None) != (got is None) or iv is not None and not (
                 isinstance(got, list) and len(got) == 2 and all(close(x, y) for x, y in zip(got, iv))):
-            bad(f"predicts at {k} local epochs a loss its fit does not ({pred:.6g}, interval {iv})")
+            bad(f"predicts at {_lw_text(k)} a loss its fit does not ({pred:.6g}, interval {iv})")
 
 
 def _candidate_mechanism(c: dict, d: Design, bad):
@@ -655,21 +683,24 @@ def _candidate_mechanism(c: dict, d: Design, bad):
 def _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad) -> None:
     """The chosen candidate is the design it trains, and the least objective (or the pre-trial's own K,
     kept where the fit's bootstrap draws do not agree that the least helps)."""
-    chosen = by_k.get(lw.get("epochs"))
+    key = _lw_key(lw)
+    chosen = by_k.get(key)
     if chosen is None or d.local_epochs != lw["epochs"] or not (
             close(chosen["q"], d.q) and chosen["rounds"] == d.rounds and close(chosen["sigma"], d.sigma)
             and chosen["mechanism"] == d.mechanism and chosen["mechanism_options"] == (d.mechanism_options or {})
-            and close(chosen["kappa"], d.kappa) and close(d.utility_bound, bounds[lw["epochs"]])):
-        bad("chose a candidate that is not the design it trains (its q, T, sigma, kappa and bound)")
+            and close(chosen["kappa"], d.kappa) and close(d.utility_bound, bounds[key])) or (
+            key[1] is not None and not d.tuning and not close(d.lr, key[1])):
+        bad("chose a candidate that is not the design it trains (its q, T, sigma, kappa, bound and learning rate)")
     if not close(lw.get("predicted_loss"), chosen["predicted_loss"]) or lw.get("interval") != chosen.get("interval"):
         bad("predicts for the local epochs it chose another loss than its candidate's")
     least = min(c["objective"] for c in cands)
-    kept = lw.get("kept_reference")
+    kept = _lw_key(lw, "kept_reference", "kept_reference_lr")
+    kept = None if kept[0] is None else kept
     if len(cands) > 1 and chosen["objective"] > least:
         sure = _beats_reference(fitted, [dict(c) for c in cands])
-        if not (kept in by_k and by_k[kept]["objective"] == least and lw["epochs"] == fitted.reference_epochs
+        if not (kept in by_k and by_k[kept]["objective"] == least and key == fitted.reference
                 and sure.get(kept, 0.0) < LOCAL_WORK_CONFIDENCE):
-            bad(f"chose {lw['epochs']} local epochs where another candidate's objective is lower and the fit's "
+            bad(f"chose {_lw_text(key)} where another candidate's objective is lower and the fit's "
                 "draws agree it helps")
     elif kept is not None:
         bad("says it kept the pre-trial's own local epochs, but chose the least objective")
@@ -760,11 +791,11 @@ def _pretrial_clients(pre: dict, n: int) -> int:
 
 def _candidates_spend(d: Design, prior: tuple, pre) -> dict:
     """What each candidate of a design's local work spends at its own q, T, σ with its own mechanism (the
-    design's where a file predates them), composed with the pre-trial's charges: {local epochs: ε}.  A
-    candidate is another design a user may ask for (``--local-epochs K``): it is checked as the design is
-    (its rate, its release, the pre-trial it composes with) and must be within the budget too, whether or not
-    the fit it was chosen from is here.  One that cannot be accounted, or a number of epochs listed twice, is
-    a ValueError."""
+    design's where a file predates them), composed with the pre-trial's charges: {the candidate's name (its K,
+    and η where the fit measured several): ε}.  A candidate is another design a user may ask for
+    (``--local-epochs K``): it is checked as the design is (its rate, its release, the pre-trial it composes
+    with) and must be within the budget too, whether or not the fit it was chosen from is here.  One that
+    cannot be accounted, or a candidate listed twice, is a ValueError."""
     cands = d.local_work.get("candidates") if isinstance(d.local_work, dict) else None
     if cands is None:
         return {}
@@ -776,15 +807,17 @@ def _candidates_spend(d: Design, prior: tuple, pre) -> dict:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_LOCAL_EPOCHS:
             raise ValueError(f"a candidate's local epochs {k!r} are not a whole number of epochs from 1 to "
                              f"{MAX_LOCAL_EPOCHS}")
+        _check_lw_rate(c)
+        k = _lw_text(_lw_key(c))                   # (K, η): the candidate's name, the key of what it spends
         if k in out:
-            raise ValueError(f"its local work lists {_epochs_text(k)} twice")
+            raise ValueError(f"its local work lists {k} twice")
         name, options = c.get("mechanism", d.mechanism), c.get("mechanism_options", d.mechanism_options or {})
         if not isinstance(name, str) or not isinstance(options, dict):
             raise ValueError(f"a candidate names the mechanism {name!r} with options {options!r}")
         q, sigma, rounds = c.get("q"), c.get("sigma"), c.get("rounds")
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf
                for v in (q, sigma, rounds)) or not isinstance(rounds, int):
-            raise ValueError(f"a candidate at {_epochs_text(k)} runs q {q!r}, T {rounds!r}, sigma {sigma!r}")
+            raise ValueError(f"a candidate at {k} runs q {q!r}, T {rounds!r}, sigma {sigma!r}")
         try:
             mech = mechanism_of(name, **options)
             if pre is not None:          # what design() refuses to compose, a candidate may not compose either
@@ -792,7 +825,7 @@ def _candidates_spend(d: Design, prior: tuple, pre) -> dict:
             _runs(mech, q, sigma, d.n_clients)
             p = Problem(d.n_clients, d.budget, d.delta, rounds, [q], sigma, sigma, mech, mech.orders, prior)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"a candidate at {_epochs_text(k)} cannot run as it says ({exc})") from None
+            raise ValueError(f"a candidate at {k} cannot run as it says ({exc})") from None
         out[k] = p.epsilon_of(q, sigma, rounds)
     return out
 
@@ -885,7 +918,7 @@ def check_claims(d: Design, where: str = "the design") -> dict:
     bad.extend(_closed_form_problems(d, got))
     if not bad and got["groups"] is None and got["epsilon"] > d.budget * (1 + CLAIM_RTOL):
         bad.append(f"epsilon {got['epsilon']:.6g}, past its budget {d.budget:g}")
-    bad.extend(f"a candidate at {_epochs_text(k)} that spends epsilon {e:.6g}, past its budget {d.budget:g}"
+    bad.extend(f"a candidate at {k} that spends epsilon {e:.6g}, past its budget {d.budget:g}"
                for k, e in got.get("candidates", {}).items() if e > d.budget * (1 + CLAIM_RTOL))
     if bad:
         raise ValueError(f"{where} does not add up: it records {bad[0]}"
@@ -1401,7 +1434,7 @@ def design(request: Request, utility=None, spec: dict | None = None, pretrial=No
     if lw is None:
         d = solve(job)
     else:
-        d, k = _design_local_work(job, lw, solve, r.local_epochs, ci)
+        d, k = _design_local_work(job, lw, solve, r.local_epochs, ci)      # k: the chosen (K, η)
         # which split the fit's losses were scored on: the prediction estimates the test loss either way
         d.local_work["scored_on"] = (spec or {}).get("scored_on", "test")
         d.local_work["fit"] = _fit_reference(fit)            # a loaded design's prediction is re-derived from it
@@ -1441,7 +1474,12 @@ def _set_local_epochs(d: Design, given, lw) -> None:
         d.local_epochs = d.local_work["epochs"]
         d.sources["local_epochs"] = ("given" if given is not None else
                                      "the design: the least of (4.E.2) over the local epochs the pre-trial measured "
-                                     f"({', '.join(map(str, lw.epochs))})")
+                                     f"({', '.join(map(str, sorted(set(lw.epochs))))})")
+        if d.local_work.get("lr") is not None:     # η chosen with K (the pre-trial measured several)
+            d.lr = float(d.local_work["lr"])
+            d.sources["lr"] = ("the design: the least of (4.E.2) over the learning rates the pre-trial measured the "
+                               f"local work at ({', '.join(f'{x:g}' for x in sorted(set(lw.lrs)))})"
+                               + (f", at the {given} local epochs given" if given is not None else ", with K"))
     elif given is not None:
         d.local_epochs = int(given)
         d.sources["local_epochs"] = "given"
@@ -1583,66 +1621,88 @@ def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> Local
     return lw
 
 
-def _candidate(lw: LocalWork, k: int, q, rounds: int, sigma, bound: float, kappa: float, ci) -> dict:
+def _candidate(lw: LocalWork, k, q, rounds: int, sigma, bound: float, kappa: float, ci) -> dict:
     """One candidate of the local work (docs/theory.md 4.E): the design point (q, T, σ) searched at K local
-    epochs, κ_K = κ·A(K₀)/A(K), its objective (4.E.2) from its bound, and the loss the fit predicts there with
-    the interval κ's own interval ``ci`` gives (a design and a loaded design's re-derivation share it)."""
-    r = lw.ratio(k)
+    epochs (``k``: K, or the pair (K, η) where the fit measured several η), κ_K = κ·A(K₀)/A(K), its objective
+    (4.E.2) from its bound, and the loss the fit predicts there with the interval κ's own interval ``ci``
+    gives (a design and a loaded design's re-derivation share it)."""
+    key = lw.key(k)
+    r = lw.ratio(key)
     noise = (bound - 1.0 / rounds) / r                      # κσ²r(T)/(qN), in units of A(K₀)
     ends = [noise] + ([noise * x / kappa for x in ci] if ci else [])
-    return dict(epochs=k, q=q, rounds=rounds, sigma=sigma, kappa=kappa * r, objective=lw.objective(k, bound),
-                predicted_loss=lw.predicted_loss(k, rounds, noise), interval=lw.interval(k, rounds, ends))
+    return dict(epochs=key[0], **({} if key[1] is None else {"lr": key[1]}), q=q, rounds=rounds, sigma=sigma,
+                kappa=kappa * r, objective=lw.objective(key, bound),
+                predicted_loss=lw.predicted_loss(key, rounds, noise), interval=lw.interval(key, rounds, ends))
 
 
-def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tuple[Design, int]:
-    """The design over the local epochs K the pre-trial measured (or the one
-    given): for each K today's search at κ_K = κ·A(K₀)/A(K), then the least
-    U(K) of (4.E.2) (docs/theory.md §4.E).  Returns the design and K."""
+def _at_eta(key) -> str:
+    return "" if key[1] is None else f" at eta {key[1]:g}"
+
+
+def _a_of(key) -> str:
+    """A's argument as (4.E.2) writes it: K, or K, η."""
+    return f"{key[0]}" if key[1] is None else f"{key[0]}, {key[1]:g}"
+
+
+def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tuple[Design, tuple]:
+    """The design over the local work the pre-trial measured: each local
+    epochs K (or the one given), at each learning rate η where it measured
+    several (``local_lrs``); for each, today's search at κ_K = κ·A(K₀)/A(K),
+    then the least U of (4.E.2) (docs/theory.md §4.E), (K, η) in place of K
+    where η was measured.  Returns the design and its key (K, η), η None
+    where the fit measured one learning rate."""
     kappa, source = job.utility.kappa, job.utility.source
-    ks = [int(local_epochs)] if local_epochs is not None else list(lw.epochs)
+    keys = lw.settings() if local_epochs is None else [x for x in lw.settings() if x[0] == int(local_epochs)]
     found, skipped = [], []
-    for k in ks:
-        r = lw.ratio(k)
+    for key in keys:
+        r = lw.ratio(key)
         if math.isinf(r):
-            skipped.append(k)
+            skipped.append(key)
             continue
         dk = solve(_Job(**{**job.__dict__, "utility": ClosedForm(
-            kappa * r, source if k == lw.reference_epochs else
-            f"{source}, at {k} local epochs: x A({lw.reference_epochs})/A({k}) = {r:.3g} (docs/theory.md 4.E)")}))
-        point = _candidate(lw, k, dk.q, dk.rounds, dk.sigma, dk.utility_bound, kappa, ci)
+            kappa * r, source if key == lw.reference else
+            f"{source}, at {key[0]} local epochs{_at_eta(key)}: x A({_a_of(lw.reference)})/A({_a_of(key)}) = "
+            f"{r:.3g} (docs/theory.md 4.E)")}))
+        point = _candidate(lw, key, dk.q, dk.rounds, dk.sigma, dk.utility_bound, kappa, ci)
         # a family with knobs of its own (bandmf's bands; auto's mechanism) may choose them apart at each K
         point.update(mechanism=dk.mechanism, mechanism_options=dict(dk.mechanism_options or {}))
-        found.append((point["objective"], k, dk, point))
+        found.append((point["objective"], key, dk, point))
     if not found:
-        raise ValueError(f"the loss did not fall with T at local epochs {', '.join(map(str, skipped))} in the "
+        raise ValueError(f"the loss did not fall with T at {', '.join(map(lw.label, skipped))} in the "
                          "pre-trial: no rounds can be chosen there; give another local_epochs")
-    _, k, d, _ = min(found, key=lambda f: (f[0], f[1]))
-    cands = [f[3] for f in sorted(found, key=lambda f: f[1])]
-    k0 = lw.reference_epochs
+    _, k, d, _ = min(found, key=lambda f: (f[0], f[1][0], f[1][1] or 0.0))
+    cands = [f[3] for f in found]                           # in the fit's order: by η, then K
+    k0 = lw.reference
     sure = _beats_reference(lw, cands)
     kept = None
     if local_epochs is None and k != k0 and sure.get(k, 0.0) < LOCAL_WORK_CONFIDENCE:
-        # more local work than the pre-trial's own only where its seeds agree that it helps
+        # another local work than the pre-trial's own only where its seeds agree that it helps
         kept, k = k, k0
         d = next(f[2] for f in found if f[1] == k0)
-    best = next(c for c in cands if c["epochs"] == k)
+    best = next(c for c in cands if _lw_key(c) == k)
     lo, hi = min(lw.rounds), max(lw.rounds)
-    d.local_work = dict(epochs=k, reference_epochs=lw.reference_epochs, measured=list(lw.epochs),
+    d.local_work = dict(epochs=k[0], reference_epochs=lw.reference_epochs, measured=list(lw.epochs),
                         predicted_loss=best["predicted_loss"], interval=best["interval"], candidates=cands,
-                        not_falling=skipped, rounds_measured=[lo, hi], dissimilarity=dict(lw.dissimilarity))
-    if (len(found) > 1 or k != lw.reference_epochs) and not lo <= d.rounds <= hi:
+                        not_falling=[x[0] for x in skipped], rounds_measured=[lo, hi],
+                        dissimilarity=dict(lw.dissimilarity))
+    if lw.lrs is not None:      # η chosen with K: the pairs' learning rates beside their epochs
+        d.local_work.update(lr=k[1], reference_lr=lw.reference_lr, measured_lrs=list(lw.lrs),
+                            not_falling_lrs=[x[1] for x in skipped])
+    if (len(found) > 1 or k != lw.reference) and not lo <= d.rounds <= hi:
         d.notes.append(f"the local work was measured over T = {lo}-{hi}; this design's T = {d.rounds} lies outside, "
                        "so its comparison of local epochs extrapolates: add rounds to the pre-trial's grid")
     if skipped:
-        d.notes.append(f"at local epochs {', '.join(map(str, skipped))} the pre-trial's loss did not fall with T: "
+        d.notes.append(f"at {', '.join(map(lw.label, skipped))} the pre-trial's loss did not fall with T: "
                        "those were not candidates")
     if kept is not None:
-        d.local_work["kept_reference"] = kept
+        d.local_work["kept_reference"] = kept[0]
+        if kept[1] is not None:
+            d.local_work["kept_reference_lr"] = kept[1]
         how = (f"only in {100 * sure[kept]:.0f} % of the pre-trial's bootstrap draws (under "
                f"{100 * LOCAL_WORK_CONFIDENCE:.0f} %)" if sure else
                "the pre-trial's local work has no bootstrap draws to agree (fewer than 3 seeds)")
-        d.notes.append(f"{kept} local epochs predict a lower loss than {k0}, but {how}: the design keeps the "
-                       f"pre-trial's own {k0}; more seeds in its local work would decide")
+        d.notes.append(f"{lw.label(kept)} predict a lower loss than {lw.label(k0)}, but {how}: the design keeps the "
+                       f"pre-trial's own {lw.label(k0)}; more seeds in its local work would decide")
     return d, k
 
 
@@ -1657,20 +1717,21 @@ def _beats_reference(lw: LocalWork, cands: list) -> dict:
     pre-trial's own K at its point; recorded in each candidate."""
     if not lw.draws_A:
         return {}
-    i0 = lw.epochs.index(lw.reference_epochs)
-    ref = next((c for c in cands if c["epochs"] == lw.reference_epochs), None)
+    i0 = lw.settings().index(lw.reference)
+    ref = next((c for c in cands if _lw_key(c) == lw.reference), None)
     if ref is None:
         return {}
 
     def loss(c, A, cc):
-        i = lw.epochs.index(c["epochs"])
+        key = _lw_key(c)
+        i = lw.settings().index(key)
         noise = (c["predicted_loss"] - lw.c[i] - lw.A[i] / c["rounds"]) / lw.A[i0]     # κσ²r/(qN) at its point
-        return lw.predicted_loss(c["epochs"], c["rounds"], noise, A, cc)
+        return lw.predicted_loss(key, c["rounds"], noise, A, cc)
 
     out = {}
     for c in cands:
         wins = [loss(c, A, cc) < loss(ref, A, cc) for A, cc in zip(lw.draws_A, lw.draws_c)]
-        out[c["epochs"]] = c["beats_reference"] = float(np.mean(wins)) if c is not ref else 0.0
+        out[_lw_key(c)] = c["beats_reference"] = float(np.mean(wins)) if c is not ref else 0.0
     return out
 
 

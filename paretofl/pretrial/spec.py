@@ -21,7 +21,7 @@ from ..theory.local_work import SCORED_ON
 MECHANISM = DEFAULT
 
 #: fields that do not change what a run computes (grid, seeds, where it runs)
-_NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk", "local_work")
+_NOT_BASE = ("sigmas", "rounds", "q", "seeds", "device", "chunk", "local_work", "local_lrs")
 #: fields added after stores were shipped: left out of a store's identity at their default
 _NEW_DEFAULTS = {"subset": "public", "private": False, "epsilon": None, "scored_on": "test"}
 SUBSETS = ("public", "rest", "all")
@@ -127,6 +127,9 @@ class Spec:
     # the local work to measure (issue 46; docs/theory.md §4.E): noise-free runs at each of these local
     # epochs, for the grid's largest T at the largest q, evaluated at every T of the grid; public data only
     local_work: list = field(default_factory=list)
+    # the clients' learning rates the local work is measured at besides ``lr`` (docs/theory.md §4.E): each K of
+    # local_work at each of these too, so that the design chooses η with K; empty: at ``lr`` only
+    local_lrs: list = field(default_factory=list)
     # where the runs' loss is scored (κ and the local work are fitted to it): "held-out", 20 % of each client's
     # samples held out of the pre-trial's training (paretofl.fl.build.hold_out), so that nothing fitted reads the
     # test split results are reported on; or "test", the data set's test split (stores made before held-out
@@ -164,7 +167,7 @@ class Spec:
                              "(a built-in name, e.g. the data set fashion-mnist and the model lr, or your own as "
                              "package.module:function)")
         d = dict(d)
-        for k in ("q", "sigmas", "rounds", "local_work"):
+        for k in ("q", "sigmas", "rounds", "local_work", "local_lrs"):
             if k in d and not isinstance(d[k], (list, tuple)):
                 d[k] = [d[k]]
         spec = cls(**d)
@@ -212,7 +215,7 @@ class Spec:
             check.refusal(check_delta, self.delta, self.clients)
         check.num("chunk", 0, 100_000, integer=True)
         self._check_scored_on(check)
-        if self.local_work:
+        if self.local_work or self.local_lrs:
             self._check_local_work(check)
         from ..mechanisms import get as mechanism_of
 
@@ -232,6 +235,9 @@ class Spec:
     def _check_local_work(self, check: _Checker) -> None:
         from ..theory.local_work import MAX_LOCAL_EPOCHS
 
+        if self.local_lrs and not self.local_work:
+            check.bad("local_lrs are the learning rates the local work is measured at besides lr: give the local "
+                      "epochs to measure too (local_work, e.g. [1, 2, 4, 8])")
         check.grid("local_work", 0, MAX_LOCAL_EPOCHS, integer=True)
         if self.private or self.subset != "public":
             check.bad("local_work trains without noise: it runs on the public share only (subset = \"public\", not "
@@ -242,6 +248,13 @@ class Spec:
         if self.local_epochs not in self.local_work:
             check.bad(f"local_work must include local_epochs = {self.local_epochs}, the local work kappa is "
                       f"measured at (e.g. [{self.local_epochs}, {2 * self.local_epochs}, {4 * self.local_epochs}])")
+        if self.local_lrs:
+            check.grid("local_lrs", 0, 1e3)
+
+    def local_work_lrs(self) -> list:
+        """The learning rates the local work is measured at: ``lr`` and ``local_lrs``, ascending, once each."""
+        own = round(float(self.lr), 12)
+        return sorted({own, *(round(float(x), 12) for x in self.local_lrs)})
 
     def _check_private(self, check: _Checker, grid: bool) -> None:
         """A private pre-trial: on the clients' data, with a budget its grid's composed spend stays within."""

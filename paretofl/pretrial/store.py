@@ -49,10 +49,18 @@ CREATE TABLE IF NOT EXISTS local_work (
     test_loss REAL NOT NULL, accuracy REAL NOT NULL,
     PRIMARY KEY (epochs, rounds, seed, q)
 );
+CREATE TABLE IF NOT EXISTS local_work_lr (
+    epochs INTEGER NOT NULL, lr REAL NOT NULL, rounds INTEGER NOT NULL, seed INTEGER NOT NULL, q REAL NOT NULL,
+    test_loss REAL NOT NULL, accuracy REAL NOT NULL,
+    PRIMARY KEY (epochs, lr, rounds, seed, q)
+);
 """
 
 #: a local-work run (issue 46): noise-free, at ``epochs`` local epochs, evaluated at ``rounds``
 LOCAL_WORK_COLUMNS = ("epochs", "rounds", "seed", "q", "test_loss", "accuracy")
+#: the local work at a learning rate other than the pre-trial's own (``local_lrs`` in its spec): its own table, so
+#: that the runs at the pre-trial's η stay where every store before keeps them (their η is the base's ``lr``)
+LOCAL_WORK_LR_COLUMNS = ("epochs", "lr", "rounds", "seed", "q", "test_loss", "accuracy")
 
 #: how a private store's runs draw their noise (written at its creation): from the operating system's entropy.
 #: A private store without it was written before paretofl 0.3, when runs sharing a seed shared their noise
@@ -415,17 +423,28 @@ class Store:
     # ------------------------------------------------------------------ local work (public stores)
     @_guarded
     def add_local_work(self, rows: list[dict]):
-        """Store noise-free local-work runs (one row per epochs, T, seed), atomically."""
+        """Store noise-free local-work runs (one row per epochs, T, seed, and
+        learning rate where a row names one other than the store's own), atomically."""
         if self.private:
             raise ValueError(f"{self.path} holds a private pre-trial: local work is measured without noise, on "
                              "public data only")
+        own = self._own_lr()
         vals = [(int(r["epochs"]), int(r["rounds"]), int(r["seed"]), round(float(r["q"]), 12), _loss(r["test_loss"]),
-                 float(r["accuracy"])) for r in rows]
+                 float(r["accuracy"])) for r in rows if round(float(r.get("lr", own)), 12) == own]
+        other = [(int(r["epochs"]), round(float(r["lr"]), 12), int(r["rounds"]), int(r["seed"]),
+                  round(float(r["q"]), 12), _loss(r["test_loss"]), float(r["accuracy"]))
+                 for r in rows if round(float(r.get("lr", own)), 12) != own]
         self.db.execute("BEGIN IMMEDIATE")
         with self.db:
             self._still_mine()
             self.db.executemany("INSERT INTO local_work VALUES (?, ?, ?, ?, ?, ?) "
                                 "ON CONFLICT (epochs, rounds, seed, q) DO NOTHING", vals)
+            self.db.executemany("INSERT INTO local_work_lr VALUES (?, ?, ?, ?, ?, ?, ?) "
+                                "ON CONFLICT (epochs, lr, rounds, seed, q) DO NOTHING", other)
+
+    def _own_lr(self) -> float:
+        """The pre-trial's own learning rate (its base's), as the local work's rows are keyed."""
+        return round(float(self.base.get("lr", 0.1)), 12)
 
     @_guarded
     def set_meta(self, key: str, value: str):
@@ -437,26 +456,38 @@ class Store:
         self.meta[key] = str(value)
 
     def local_work_done(self, q: float) -> set:
-        """Keys (epochs, T, seed) of the stored local-work runs at rate ``q``."""
-        if not self._has_local_work():
-            return set()
-        rows = self.db.execute("SELECT epochs, rounds, seed FROM local_work WHERE q = ?", (round(float(q), 12),))
-        return {(int(e), int(t), int(sd)) for e, t, sd in rows}
+        """Keys (epochs, η, T, seed) of the stored local-work runs at rate ``q``."""
+        q, own = round(float(q), 12), self._own_lr()
+        out = set()
+        if self._has_local_work():
+            rows = self.db.execute("SELECT epochs, rounds, seed FROM local_work WHERE q = ?", (q,))
+            out |= {(int(e), own, int(t), int(sd)) for e, t, sd in rows}
+        if self._has_local_work("local_work_lr"):
+            rows = self.db.execute("SELECT epochs, lr, rounds, seed FROM local_work_lr WHERE q = ?", (q,))
+            out |= {(int(e), round(float(lr), 12), int(t), int(sd)) for e, lr, t, sd in rows}
+        return out
 
     def local_work_count(self) -> int:
-        return self.db.execute("SELECT COUNT(*) FROM local_work").fetchone()[0] if self._has_local_work() else 0
+        return sum(self.db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                   for t in ("local_work", "local_work_lr") if self._has_local_work(t))
 
-    def _has_local_work(self) -> bool:
-        """A store written before issue 46, opened to read, has no local_work table."""
-        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'local_work'"
+    def _has_local_work(self, table: str = "local_work") -> bool:
+        """A store written before issue 46 (or, for ``local_work_lr``, before η was measured), opened to read,
+        has no such table."""
+        return self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
                                ).fetchone() is not None
 
     def local_work_table(self) -> dict:
-        """The local-work rows as numpy columns (sorted by epochs, T, seed)."""
-        rows = self.db.execute(f"SELECT {', '.join(LOCAL_WORK_COLUMNS)} FROM local_work "
-                               "ORDER BY epochs, rounds, seed").fetchall() if self._has_local_work() else []
-        arr = np.array(rows, dtype=float).reshape(len(rows), len(LOCAL_WORK_COLUMNS))
-        return {c: arr[:, j] for j, c in enumerate(LOCAL_WORK_COLUMNS)}
+        """The local-work rows as numpy columns (sorted by η, epochs, T, seed), with each row's learning rate
+        (``lr``: the base's for the runs at the pre-trial's own)."""
+        own = self._own_lr()
+        rows = [(e, own, t, sd, q, loss, acc) for e, t, sd, q, loss, acc in self.db.execute(
+            f"SELECT {', '.join(LOCAL_WORK_COLUMNS)} FROM local_work")] if self._has_local_work() else []
+        if self._has_local_work("local_work_lr"):
+            rows += self.db.execute(f"SELECT {', '.join(LOCAL_WORK_LR_COLUMNS)} FROM local_work_lr").fetchall()
+        rows.sort(key=lambda r: (r[1], r[0], r[2], r[3], r[4]))
+        arr = np.array(rows, dtype=float).reshape(len(rows), len(LOCAL_WORK_LR_COLUMNS))
+        return {c: arr[:, j] for j, c in enumerate(LOCAL_WORK_LR_COLUMNS)}
 
     # ------------------------------------------------------------------ reading
     def done(self) -> set:

@@ -36,6 +36,7 @@ class Job:
     q: float
     replicas: list       # [(σ, seed)]
     rounds: list         # the T grid points still needed by some replica
+    lr: float | None = None     # a local-work job's clients' learning rate (None: the spec's)
 
     @property
     def work(self) -> int:
@@ -183,33 +184,38 @@ def run_job(spec: Spec, job: Job, on_round=None, on_rows=None) -> list[dict]:
 
 
 def local_work_jobs(spec: Spec, done: set) -> list[Job]:
-    """The local-work runs still to train (issue 46): for each local epochs
-    K of ``spec.local_work``, the seeds missing a T of the grid, as one
+    """The local-work runs still to train (issue 46): for each learning rate
+    η of the spec's (``lr`` and ``local_lrs``) and each local epochs K of
+    ``spec.local_work``, the seeds missing a T of the grid, as one
     noise-free job at the grid's largest q (``Job.q``; the replicas carry
-    (K, seed) in place of (σ, seed))."""
+    (K, seed) in place of (σ, seed); ``Job.lr`` η).  ``done``: the stored
+    (K, η, T, seed)."""
     q = max(spec.q)
     out = []
-    for k in spec.local_work:
-        seeds = [sd for sd in spec.seed_list() if any((k, t, sd) not in done for t in spec.rounds)]
-        if seeds:
-            out.append(Job(q, [(k, sd) for sd in seeds], list(spec.rounds)))
+    for lr in spec.local_work_lrs():
+        for k in spec.local_work:
+            seeds = [sd for sd in spec.seed_list() if any((k, lr, t, sd) not in done for t in spec.rounds)]
+            if seeds:
+                out.append(Job(q, [(k, sd) for sd in seeds], list(spec.rounds), lr=lr))
     return out
 
 
 def run_local_work_job(spec: Spec, job: Job, on_round=None) -> list[dict]:
-    """Train one local-work job: its seeds at ``K`` local epochs, without
-    noise (clipped at the spec's C), evaluated at every T of the grid."""
+    """Train one local-work job: its seeds at ``K`` local epochs and its η
+    (the spec's where the job names none), without noise (clipped at the
+    spec's C), evaluated at every T of the grid."""
     from ..fl.algorithms import History, train
     from ..fl.build import assemble_pretrial
 
     epochs = int(job.replicas[0][0])
+    lr = float(spec.lr if job.lr is None else job.lr)
     seeds = [(0.0, sd) for _, sd in job.replicas]
     pol = assemble_pretrial(scored(spec), job.q, seeds, False, MECHANISM, device=spec.device, lower=LOWER_CHUNK,
-                            clip=spec.clip, lr=spec.lr, local_epochs=epochs, batch_size=spec.batch_size).policy
+                            clip=spec.clip, lr=lr, local_epochs=epochs, batch_size=spec.batch_size).policy
     hist = History(on_round=on_round)
     train(pol, rounds=max(job.rounds), epsilon=None, delta=spec.delta, evaluate=job.rounds, history=hist)
     wanted = set(job.rounds)
-    return [dict(epochs=epochs, rounds=h["round"], seed=job.replicas[h["replica"]][1], q=job.q,
+    return [dict(epochs=epochs, lr=lr, rounds=h["round"], seed=job.replicas[h["replica"]][1], q=job.q,
                  test_loss=h["test_loss"], accuracy=h["accuracy"]) for h in hist.rows if h["round"] in wanted]
 
 

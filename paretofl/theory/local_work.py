@@ -87,6 +87,11 @@ class LocalWork:
     dissimilarity: dict = field(default_factory=dict)
     q: float | None = None             # the pre-trial's q the local work ran at
     format: str = LOCAL_WORK_FORMAT
+    # the clients' learning rate η of each curve, where the pre-trial measured the local work at several
+    # (``local_lrs`` in its spec): then a curve is a pair (K, η) and the reference is (K₀, η₀), the pre-trial's
+    # own; None where it measured one η (the pre-trial's), as every fit before η was measured
+    lrs: list | None = None
+    reference_lr: float | None = None
 
     @classmethod
     def from_dict(cls, d, where: str = "the fit") -> LocalWork:
@@ -123,23 +128,31 @@ class LocalWork:
                      draws_A=[numbers(r) for r in d.get("draws_A") or []],
                      draws_c=[numbers(r) for r in d.get("draws_c") or []],
                      seeds=count(d.get("seeds", 0)), q=None if d.get("q") is None else number(d["q"]),
-                     dissimilarity={k: (_partition(v) if k == "partition" else number(v)) for k, v in dis.items()})
+                     dissimilarity={k: (_partition(v) if k == "partition" else number(v)) for k, v in dis.items()},
+                     lrs=None if d.get("lrs") is None else numbers(d["lrs"]),
+                     reference_lr=None if d.get("reference_lr") is None else number(d["reference_lr"]))
         except (KeyError, TypeError, ValueError) as exc:
             bad(f"is malformed ({type(exc).__name__}: {exc})")
         k = len(lw.epochs)
-        if k < 2 or len(lw.A) != k or len(lw.c) != k or len(set(lw.epochs)) != k:
-            bad("must give A and c for two or more distinct local epochs")
-        if lw.epochs != sorted(lw.epochs):
-            bad("lists its local epochs out of order (a fit lists them ascending, with A and c in that order)")
+        if (lw.lrs is None) != (lw.reference_lr is None) or lw.lrs is not None and (
+                len(lw.lrs) != k or min(lw.lrs + [lw.reference_lr]) <= 0 or max(lw.lrs + [lw.reference_lr]) > 1e3):
+            bad("gives learning rates that are not one in (0, 1000] per curve with the reference's beside them")
+        keys = lw.settings()
+        if k < 2 or len(lw.A) != k or len(lw.c) != k or len(set(keys)) != k:
+            bad("must give A and c for two or more distinct local epochs (or pairs of local epochs and learning "
+                "rate)")
+        if keys != sorted(keys, key=lambda x: (x[1] or 0.0, x[0])):
+            bad("lists its local epochs out of order (a fit lists them ascending, with A and c in that order; "
+                "by learning rate first where it measured several)")
         if lw.seeds < 0 or (lw.q is not None and not 0 < lw.q <= 1):
             bad("holds a negative seed count or a q outside (0, 1]")
         if min(lw.epochs) < 1 or max(lw.epochs) > MAX_LOCAL_EPOCHS:
             bad(f"names local epochs outside [1, {MAX_LOCAL_EPOCHS}]")
-        if lw.reference_epochs not in lw.epochs:
-            bad(f"does not measure the local epochs the pre-trial's own runs used ({lw.reference_epochs})")
+        if lw.reference not in keys:
+            bad(f"does not measure the local epochs the pre-trial's own runs used ({lw.label(lw.reference)})")
         if min(lw.A) < 0 or any(abs(c) > C_LIMIT for c in lw.c):
             bad("holds a negative A or a c no loss reaches")
-        a0 = lw.A[lw.epochs.index(lw.reference_epochs)]
+        a0 = lw.A[keys.index(lw.reference)]
         if a0 <= 0:
             bad(f"has no 1/T term at the reference local epochs {lw.reference_epochs}: the loss did not fall with T")
         if any(a > 0 and not 1 / A_SPREAD <= a / a0 <= A_SPREAD for a in lw.A):
@@ -155,21 +168,53 @@ class LocalWork:
     def to_dict(self) -> dict:
         from dataclasses import asdict
 
-        return asdict(self)
+        out = asdict(self)
+        if self.lrs is None:            # a fit of one learning rate is written as before η was measured
+            del out["lrs"], out["reference_lr"]
+        return out
+
+    # ------------------------------------------------------------------ the curves' keys
+    def settings(self) -> list:
+        """Each curve's key: (K, η), η None where the fit measured one learning rate (the pre-trial's)."""
+        return [(k, None if self.lrs is None else lr) for k, lr in zip(self.epochs, self.lrs or self.epochs)]
+
+    @property
+    def reference(self) -> tuple:
+        """(K₀, η₀): the local work κ was measured at (η₀ None where one learning rate was measured)."""
+        return (self.reference_epochs, self.reference_lr)
+
+    def key(self, k) -> tuple:
+        """A curve's key from K (at the reference's η) or (K, η)."""
+        if isinstance(k, tuple):
+            return (int(k[0]), None if k[1] is None else float(k[1]))
+        return (int(k), self.reference_lr)
+
+    @staticmethod
+    def label(key) -> str:
+        k, lr = key
+        return f"{k} local epoch{'s' if k != 1 else ''}" + ("" if lr is None else f" at eta {lr:g}")
 
     # ------------------------------------------------------------------ the model (4.E.2)
-    def _at(self, k: int) -> int:
-        if k not in self.epochs:
-            more = (f"add {k} to its local_work and run the pre-trial again, then refit it" if k <= MAX_LOCAL_EPOCHS
+    def _at(self, k) -> int:
+        """The index of K's curve (at the reference's η) or of (K, η)'s."""
+        key = self.key(k)
+        keys = self.settings()
+        if key not in keys:
+            kk = key[0]
+            if kk in self.epochs and key[1] is not None:
+                raise ValueError(f"local epochs {kk} at learning rate {key[1]:g} was not measured in the pre-trial "
+                                 f"(it measured {', '.join(self.label(x) for x in keys)}): choose one of those, or "
+                                 "add the rate to its local_lrs and run it again, then refit it")
+            more = (f"add {kk} to its local_work and run the pre-trial again, then refit it" if kk <= MAX_LOCAL_EPOCHS
                     else f"a pre-trial measures at most {MAX_LOCAL_EPOCHS}")
-            raise ValueError(f"local epochs {k} was not measured in the pre-trial (it measured "
-                             f"{', '.join(map(str, self.epochs))}): choose one of those, or {more}")
-        return self.epochs.index(k)
+            raise ValueError(f"local epochs {kk} was not measured in the pre-trial (it measured "
+                             f"{', '.join(map(str, sorted(set(self.epochs))))}): choose one of those, or {more}")
+        return keys.index(key)
 
     @property
     def a0(self) -> float:
         """A(K₀), the unit of (4.E.2)."""
-        return self.A[self._at(self.reference_epochs)]
+        return self.A[self._at(self.reference)]
 
     def ratio(self, k: int) -> float:
         """r_K = A(K₀)/A(K): κ_K = κ·r_K (infinite where the loss no longer falls with T)."""
@@ -178,7 +223,7 @@ class LocalWork:
 
     def offset(self, k: int) -> float:
         """(D(K) − D(K₀))/A(K₀) = (c_K − c_K₀)/A(K₀): the drift K adds, in units of A(K₀)."""
-        return (self.c[self._at(k)] - self.c[self._at(self.reference_epochs)]) / self.a0
+        return (self.c[self._at(k)] - self.c[self._at(self.reference)]) / self.a0
 
     def objective(self, k: int, bound: float) -> float:
         """U(K) of (4.E.2) from the design's bound u_K at κ_K."""
@@ -189,7 +234,7 @@ class LocalWork:
         """L = c_K + A(K)/T + κ·A(K₀)·σ²r/(qN) (``noise_term`` = κσ²r/(qN)): the test loss (4.E.1) predicts."""
         A = self.A if A is None else A
         c = self.c if c is None else c
-        i, i0 = self._at(k), self._at(self.reference_epochs)
+        i, i0 = self._at(k), self._at(self.reference)
         return float(c[i] + A[i] / rounds + A[i0] * noise_term)
 
     def interval(self, k: int, rounds: int, noise_terms) -> list | None:

@@ -1,0 +1,223 @@
+"""The design chooses the clients' learning rate η with the local epochs K
+(issue 46; docs/theory.md §4.E, "η with K").
+
+* a pre-trial with ``local_lrs`` measures every K at every η, stores the
+  runs at η other than its own apart (a store from before reads as it was),
+  resumes without training again, and its fit carries one curve per (K, η);
+* the design's choice is the argmin of (4.E.2) over the pairs, found here by
+  a brute-force scan over integer T and bisected σ, not by the design's
+  search; with η measured at one rate (every fit before) it is unchanged;
+* the design trains the η it chose (``lr``), says where it came from, and a
+  file whose η, candidates or choice were edited is refused on load;
+* a spec asking for η it cannot measure is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+from test_local_work import DELTA, EPS, SPEC, TMAX, N, _brute_u, _fit_file
+
+import paretofl
+from paretofl.recommendation import read_fit
+from paretofl.theory.local_work import LOCAL_WORK_FORMAT, LocalWork, curve
+
+#: (K, η) pairs in the fit's order (by η, then K), their A and c: at η 0.1 (the reference, K₀ = 1) and 0.05
+PAIRS = [(1, 0.05), (2, 0.05), (4, 0.05), (1, 0.1), (2, 0.1), (4, 0.1)]
+
+
+def _lw2(A=(1.6, 1.1, 0.75, 1.0, 0.7, 0.6), c=(0.58, 0.57, 0.56, 0.60, 0.57, 0.60), draws=True, spread=0.03):
+    rng = np.random.default_rng(0)
+    dA = [list(np.array(A) * rng.uniform(1 - spread, 1 + spread, len(A))) for _ in range(60)] if draws else []
+    dc = [list(np.array(c) + rng.normal(0, spread / 10, len(c))) for _ in range(60)] if draws else []
+    return dict(format=LOCAL_WORK_FORMAT, epochs=[k for k, _ in PAIRS], lrs=[lr for _, lr in PAIRS],
+                reference_lr=0.1, A=list(A), c=list(c), reference_epochs=1, rounds=[2, 256], draws_A=dA, draws_c=dc,
+                seeds=3, dissimilarity={"b2": 1.5, "zeta2": 2.0})
+
+
+def _u_by_brute_force(lw, q=1.0):
+    """(4.E.2) at each pair, each pair's design found by a scan over T (test_local_work._brute_u)."""
+    a0, c0 = lw["A"][PAIRS.index((1, 0.1))], lw["c"][PAIRS.index((1, 0.1))]
+    return {p: _brute_u(16.0 * a0 / a, q) * a / a0 + (c - c0) / a0 for p, a, c in zip(PAIRS, lw["A"], lw["c"])}
+
+
+@pytest.mark.parametrize("A,c", [
+    ((1.6, 1.1, 0.75, 1.0, 0.7, 0.6), (0.58, 0.57, 0.56, 0.60, 0.57, 0.60)),     # the smaller eta, four epochs
+    ((1.9, 1.6, 1.4, 1.0, 0.7, 0.6), (0.60, 0.60, 0.60, 0.60, 0.57, 0.60)),     # eta 0.1 at two epochs
+    ((1.9, 1.6, 1.4, 1.0, 0.9, 0.85), (0.50, 0.60, 0.70, 0.60, 0.62, 0.70)),    # drift: the reference itself
+])
+def test_the_chosen_pair_is_the_argmin_of_the_objective_by_brute_force(tmp_path, A, c):
+    lw = _lw2(A, c, spread=0.0)         # every draw the point: the bootstrap rule keeps the argmin
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw), q=1.0)
+    U = _u_by_brute_force(lw)
+    best = min(U, key=U.get)
+    assert (d.local_epochs, d.lr) == best, (U, d.local_work["candidates"])
+    assert (d.local_work["epochs"], d.local_work["lr"]) == best
+    for cand in d.local_work["candidates"]:
+        assert cand["objective"] == pytest.approx(U[(cand["epochs"], cand["lr"])], rel=2e-3)
+    assert d.sources["lr"].startswith("the design") and "0.05, 0.1" in d.sources["lr"]
+
+
+def test_a_fit_of_one_rate_designs_as_before_and_the_pairs_reduce_to_it(tmp_path):
+    """The η = 0.1 curves alone, as a fit of one rate: the same K, q, T, σ as the pairs' design restricted to
+    them; and the pairs' design at K fixed with only η 0.1's curve is today's at κ_K."""
+    lw = _lw2(spread=0.0)
+    one = dict(lw, epochs=[1, 2, 4], A=lw["A"][3:], c=lw["c"][3:], draws_A=[r[3:] for r in lw["draws_A"]],
+               draws_c=[r[3:] for r in lw["draws_c"]])
+    del one["lrs"], one["reference_lr"]
+    d1 = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, one, name="one.json"))
+    assert "lr" not in d1.local_work and "lr" not in d1.local_work["candidates"][0]
+    pairs = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw))
+    at = {(c["epochs"], c["lr"]): c for c in pairs.local_work["candidates"]}
+    for c in d1.local_work["candidates"]:           # η 0.1's candidates: the same design points and objectives
+        twin = at[(c["epochs"], 0.1)]
+        assert (twin["q"], twin["rounds"], twin["sigma"], twin["objective"]) == \
+            (c["q"], c["rounds"], c["sigma"], c["objective"])
+
+
+def test_the_design_trains_the_eta_it_chose_and_its_file_reads_back(tmp_path):
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
+    assert (d.local_epochs, d.lr) == (4, 0.05)
+    assert d.prediction_applies() and d.predicted_at()["lr"] == 0.05
+    d.save(tmp_path / "d.json")
+    back = paretofl.Design.load(tmp_path / "d.json")
+    assert (back.local_epochs, back.lr) == (4, 0.05) and back.loaded_prediction["rederived"]
+    assert back.local_work == json.loads(json.dumps(d.local_work))
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda d: d.update(lr=0.1), 'trains "lr" 0.1'),
+    (lambda d: d["local_work"].update(lr=0.1), 'trains "lr" 0.05 where its "local_work" chose 0.1'),
+    (lambda d: d.update(lr=0.1) or d["local_work"].update(lr=0.1), "another candidate's objective is lower"),
+    (lambda d: d["local_work"]["candidates"][2].update(lr=0.2), "not among its candidates"),
+    (lambda d: d["local_work"]["candidates"][0].update(lr=0.2), "not a design the fit measured"),
+    (lambda d: d["local_work"]["candidates"][0].update(lr=True), "learning rate"),
+    (lambda d: d["local_work"].update(measured_lrs=[0.1] * 6), "measured other local epochs, learning rates"),
+    (lambda d: d["local_work"]["candidates"][5].update(lr=0.05), "objective is lower|twice"),
+])
+def test_a_design_files_edited_eta_is_refused_on_load(tmp_path, edit, match):
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    edit(data)
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=match):
+        paretofl.Design.load(tmp_path / "e.json")
+
+
+def test_local_epochs_given_choose_eta_among_that_ks_pairs(tmp_path):
+    lw = _lw2(spread=0.0)
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw), q=1.0, local_epochs=2)
+    U = _u_by_brute_force(lw)
+    assert d.local_epochs == 2 and d.lr == min((0.05, 0.1), key=lambda lr: U[(2, lr)])
+    assert {c["epochs"] for c in d.local_work["candidates"]} == {2}
+    with pytest.raises(ValueError, match="local epochs 8 was not measured"):
+        paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw), local_epochs=8)
+
+
+def test_another_pair_is_chosen_only_where_the_seeds_agree_and_the_kept_pair_reads_back(tmp_path):
+    lw = _lw2(spread=0.0)
+    rng = np.random.default_rng(2)
+    i = PAIRS.index((4, 0.05))
+    lw["draws_c"] = [[x + (rng.normal(0, 0.3) if j == i else 0.0) for j, x in enumerate(lw["c"])]
+                     for _ in range(200)]
+    lw["draws_A"] = [list(lw["A"]) for _ in range(200)]
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw), q=1.0)
+    U = _u_by_brute_force(lw)
+    assert min(U, key=U.get) == (4, 0.05)
+    assert (d.local_epochs, d.lr) == (1, 0.1)
+    assert (d.local_work["kept_reference"], d.local_work["kept_reference_lr"]) == (4, 0.05)
+    assert any("4 local epochs at eta 0.05 predict a lower loss" in n for n in d.notes)
+    d.save(tmp_path / "d.json")
+    assert paretofl.Design.load(tmp_path / "d.json").lr == 0.1
+
+
+# ----------------------------------------------------------------------------- the pre-trial
+def test_a_pretrial_measures_each_k_at_each_eta_and_its_fit_carries_the_pairs(tmp_path):
+    from paretofl.pretrial.fit import fit
+    from paretofl.pretrial.spec import Spec
+    from paretofl.pretrial.store import Store
+    from paretofl.pretrial.sweep import run_sweep
+
+    store = tmp_path / "s.sqlite"
+    spec = {**SPEC, "local_lrs": [0.2]}
+    run_sweep(Spec.from_dict(spec), store, progress=False)
+    st = Store(store)
+    try:
+        tab = st.local_work_table()
+    finally:
+        st.close()
+    got = sorted({(int(k), float(lr), int(t), int(s))
+                  for k, lr, t, s in zip(tab["epochs"], tab["lr"], tab["rounds"], tab["seed"])})
+    assert got == sorted((k, lr, t, s) for lr in (0.2, 0.5) for k in (1, 3) for t in (2, 4, 8) for s in (0, 1))
+    with sqlite3.connect(store) as db:          # the pre-trial's own eta where every store keeps it, the other apart
+        assert db.execute("SELECT COUNT(*) FROM local_work").fetchone()[0] == 12
+        assert db.execute("SELECT COUNT(*) FROM local_work_lr WHERE lr = 0.2").fetchone()[0] == 12
+    assert run_sweep(Spec.from_dict(spec), store, progress=False)["runs_trained"] == 0      # resumed
+    f = fit(store, bootstrap=50)
+    f.save(tmp_path / "f.json")
+    lw = LocalWork.from_dict(read_fit(tmp_path / "f.json")["local_work"])
+    assert lw.settings() == [(1, 0.2), (3, 0.2), (1, 0.5), (3, 0.5)] and lw.reference == (1, 0.5)
+    for i, (k, lr) in enumerate(lw.settings()):     # each pair's curve from its own rows
+        m = (tab["epochs"] == k) & np.isclose(tab["lr"], lr)
+        mean = [float(np.mean(tab["test_loss"][m & (tab["rounds"] == t)])) for t in (2, 4, 8)]
+        assert (lw.A[i], lw.c[i]) == pytest.approx(curve([2, 4, 8], mean))
+    figs = paretofl.api.pretrial_figures(str(store), fit=str(tmp_path / "f.json"), outdir=str(tmp_path))
+    assert (tmp_path / "s_local_work.png").stat().st_size > 10_000 and any("local_work" in p for p in figs)
+    # the same store without its runs at 0.2 (as a store from before eta was measured): one rate, as before
+    old = tmp_path / "old.sqlite"
+    old.write_bytes(store.read_bytes())
+    with sqlite3.connect(old) as db:
+        db.execute("DROP TABLE local_work_lr")
+    lw_old = fit(old, bootstrap=50).local_work
+    assert lw_old["epochs"] == [1, 3] and "lrs" not in lw_old
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(local_lrs=[0.05]), "give the local epochs to measure too"),
+    (dict(local_work=[1, 2], local_lrs=[0.0]), "local_lrs values"),
+    (dict(local_work=[1, 2], local_lrs=["fast"]), "local_lrs must hold numbers"),
+    (dict(local_work=[1, 2], local_lrs=[math.inf]), "local_lrs"),
+])
+def test_a_spec_asking_for_rates_it_cannot_measure_is_refused(fields, match):
+    from paretofl.pretrial.spec import Spec
+
+    with pytest.raises(ValueError, match=match):
+        Spec.from_dict({**SPEC, "local_work": [], **fields})
+
+
+def test_a_spec_with_local_lrs_keeps_its_stores_identity():
+    from paretofl.pretrial.spec import Spec
+
+    assert Spec.from_dict({**SPEC, "local_lrs": [0.05, 0.2]}).base() == Spec.from_dict(SPEC).base()
+    assert Spec.from_dict({**SPEC, "local_lrs": [0.5, 0.05]}).local_work_lrs() == [0.05, 0.5]
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda lw: lw.update(lrs=[0.1] * 6), "distinct"),
+    (lambda lw: lw.update(lrs=lw["lrs"][:5]), "one in \\(0, 1000\\] per curve"),
+    (lambda lw: lw.pop("reference_lr"), "one in \\(0, 1000\\] per curve"),
+    (lambda lw: lw.update(reference_lr=0.2), "does not measure the local epochs the pre-trial's own runs used"),
+    (lambda lw: lw.update(lrs=[0.1, 0.1, 0.1, 0.05, 0.05, 0.05]), "out of order"),
+    (lambda lw: lw.update(lrs=[-0.05, -0.05, -0.05, 0.1, 0.1, 0.1]), "per curve"),
+])
+def test_a_fits_pairs_are_checked_on_load(tmp_path, edit, match):
+    lw = _lw2()
+    edit(lw)
+    with pytest.raises(ValueError, match=match):
+        paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw))
+
+
+def test_the_cli_prints_eta_beside_each_k(tmp_path, capsys):
+    from paretofl.cli import main
+
+    fit = _fit_file(tmp_path, _lw2())
+    main(["design", "--clients", str(N), "--budget", str(EPS), "--max-rounds", str(TMAX), "--fit", fit])
+    out = capsys.readouterr().out
+    assert "(local epochs, learning rate)" in out
+    assert sum(" epoch(s) eta 0.05 " in line for line in out.splitlines()) == 3
+    assert any("4 epoch(s) eta 0.05" in line and "<- chosen" in line for line in out.splitlines())
