@@ -371,7 +371,8 @@ def tune(d: Design, store, grid=None, by: str = "accuracy", progress: bool = Fal
     ``d.lr``, ``d.local_epochs``, ``d.batch_size``, ``d.tuning``,
     ``d.sources`` and notes in place, and returns ``d``.  The grid's
     ``epochs``: local epochs searched with (C, η) (default: the design's
-    own, else the pre-trial's)."""
+    own, else the pre-trial's).  A design whose fit measured several η
+    chose η with K: the tuning keeps it (its ``lrs`` left out) and searches C."""
     from dataclasses import replace
 
     from .pretrial.tune import At, Grid
@@ -394,6 +395,14 @@ def tune(d: Design, store, grid=None, by: str = "accuracy", progress: bool = Fal
         measured_at = (d.clip, d.lr) if d.clip is not None else None
     if grid.epochs is None and d.local_epochs is not None:
         grid = replace(grid, epochs=(d.local_epochs,))
+    chosen_lr = (d.local_work or {}).get("lr") if isinstance(d.local_work, dict) else None
+    if chosen_lr is not None:
+        # η chosen with K by (4.E.4): its T and sigma are for that pair, as for the K, so the tuning searches C at it
+        if tuple(grid.lrs) not in (tuple(Grid().lrs), (float(chosen_lr),)):
+            raise ValueError(f"this design's learning rate {chosen_lr:g} was chosen with its {d.local_epochs} local "
+                             "epoch(s) from the learning rates its pre-trial measured (docs/theory.md 4.E), and its "
+                             "T and sigma are for that pair: the tuning searches C at it; leave the tuning's lrs out")
+        grid = replace(grid, lrs=(float(chosen_lr),))
     t = run_tune(store, At(d.q, d.rounds, d.noise_multiplier, d.n_clients), grid, select=by, progress=progress,
                  chunk=chunk)
     clips, lrs = grid.clips, grid.lrs

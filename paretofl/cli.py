@@ -565,7 +565,8 @@ def _local_work_lines(d) -> list[str]:
         out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  ({what}; docs/theory.md 4.E)")
     if not d.prediction_applies():
         at = d.predicted_at()
-        out.append(f"                      of the pre-trial's {_pair(at)}: the tuning moved them to C = {d.clip:g}, "
+        out.append(f"                      of {_pair(at)} (the pair its fit measured): the tuning moved them to "
+                   f"C = {d.clip:g}, "
                    f"lr = {d.lr:g}, whose loss the fit does not predict (the tuning's public "
                    f"{(d.tuning or {}).get('select', 'accuracy')} ranked them)")
     if dis:

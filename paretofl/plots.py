@@ -410,7 +410,8 @@ def local_work_figure(results, local_work: dict, path):
     ks = sorted(set(lw.epochs))            # a colour per K; where several η were measured, a line style per η
     colours = dict(zip(ks, matplotlib_colours(len(ks))))
     etas = sorted({lr for _, lr in lw.settings() if lr is not None and lr != lw.reference_lr})
-    styles = {lw.reference_lr: "-", **dict(zip(etas, ["--", ":", "-.", (0, (5, 1)), (0, (1, 3))] * 8))}
+    styles = {lw.reference_lr: "-", **dict(zip(etas, ["--", ":", "-.", (0, (3, 1, 1, 1, 1, 1)), (0, (1, 4))] * 8))}
+    markers = {lw.reference_lr: "o", **dict(zip(etas, ["s", "^", "D", "v", "P", "X"] * 8))}   # each η's own dots
     for (k, lr), a, c in zip(lw.settings(), lw.A, lw.c):
         col = colours[k]
         m = (tab["epochs"] == k) & ((tab["q"] == q) if q is not None else True)
@@ -419,7 +420,7 @@ def local_work_figure(results, local_work: dict, path):
         if len(ts):
             by_t = [tab["test_loss"][m & (tab["rounds"] == t)] for t in ts]
             ax.fill_between(ts, [v.min() for v in by_t], [v.max() for v in by_t], color=col, alpha=0.15, lw=0)
-            ax.plot(ts, [v.mean() for v in by_t], "o", color=col, ms=4)
+            ax.plot(ts, [v.mean() for v in by_t], markers.get(lr, "o"), color=col, ms=4)
         tt = np.geomspace(lw.rounds[0], lw.rounds[1], 200)
         ax.plot(tt, c + a / tt, color=col, lw=1.5,
                 ls=styles.get(lr, "-"), label=f"{lw.label((k, lr))}: {_g(c)} + {_g(a)}/T")

@@ -232,10 +232,12 @@ class Design:
         tuning = self.tuning or {}
         if not tuning:
             return {"clip": self.clip, "lr": self.lr, "local_epochs": self.local_work.get("epochs")}
-        # the fit's pair, kept by the tuning (not the tuning store's own C and lr)
+        # the fit's pair, kept by the tuning (not the tuning store's own C and lr); η the local work's where it
+        # chose one (the prediction is of it, whatever a tuning record says)
         at = tuning.get("measured_at")
         at = at if isinstance(at, dict) else {}         # an edited file's record that is no record: unknown
-        return {"clip": at.get("clip"), "lr": at.get("lr"), "local_epochs": self.local_work.get("epochs")}
+        lr = self.local_work["lr"] if self.local_work.get("lr") is not None else at.get("lr")
+        return {"clip": at.get("clip"), "lr": lr, "local_epochs": self.local_work.get("epochs")}
 
     def prediction_applies(self, clip=None, lr=None, local_epochs=None) -> bool:
         """Whether the predicted test loss is of a run at this C, η and local
@@ -442,8 +444,13 @@ def _check_recipe(d: Design, where: str) -> None:
     lw = d.local_work
     if not isinstance(lw, dict):
         bad('"local_work" must be a record')
-    if not lw:
-        return
+    if lw:
+        _check_local_work_record(d, lw, bad)
+
+
+def _check_local_work_record(d: Design, lw: dict, bad) -> None:
+    """A design file's local work as a record: its fields, numbers and learning rates, the chosen candidate's
+    being the design's and the least objective (or the kept reference); re-derived from its fit apart."""
     try:
         for rec in (lw, *lw["candidates"]):
             _check_lw_rate(rec)
@@ -460,6 +467,19 @@ def _check_recipe(d: Design, where: str) -> None:
     except (KeyError, TypeError, ValueError) as exc:
         bad(f'its "local_work" is malformed ({type(exc).__name__}: {exc})')
 
+    unknown = sorted(set(lw) - _LW_RECORD) + sorted({k for c in lw["candidates"] for k in c} - _LW_CANDIDATE)
+    if unknown:
+        bad(f'its "local_work" holds fields no design writes ({", ".join(map(str, unknown))})')
+    # η is named everywhere or nowhere: in the record, its reference, every candidate, and a kept pair's
+    named = {"lr" in lw, "reference_lr" in lw, "measured_lrs" in lw, "not_falling_lrs" in lw,
+             *("lr" in c for c in lw["candidates"])}
+    given = lw.get("given_epochs")
+    if given is not None and (named != {True} or given != chosen[0] or isinstance(given, bool)
+                              or any(c.get("epochs") != given for c in lw["candidates"])):
+        bad('its "local_work" says its local epochs were given, but lists or chose others')
+    if len(named) > 1 or ("kept_reference_lr" in lw) != ("kept_reference" in lw and named == {True}):
+        bad('its "local_work" names a learning rate in some places and not in others (a fit that measured several '
+            "names one in the record, its reference, every candidate and a kept pair; one that measured one, none)")
     if chosen not in cands:
         bad(f'its "local_work" chose {_lw_text(chosen)}, which are not among its candidates')
     if d.local_epochs != chosen[0]:
@@ -467,7 +487,7 @@ def _check_recipe(d: Design, where: str) -> None:
     if chosen[1] is not None and not d.tuning and not (
             isinstance(d.lr, (int, float)) and math.isclose(d.lr, chosen[1], rel_tol=1e-12)):
         bad(f'it trains "lr" {d.lr!r} where its "local_work" chose {chosen[1]!r}')
-    ref = _lw_key(lw, "reference_epochs", "reference_lr")
+    ref = _rule_reference(lw)
     kept = _lw_key(lw, "kept_reference", "kept_reference_lr")    # a lower objective the seeds did not agree on
     kept = None if kept[0] is None else kept
     if kept is not None and (chosen != ref or kept == ref or kept not in cands):
@@ -484,9 +504,24 @@ def _check_recipe(d: Design, where: str) -> None:
             f'{", ".join(SCORED_ON)}')
 
 
+#: the fields a design's local work and each of its candidates hold (a file's other fields are refused)
+_LW_RECORD = {"epochs", "lr", "reference_epochs", "reference_lr", "measured", "measured_lrs", "predicted_loss",
+              "interval", "candidates", "not_falling", "not_falling_lrs", "rounds_measured", "dissimilarity",
+              "kept_reference", "kept_reference_lr", "scored_on", "fit", "given_epochs"}
+_LW_CANDIDATE = {"epochs", "lr", "q", "rounds", "sigma", "kappa", "objective", "predicted_loss", "interval",
+                 "mechanism", "mechanism_options", "beats_reference"}
+
+
 def _lw_key(rec: dict, epochs: str = "epochs", lr: str = "lr") -> tuple:
     """A local-work record's key (K, η): η None where the record names none (a fit of one learning rate)."""
     return (rec.get(epochs), rec.get(lr))
+
+
+def _rule_reference(lw: dict) -> tuple:
+    """The pair the bootstrap rule keeps where its draws do not agree: the pre-trial's own (K₀, η₀), or with
+    the local epochs given (``given_epochs``, written where η was measured), that K at η₀."""
+    k = lw.get("given_epochs")
+    return (lw.get("reference_epochs") if k is None else k, lw.get("reference_lr"))
 
 
 def _lw_text(key) -> str:
@@ -601,6 +636,7 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
     if len(by_k) != len(cands):
         bad("lists a number of local epochs twice")
     _rederive_record(lw, data, fitted, cands, by_k, close, bad)
+    _rederive_pair(d, lw, data, close, bad)
     bounds = {}
     with np.errstate(over="raise", invalid="raise"):
         try:
@@ -629,10 +665,34 @@ def _rederive_record(lw, data, fitted, cands, by_k, close, bad) -> None:
         bad("gives another dissimilarity")
     falling = [x for x in fitted.settings() if not math.isinf(fitted.ratio(x))]
     flat = [x for x in fitted.settings() if x not in falling]
+    given = lw.get("given_epochs")              # local epochs given: the candidates are that K's pairs
+    if given is not None:
+        falling = [x for x in falling if x[0] == given]
+        flat = [x for x in flat if x[0] == given]
     if lw.get("not_falling") != [k for k, _ in flat] or lw.get("not_falling_lrs") != (
             None if fitted.lrs is None else [lr for _, lr in flat]) or (
             len(cands) > 1 and set(by_k) != set(falling)) or (len(cands) == 1 and _lw_key(cands[0]) not in falling):
         bad("lists other candidates than the local epochs its fit measured falling with T")
+
+
+def _rederive_pair(d, lw, data, close, bad) -> None:
+    """The C and η the prediction is of: the fit's pre-trial's C, and its η or the one chosen with K.  An
+    untuned design trains them; a tuned one records them (``tuning.measured_at``) as they are."""
+    spec = data.get("spec") or {}
+    if not all(isinstance(spec.get(k), (int, float)) and not isinstance(spec.get(k), bool) for k in ("clip", "lr")):
+        return                                   # a fit that records no pre-trial's C and η: nothing to hold them to
+    clip, lr = float(spec["clip"]), float(lw["lr"]) if lw.get("lr") is not None else float(spec["lr"])
+    if lw.get("reference_lr") is not None and not close(lw["reference_lr"], float(spec["lr"])):
+        bad(f"says its pre-trial ran at lr {lw['reference_lr']!r} where its fit's ran at {spec['lr']!r}")
+    at = (d.tuning or {}).get("measured_at") if d.tuning else {"clip": d.clip, "lr": d.lr}
+    at = at if isinstance(at, dict) else {}          # a record that is no record: unknown, never compared
+
+    def differs(v, w):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and not close(v, w)
+
+    if differs(at.get("clip"), clip) or differs(at.get("lr"), lr):
+        bad(f"{'records its prediction as' if d.tuning else 'trains'} C = {at.get('clip')!r}, lr = {at.get('lr')!r} "
+            f"where its fit predicts the loss at C = {clip:g}, lr = {lr:g}")
 
 
 def _rederive_candidates(by_k, fitted, kappa, ci, d, n, bounds, close, bad) -> None:
@@ -697,8 +757,9 @@ def _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad) -> None:
     kept = _lw_key(lw, "kept_reference", "kept_reference_lr")
     kept = None if kept[0] is None else kept
     if len(cands) > 1 and chosen["objective"] > least:
-        sure = _beats_reference(fitted, [dict(c) for c in cands])
-        if not (kept in by_k and by_k[kept]["objective"] == least and key == fitted.reference
+        ref = _rule_reference(lw)
+        sure = _beats_reference(fitted, [dict(c) for c in cands], ref)
+        if not (kept in by_k and by_k[kept]["objective"] == least and key == ref
                 and sure.get(kept, 0.0) < LOCAL_WORK_CONFIDENCE):
             bad(f"chose {_lw_text(key)} where another candidate's objective is lower and the fit's "
                 "draws agree it helps")
@@ -1477,8 +1538,12 @@ def _set_local_epochs(d: Design, given, lw) -> None:
                                      f"({', '.join(map(str, sorted(set(lw.epochs))))})")
         if d.local_work.get("lr") is not None:     # η chosen with K (the pre-trial measured several)
             d.lr = float(d.local_work["lr"])
-            d.sources["lr"] = ("the design: the least of (4.E.2) over the learning rates the pre-trial measured the "
-                               f"local work at ({', '.join(f'{x:g}' for x in sorted(set(lw.lrs)))})"
+            etas = ", ".join(f"{x:g}" for x in sorted(set(lw.lrs)))
+            d.sources["lr"] = (f"the pre-trial's own (of the learning rates it measured the local work at, {etas}, "
+                               "another predicts a lower loss, but its seeds do not agree)"
+                               if "kept_reference" in d.local_work else
+                               f"the design: the least of (4.E.4) over the learning rates the pre-trial measured the "
+                               f"local work at ({etas})"
                                + (f", at the {given} local epochs given" if given is not None else ", with K"))
     elif given is not None:
         d.local_epochs = int(given)
@@ -1580,8 +1645,9 @@ def _say_partition(d: Design, lw, partition: str) -> None:
         b2 = lw.dissimilarity.get("b2")
         d.notes.append(f"the local work was measured on public clients partitioned {measured}"
                        + (f" (B^2 {b2:.3g})" if b2 else "") + f", yours are {partition}: clients that differ more "
-                       "drift more with more local epochs (docs/results.md section 12), so run the pre-trial with the "
-                       "public split partitioned like yours before trusting this K")
+                       "drift more with more local work (more epochs, or a larger learning rate; docs/results.md "
+                       "section 12), so run the pre-trial with the public split partitioned like yours before trusting "
+                       "this K")
 
 
 def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> LocalWork | None:
@@ -1610,6 +1676,10 @@ def _local_work_of(fit, given_kappa: bool, utility, local_epochs, spec) -> Local
                              f"[{spec['local_epochs']}, {local_epochs}] and fit it again")
         return None
     lw = LocalWork.from_dict(data, f"fit {path}")
+    if lw.reference_lr is not None and spec is not None and isinstance(spec.get("lr"), (int, float)) and not \
+            math.isclose(lw.reference_lr, float(spec["lr"]), rel_tol=1e-12):
+        raise ValueError(f"fit {path}: its local_work says its pre-trial ran at lr {lw.reference_lr:g}, its spec "
+                         f"{spec['lr']:g}; make the file again from its store (\"paretofl fit STORE\")")
     if lw.dissimilarity and spec is not None and spec.get("partition") is not None:
         # the split named from the fit's spec, not its record (older code wrote dirichlet-capped without its beta,
         # and concentrations to six digits)
@@ -1672,10 +1742,11 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
                          "pre-trial: no rounds can be chosen there; give another local_epochs")
     _, k, d, _ = min(found, key=lambda f: (f[0], f[1][0], f[1][1] or 0.0))
     cands = [f[3] for f in found]                           # in the fit's order: by η, then K
-    k0 = lw.reference
-    sure = _beats_reference(lw, cands)
+    # the pair kept where the seeds do not agree: the pre-trial's own, or the K given at the pre-trial's own η
+    k0 = lw.reference if local_epochs is None else lw.key(int(local_epochs))
+    sure = _beats_reference(lw, cands, k0)
     kept = None
-    if local_epochs is None and k != k0 and sure.get(k, 0.0) < LOCAL_WORK_CONFIDENCE:
+    if k != k0 and any(f[1] == k0 for f in found) and sure.get(k, 0.0) < LOCAL_WORK_CONFIDENCE:
         # another local work than the pre-trial's own only where its seeds agree that it helps
         kept, k = k, k0
         d = next(f[2] for f in found if f[1] == k0)
@@ -1688,6 +1759,8 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
     if lw.lrs is not None:      # η chosen with K: the pairs' learning rates beside their epochs
         d.local_work.update(lr=k[1], reference_lr=lw.reference_lr, measured_lrs=list(lw.lrs),
                             not_falling_lrs=[x[1] for x in skipped])
+        if local_epochs is not None:
+            d.local_work["given_epochs"] = int(local_epochs)
     if (len(found) > 1 or k != lw.reference) and not lo <= d.rounds <= hi:
         d.notes.append(f"the local work was measured over T = {lo}-{hi}; this design's T = {d.rounds} lies outside, "
                        "so its comparison of local epochs extrapolates: add rounds to the pre-trial's grid")
@@ -1711,14 +1784,16 @@ def _design_local_work(job: _Job, lw: LocalWork, solve, local_epochs, ci) -> tup
 LOCAL_WORK_CONFIDENCE = 0.9
 
 
-def _beats_reference(lw: LocalWork, cands: list) -> dict:
+def _beats_reference(lw: LocalWork, cands: list, against=None) -> dict:
     """For each candidate K (and its design point), the share of the
     bootstrap draws in which its predicted loss is below that of the
-    pre-trial's own K at its point; recorded in each candidate."""
+    pre-trial's own K (or the pair ``against``) at its point; recorded in
+    each candidate."""
     if not lw.draws_A:
         return {}
+    against = lw.reference if against is None else tuple(against)
     i0 = lw.settings().index(lw.reference)
-    ref = next((c for c in cands if _lw_key(c) == lw.reference), None)
+    ref = next((c for c in cands if _lw_key(c) == against), None)
     if ref is None:
         return {}
 

@@ -20,6 +20,8 @@ import sqlite3
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_local_work import DELTA, EPS, SPEC, TMAX, N, _brute_u, _fit_file
 
 import paretofl
@@ -221,3 +223,93 @@ def test_the_cli_prints_eta_beside_each_k(tmp_path, capsys):
     assert "(local epochs, learning rate)" in out
     assert sum(" epoch(s) eta 0.05 " in line for line in out.splitlines()) == 3
     assert any("4 epoch(s) eta 0.05" in line and "<- chosen" in line for line in out.splitlines())
+
+
+_EDITS = ("lr", "reference_lr", "kept_reference_lr", "measured_lrs", "not_falling_lrs", "epochs")
+_VALUES = (0.1, 0.05, 0.025, 0.2, -0.05, 0.0, 1e9, True, "0.05", None, [0.05], math.nan, 4, 1)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(where=st.sampled_from(("record", "candidate", "top")), field=st.sampled_from(_EDITS),
+       value=st.sampled_from(_VALUES), which=st.integers(0, 5))
+def test_any_edit_of_a_design_files_eta_is_refused_or_changes_nothing(tmp_path_factory, where, field, value,
+                                                                      which):
+    """The class of the edited η: any field of a design file's local work that names a learning rate (or the
+    epochs beside it), in the record, a candidate or the design's own lr, set to any value; the file loads as it
+    was made (an edit that changes nothing) or is refused in one ValueError, never believed."""
+    tmp = tmp_path_factory.mktemp("eta")
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp, _lw2()))
+    d.save(tmp / "d.json")
+    data = json.loads((tmp / "d.json").read_text())
+    target = {"record": data["local_work"], "candidate": data["local_work"]["candidates"][which],
+              "top": data}[where]
+    name = "lr" if where == "top" and field not in ("lr", "epochs") else field
+    if where == "top" and name == "epochs":
+        name = "local_epochs"
+    before = json.dumps(target.get(name, "absent"))
+    target[name] = value
+    (tmp / "e.json").write_text(json.dumps(data, allow_nan=True))
+    try:
+        back = paretofl.Design.load(tmp / "e.json")
+    except ValueError:
+        return
+    assert json.dumps(value) == before or (value is None and before == '"absent"'), (where, name, value)
+    assert (back.local_epochs, back.lr) == (d.local_epochs, d.lr)
+
+
+def test_a_design_with_local_epochs_given_reads_back_and_keeps_eta0_where_the_seeds_do_not_agree(tmp_path):
+    """Attack 71: every --local-epochs K design of a fit with several η was refused on load (its candidates are
+    K's pairs, not every pair); and K given chose η with no draws agreeing.  Now its candidates are re-derived
+    as K's pairs, and the rule keeps K at the pre-trial's own η where the draws do not agree."""
+    lw = _lw2(spread=0.0)
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw), local_epochs=4)
+    assert d.local_work["given_epochs"] == 4 and (d.local_epochs, d.lr) == (4, 0.05)
+    d.save(tmp_path / "d.json")
+    back = paretofl.Design.load(tmp_path / "d.json")
+    assert (back.local_epochs, back.lr) == (4, 0.05) and back.loaded_prediction["rederived"]
+    lw["draws_A"], lw["draws_c"] = [], []           # no draws: nothing agrees that another eta helps at K = 4
+    kept = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw, name="nd.json"),
+                           local_epochs=4)
+    assert (kept.local_epochs, kept.lr) == (4, 0.1) and kept.local_work["kept_reference_lr"] == 0.05
+    assert kept.sources["lr"].startswith("the pre-trial's own")
+    kept.save(tmp_path / "k.json")
+    assert paretofl.Design.load(tmp_path / "k.json").lr == 0.1
+
+
+def test_a_fit_whose_reference_eta_is_not_its_pre_trials_is_refused(tmp_path):
+    lw = _lw2()
+    lw["reference_lr"], lw["lrs"] = 0.05, [0.1 if x == 0.05 else 0.05 for x in lw["lrs"]]     # a swapped reference
+    lw["epochs"], lw["lrs"] = lw["epochs"][3:] + lw["epochs"][:3], lw["lrs"][3:] + lw["lrs"][:3]
+    lw["A"], lw["c"] = lw["A"][3:] + lw["A"][:3], lw["c"][3:] + lw["c"][:3]
+    lw["draws_A"] = [r[3:] + r[:3] for r in lw["draws_A"]]
+    lw["draws_c"] = [r[3:] + r[:3] for r in lw["draws_c"]]
+    with pytest.raises(ValueError, match="its pre-trial ran at lr 0.05, its spec 0.1"):
+        paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw))
+
+
+def test_a_tuning_record_does_not_move_the_eta_the_prediction_is_of(tmp_path):
+    """Attack 71: a tuning record added to a file switched off the check of its lr, and the run at 0.1 was
+    compared with the prediction at 0.05.  The prediction is of the η chosen, and a record saying another is
+    refused."""
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    data.update(lr=0.1, tuning={"measured_at": {"clip": 0.3, "lr": 0.1}})
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="records its prediction as C = 0.3, lr = 0.1 where its fit predicts"):
+        paretofl.Design.load(tmp_path / "e.json")
+    data["tuning"] = {"measured_at": {"clip": 0.3, "lr": 0.05}}        # as a tuning of C alone records it
+    (tmp_path / "e.json").write_text(json.dumps(data))
+    e = paretofl.Design.load(tmp_path / "e.json")
+    assert e.predicted_at()["lr"] == 0.05 and not e.prediction_applies()        # it trains 0.1: not compared
+
+
+def test_the_tuning_keeps_the_eta_the_design_chose_and_searches_c(tmp_path):
+    from test_local_work import ROOT_PRETRIALS
+
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
+    with pytest.raises(ValueError, match="learning rate 0.05 was chosen with its 4 local epoch"):
+        paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3,), lrs=(0.1,)))
+    paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3, 1.0), seeds=1))
+    assert d.lr == 0.05 and {row["lr"] for row in d.tuning["grid"]} == {0.05}
