@@ -231,19 +231,21 @@ class Design:
             return None
         tuning = self.tuning or {}
         if not tuning:
-            return {"clip": self.clip, "lr": self.lr, "local_epochs": self.local_work.get("epochs")}
+            return {"clip": _number_or_none(self.clip), "lr": _number_or_none(self.lr),
+                    "local_epochs": self.local_work.get("epochs")}
         # the fit's pair, kept by the tuning (not the tuning store's own C and lr); η the local work's where it
-        # chose one (the prediction is of it, whatever a tuning record says)
+        # chose one (the prediction is of it, whatever a tuning record says); what is not a number is unknown
         at = tuning.get("measured_at")
         at = at if isinstance(at, dict) else {}         # an edited file's record that is no record: unknown
         lr = self.local_work["lr"] if self.local_work.get("lr") is not None else at.get("lr")
-        return {"clip": at.get("clip"), "lr": lr, "local_epochs": self.local_work.get("epochs")}
+        return {"clip": _number_or_none(at.get("clip")), "lr": _number_or_none(lr),
+                "local_epochs": self.local_work.get("epochs")}
 
     def prediction_applies(self, clip=None, lr=None, local_epochs=None) -> bool:
         """Whether the predicted test loss is of a run at this C, η and local
         epochs (default: the design's own)."""
         at = self.predicted_at()
-        if at is None or (self.tuning and None in (at["clip"], at["lr"])):   # tuned, from a pair not recorded
+        if at is None or None in (at["clip"], at["lr"]):       # a pair not recorded (or not numbers): unknown
             return False
         run = (self.clip if clip is None else clip, self.lr if lr is None else lr,
                self.local_epochs if local_epochs is None else local_epochs)
@@ -512,6 +514,11 @@ _LW_CANDIDATE = {"epochs", "lr", "q", "rounds", "sigma", "kappa", "objective", "
                  "mechanism", "mechanism_options", "beats_reference"}
 
 
+def _number_or_none(v):
+    """A finite number as it is; anything else (a string, a boolean, a list) None: unknown, never compared."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
 def _lw_key(rec: dict, epochs: str = "epochs", lr: str = "lr") -> tuple:
     """A local-work record's key (K, η): η None where the record names none (a fit of one learning rate)."""
     return (rec.get(epochs), rec.get(lr))
@@ -669,30 +676,23 @@ def _rederive_record(lw, data, fitted, cands, by_k, close, bad) -> None:
     if given is not None:
         falling = [x for x in falling if x[0] == given]
         flat = [x for x in flat if x[0] == given]
+    # every falling candidate (at the K given, where η was measured); one alone is a one-η fit's K given
+    alone = len(cands) == 1 and fitted.lrs is None
     if lw.get("not_falling") != [k for k, _ in flat] or lw.get("not_falling_lrs") != (
             None if fitted.lrs is None else [lr for _, lr in flat]) or (
-            len(cands) > 1 and set(by_k) != set(falling)) or (len(cands) == 1 and _lw_key(cands[0]) not in falling):
+            not alone and set(by_k) != set(falling)) or (alone and _lw_key(cands[0]) not in falling):
         bad("lists other candidates than the local epochs its fit measured falling with T")
 
 
 def _rederive_pair(d, lw, data, close, bad) -> None:
-    """The C and η the prediction is of: the fit's pre-trial's C, and its η or the one chosen with K.  An
-    untuned design trains them; a tuned one records them (``tuning.measured_at``) as they are."""
+    """The η the pre-trial ran at, as the local work records it, is its fit's spec's.  (The C and η a design
+    trains may be set apart from its fit's, in Python or by a tuning: its prediction is then not compared,
+    :meth:`Design.prediction_applies`; η chosen with K is the prediction's whatever a tuning record says.)"""
     spec = data.get("spec") or {}
-    if not all(isinstance(spec.get(k), (int, float)) and not isinstance(spec.get(k), bool) for k in ("clip", "lr")):
-        return                                   # a fit that records no pre-trial's C and η: nothing to hold them to
-    clip, lr = float(spec["clip"]), float(lw["lr"]) if lw.get("lr") is not None else float(spec["lr"])
-    if lw.get("reference_lr") is not None and not close(lw["reference_lr"], float(spec["lr"])):
-        bad(f"says its pre-trial ran at lr {lw['reference_lr']!r} where its fit's ran at {spec['lr']!r}")
-    at = (d.tuning or {}).get("measured_at") if d.tuning else {"clip": d.clip, "lr": d.lr}
-    at = at if isinstance(at, dict) else {}          # a record that is no record: unknown, never compared
-
-    def differs(v, w):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and not close(v, w)
-
-    if differs(at.get("clip"), clip) or differs(at.get("lr"), lr):
-        bad(f"{'records its prediction as' if d.tuning else 'trains'} C = {at.get('clip')!r}, lr = {at.get('lr')!r} "
-            f"where its fit predicts the loss at C = {clip:g}, lr = {lr:g}")
+    own = spec.get("lr")
+    if lw.get("reference_lr") is not None and isinstance(own, (int, float)) and not close(lw["reference_lr"],
+                                                                                           float(own)):
+        bad(f"says its pre-trial ran at lr {lw['reference_lr']!r} where its fit's ran at {own!r}")
 
 
 def _rederive_candidates(by_k, fitted, kappa, ci, d, n, bounds, close, bad) -> None:
@@ -765,6 +765,11 @@ def _rederive_choice(d, lw, fitted, cands, by_k, bounds, close, bad) -> None:
                 "draws agree it helps")
     elif kept is not None:
         bad("says it kept the pre-trial's own local epochs, but chose the least objective")
+    else:                                        # the least, other than the rule's reference: its draws agreed
+        ref = _rule_reference(lw)
+        if len(cands) > 1 and key != ref and ref in by_k and _beats_reference(
+                fitted, [dict(c) for c in cands], ref).get(key, 0.0) < LOCAL_WORK_CONFIDENCE:
+            bad(f"chose {_lw_text(key)} over {_lw_text(ref)} where the fit's draws do not agree it helps")
 
 
 #: how far a recorded privacy figure may sit from the one re-derived (float noise across machines)

@@ -290,19 +290,17 @@ def test_a_fit_whose_reference_eta_is_not_its_pre_trials_is_refused(tmp_path):
 
 def test_a_tuning_record_does_not_move_the_eta_the_prediction_is_of(tmp_path):
     """Attack 71: a tuning record added to a file switched off the check of its lr, and the run at 0.1 was
-    compared with the prediction at 0.05.  The prediction is of the η chosen, and a record saying another is
-    refused."""
+    compared with the prediction at 0.05.  The prediction is of the η chosen whatever the record says, so a run
+    at another η is not compared with it."""
     d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
     d.save(tmp_path / "d.json")
     data = json.loads((tmp_path / "d.json").read_text())
-    data.update(lr=0.1, tuning={"measured_at": {"clip": 0.3, "lr": 0.1}})
-    (tmp_path / "e.json").write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="records its prediction as C = 0.3, lr = 0.1 where its fit predicts"):
-        paretofl.Design.load(tmp_path / "e.json")
-    data["tuning"] = {"measured_at": {"clip": 0.3, "lr": 0.05}}        # as a tuning of C alone records it
-    (tmp_path / "e.json").write_text(json.dumps(data))
-    e = paretofl.Design.load(tmp_path / "e.json")
-    assert e.predicted_at()["lr"] == 0.05 and not e.prediction_applies()        # it trains 0.1: not compared
+    for said in (0.1, 0.05):
+        data.update(lr=0.1, tuning={"measured_at": {"clip": 0.3, "lr": said}})
+        (tmp_path / "e.json").write_text(json.dumps(data))
+        e = paretofl.Design.load(tmp_path / "e.json")
+        assert e.predicted_at()["lr"] == 0.05 and not e.prediction_applies()    # it trains 0.1: not compared
+        assert e.prediction_applies(lr=0.05)
 
 
 def test_the_tuning_keeps_the_eta_the_design_chose_and_searches_c(tmp_path):
@@ -313,3 +311,61 @@ def test_the_tuning_keeps_the_eta_the_design_chose_and_searches_c(tmp_path):
         paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3,), lrs=(0.1,)))
     paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3, 1.0), seeds=1))
     assert d.lr == 0.05 and {row["lr"] for row in d.tuning["grid"]} == {0.05}
+
+
+def _edited(tmp_path, d, edit, name="e.json"):
+    d.save(tmp_path / "d.json")
+    data = json.loads((tmp_path / "d.json").read_text())
+    edit(data)
+    (tmp_path / name).write_text(json.dumps(data))
+    return tmp_path / name
+
+
+def _as(data, c):
+    """A design file made to claim candidate ``c`` as its choice (its point, prediction and lr)."""
+    lw = data["local_work"]
+    lw.update(epochs=c["epochs"], lr=c["lr"], predicted_loss=c["predicted_loss"], interval=c["interval"])
+    lw.pop("kept_reference", None), lw.pop("kept_reference_lr", None)
+    data.update(local_epochs=c["epochs"], lr=c["lr"], kappa=c["kappa"],
+                utility_bound=1.0 / c["rounds"] + c["kappa"] * c["sigma"] ** 2 / (c["q"] * N))
+
+
+def test_a_file_cut_to_one_pair_or_choosing_past_the_rule_is_refused(tmp_path):
+    """Attack 72: a file of a several-η fit cut down to one candidate loaded (one candidate was a one-η fit's K
+    given); and a file choosing the least pair where the draws did not agree (the design keeps the reference
+    there) loaded: the rule was held one way only."""
+    # two eta at K = 2 with one A (so one design point) and another c: the file's one candidate is the worse
+    lw = _lw2(A=(1.6, 0.7, 0.75, 1.0, 0.7, 0.6), c=(0.58, 0.55, 0.56, 0.60, 0.57, 0.60), spread=0.0)
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw, name="same.json"),
+                        local_epochs=2)
+    assert (d.local_epochs, d.lr) == (2, 0.05)
+    other = next(c for c in d.local_work["candidates"] if c["lr"] != d.lr)
+    assert (other["q"], other["rounds"], other["sigma"]) == (d.q, d.rounds, d.sigma)
+
+    def cut(data):
+        data["local_work"]["candidates"] = [dict(other)]
+        _as(data, other)
+    with pytest.raises(ValueError, match="other candidates than the local epochs its fit measured"):
+        paretofl.Design.load(_edited(tmp_path, d, cut))
+    # (1, 0.05): the reference's A (one point) and a lower c; no draws, so the design keeps (1, 0.1)
+    lw = _lw2(A=(1.0, 1.6, 1.6, 1.0, 1.2, 1.3), c=(0.55, 0.60, 0.60, 0.60, 0.62, 0.63), draws=False)
+    kept = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, lw, name="nd.json"))
+    assert (kept.local_epochs, kept.lr) == (1, 0.1) and "kept_reference" in kept.local_work
+    best = min(kept.local_work["candidates"], key=lambda c: c["objective"])
+    assert (best["q"], best["rounds"], best["sigma"]) == (kept.q, kept.rounds, kept.sigma)   # one point: only the rule
+    with pytest.raises(ValueError, match="where the fit's draws do not agree it helps"):
+        paretofl.Design.load(_edited(tmp_path, kept, lambda data: _as(data, best), name="past.json"))
+
+
+@pytest.mark.parametrize("measured_at,clip", [({"clip": "0.5", "lr": 0.05}, 0.5), ({"clip": True, "lr": 0.05}, 1.0),
+                                              ({"clip": {}, "lr": 0.05}, 0.3), ({"clip": [0.3], "lr": 0.05}, 0.3)])
+def test_a_tuning_record_that_is_not_numbers_is_unknown_and_never_compared(tmp_path, measured_at, clip, capsys):
+    """Attack 72: strings and booleans in a tuning record were read as numbers (float("0.5")), so a run at a C
+    the fit never measured was compared with its prediction; a dict crashed the printout."""
+    from paretofl.cli import _local_work_lines
+
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
+    e = paretofl.Design.load(_edited(tmp_path, d, lambda data: data.update(
+        clip=clip, tuning={"measured_at": measured_at})))
+    assert e.predicted_at()["clip"] is None and e.prediction_applies() is False
+    assert any("not recorded" in line for line in _local_work_lines(e))
