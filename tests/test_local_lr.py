@@ -103,12 +103,8 @@ def test_the_design_trains_the_eta_it_chose_and_its_file_reads_back(tmp_path):
 ])
 def test_a_design_files_edited_eta_is_refused_on_load(tmp_path, edit, match):
     d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
-    d.save(tmp_path / "d.json")
-    data = json.loads((tmp_path / "d.json").read_text())
-    edit(data)
-    (tmp_path / "e.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=match):
-        paretofl.Design.load(tmp_path / "e.json")
+        paretofl.Design.load(_edited(tmp_path, d, edit))
 
 
 def test_local_epochs_given_choose_eta_among_that_ks_pairs(tmp_path):
