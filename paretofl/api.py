@@ -386,7 +386,11 @@ def tune(d: Design, store, grid=None, by: str = "accuracy", progress: bool = Fal
     said = {n for n in said if isinstance(n, str)} if isinstance(said, list) else set()
     # the pair the pre-trial behind kappa used: the fit's, carried forward by a tuning (a second tuning keeps it;
     # a tuning that did not record it leaves it unknown)
-    if d.tuning:
+    at = d.predicted_at()
+    if isinstance(d.local_work, dict) and "measured_at" in d.local_work and at is not None:
+        # the pair the design's prediction is of, recorded when it was designed (not the C and lr set since)
+        measured_at = None if None in (at["clip"], at["lr"]) else (at["clip"], at["lr"])
+    elif d.tuning:
         prior = d.tuning.get("measured_at")
         ok = isinstance(prior, dict) and all(
             isinstance(prior.get(k), (int, float)) and not isinstance(prior.get(k), bool) for k in ("clip", "lr"))

@@ -509,6 +509,11 @@ def _predicted_lines(design, r, out) -> list[str]:
             f"{r.test_loss:.4g}, {r.test_loss - lw['predicted_loss']:+.3g})"]
 
 
+def _num(v) -> str:
+    """A knob as written: a number short, anything else as it is."""
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
+
+
 def _pair(at: dict) -> str:
     """The C and lr a prediction is of, as a phrase."""
     if at["clip"] is None or at["lr"] is None:
@@ -565,10 +570,10 @@ def _local_work_lines(d) -> list[str]:
         out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  ({what}; docs/theory.md 4.E)")
     if not d.prediction_applies():
         at = d.predicted_at()
-        out.append(f"                      of {_pair(at)} (the pair its fit measured): the tuning moved them to "
-                   f"C = {d.clip:g}, "
-                   f"lr = {d.lr:g}, whose loss the fit does not predict (the tuning's public "
-                   f"{(d.tuning or {}).get('select', 'accuracy')} ranked them)")
+        moved = (f"the tuning moved them to C = {_num(d.clip)}, lr = {_num(d.lr)}, whose loss the fit does not "
+                 f"predict (the tuning's public {d.tuning.get('select', 'accuracy')} ranked them)" if d.tuning else
+                 f"the design trains C = {_num(d.clip)}, lr = {_num(d.lr)}, whose loss the fit does not predict")
+        out.append(f"                      of {_pair(at)} (the pair its fit measured): {moved}")
     if dis:
         b2, z2 = dis.get("b2", float("nan")), dis.get("zeta2", float("nan"))
         out.append(f"  dissimilarity       B^2 {b2:.3g}, zeta^2 {z2:.3g}  "

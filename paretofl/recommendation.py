@@ -223,12 +223,20 @@ class Design:
 
     def predicted_at(self) -> dict | None:
         """The clipping norm, learning rate and local epochs the predicted
-        test loss (``local_work``) is of: the pre-trial's C and η, at the
-        local epochs (4.E.2) chose.  A public tuning that moved C or η
-        leaves the prediction at the pre-trial's pair (the fit measured no
-        other).  None where the design predicts no test loss."""
+        test loss (``local_work``) is of: the pre-trial's C and η (η the one
+        chosen with K, where it measured several), at the local epochs
+        (4.E.2) chose, as ``local_work["measured_at"]`` records them when
+        designed.  C or η set apart afterwards (a public tuning, or by hand)
+        leave the prediction at that pair: the fit measured no other.  None
+        where the design predicts no test loss."""
         if not self.local_work or self.local_work.get("predicted_loss") is None:
             return None
+        own = self.local_work.get("measured_at", _NOT_RECORDED)
+        if own is not _NOT_RECORDED:        # the pair the fit's curves were measured at, recorded when designed
+            own = own if isinstance(own, dict) else {}
+            return {"clip": _number_or_none(own.get("clip")), "lr": _number_or_none(own.get("lr")),
+                    "local_epochs": self.local_work.get("epochs")}
+        # a file from before the pair was recorded (and whose fit is not here to give it)
         tuning = self.tuning or {}
         if not tuning:
             return {"clip": _number_or_none(self.clip), "lr": _number_or_none(self.lr),
@@ -509,7 +517,9 @@ def _check_local_work_record(d: Design, lw: dict, bad) -> None:
 #: the fields a design's local work and each of its candidates hold (a file's other fields are refused)
 _LW_RECORD = {"epochs", "lr", "reference_epochs", "reference_lr", "measured", "measured_lrs", "predicted_loss",
               "interval", "candidates", "not_falling", "not_falling_lrs", "rounds_measured", "dissimilarity",
-              "kept_reference", "kept_reference_lr", "scored_on", "fit", "given_epochs"}
+              "kept_reference", "kept_reference_lr", "scored_on", "fit", "given_epochs", "measured_at"}
+#: a local work record without ``measured_at`` (written before it was)
+_NOT_RECORDED = object()
 _LW_CANDIDATE = {"epochs", "lr", "q", "rounds", "sigma", "kappa", "objective", "predicted_loss", "interval",
                  "mechanism", "mechanism_options", "beats_reference"}
 
@@ -685,14 +695,25 @@ def _rederive_record(lw, data, fitted, cands, by_k, close, bad) -> None:
 
 
 def _rederive_pair(d, lw, data, close, bad) -> None:
-    """The η the pre-trial ran at, as the local work records it, is its fit's spec's.  (The C and η a design
-    trains may be set apart from its fit's, in Python or by a tuning: its prediction is then not compared,
-    :meth:`Design.prediction_applies`; η chosen with K is the prediction's whatever a tuning record says.)"""
+    """The η the pre-trial ran at, as the local work records it, is its fit's spec's, and the pair its
+    prediction is of (``measured_at``) the fit's C and that η, or the η chosen with K.  (The C and η a design
+    trains may be set apart from those, in Python or by a tuning: its prediction is then not compared,
+    :meth:`Design.prediction_applies`.)"""
     spec = data.get("spec") or {}
     own = spec.get("lr")
     if lw.get("reference_lr") is not None and isinstance(own, (int, float)) and not close(lw["reference_lr"],
                                                                                            float(own)):
         bad(f"says its pre-trial ran at lr {lw['reference_lr']!r} where its fit's ran at {own!r}")
+    # the pair the prediction is of: the fit's C, and its η or the one chosen with K (a file from before it was
+    # recorded is given it here)
+    pair = {"clip": _number_or_none(spec.get("clip")),
+            "lr": _number_or_none(lw["lr"] if lw.get("lr") is not None else own)}
+    got = lw.get("measured_at", _NOT_RECORDED)
+    if got is _NOT_RECORDED:
+        lw["measured_at"] = pair
+    elif not (isinstance(got, dict) and set(got) == {"clip", "lr"} and all(
+            got[k] is None if pair[k] is None else close(got[k], pair[k]) for k in pair)):
+        bad(f"says its prediction is of C and lr {got!r} where its fit measured {pair!r}")
 
 
 def _rederive_candidates(by_k, fitted, kappa, ci, d, n, bounds, close, bad) -> None:
@@ -1516,6 +1537,8 @@ def design(request: Request, utility=None, spec: dict | None = None, pretrial=No
     if partition is not None:
         _say_partition(d, lw, partition)
     _set_local_epochs(d, r.local_epochs, lw)
+    if lw is not None:      # the pair the prediction is of, whatever C and η the design is later set to train
+        d.local_work["measured_at"] = {"clip": d.clip, "lr": d.lr}
     return d
 
 

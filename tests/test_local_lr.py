@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -227,7 +228,7 @@ _VALUES = (0.1, 0.05, 0.025, 0.2, -0.05, 0.0, 1e9, True, "0.05", None, [0.05], m
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
-@given(where=st.sampled_from(("record", "candidate", "top")), field=st.sampled_from(_EDITS),
+@given(where=st.sampled_from(("record", "candidate", "top", "measured_at")), field=st.sampled_from(_EDITS),
        value=st.sampled_from(_VALUES), which=st.integers(0, 5))
 def test_any_edit_of_a_design_files_eta_is_refused_or_changes_nothing(tmp_path_factory, where, field, value,
                                                                       which):
@@ -239,8 +240,10 @@ def test_any_edit_of_a_design_files_eta_is_refused_or_changes_nothing(tmp_path_f
     d.save(tmp / "d.json")
     data = json.loads((tmp / "d.json").read_text())
     target = {"record": data["local_work"], "candidate": data["local_work"]["candidates"][which],
-              "top": data}[where]
+              "top": data, "measured_at": data["local_work"]["measured_at"]}[where]
     name = "lr" if where == "top" and field not in ("lr", "epochs") else field
+    if where == "measured_at":                 # the pair the prediction is of: its lr, or its C
+        name = "clip" if field == "epochs" else "lr"
     if where == "top" and name == "epochs":
         name = "local_epochs"
     before = json.dumps(target.get(name, "absent"))
@@ -309,6 +312,10 @@ def test_the_tuning_keeps_the_eta_the_design_chose_and_searches_c(tmp_path):
     assert d.lr == 0.05 and {row["lr"] for row in d.tuning["grid"]} == {0.05}
 
 
+#: the C of the shipped pre-trial, whose spec _fit_file's fits keep
+SHIPPED_CLIP = 0.3
+
+
 def _edited(tmp_path, d, edit, name="e.json"):
     d.save(tmp_path / "d.json")
     data = json.loads((tmp_path / "d.json").read_text())
@@ -322,6 +329,7 @@ def _as(data, c):
     lw = data["local_work"]
     lw.update(epochs=c["epochs"], lr=c["lr"], predicted_loss=c["predicted_loss"], interval=c["interval"])
     lw.pop("kept_reference", None), lw.pop("kept_reference_lr", None)
+    lw["measured_at"] = {**lw["measured_at"], "lr": c["lr"]}
     data.update(local_epochs=c["epochs"], lr=c["lr"], kappa=c["kappa"],
                 utility_bound=1.0 / c["rounds"] + c["kappa"] * c["sigma"] ** 2 / (c["q"] * N))
 
@@ -357,11 +365,56 @@ def test_a_file_cut_to_one_pair_or_choosing_past_the_rule_is_refused(tmp_path):
                                               ({"clip": {}, "lr": 0.05}, 0.3), ({"clip": [0.3], "lr": 0.05}, 0.3)])
 def test_a_tuning_record_that_is_not_numbers_is_unknown_and_never_compared(tmp_path, measured_at, clip, capsys):
     """Attack 72: strings and booleans in a tuning record were read as numbers (float("0.5")), so a run at a C
-    the fit never measured was compared with its prediction; a dict crashed the printout."""
+    the fit never measured was compared with its prediction; a dict crashed the printout.  The record is read
+    only for a file from before the design recorded its pair and whose fit is not here; otherwise the pair is
+    the design's own record."""
     from paretofl.cli import _local_work_lines
 
-    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
+    fit = _fit_file(tmp_path, _lw2())
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=fit)
     e = paretofl.Design.load(_edited(tmp_path, d, lambda data: data.update(
         clip=clip, tuning={"measured_at": measured_at})))
+    assert e.predicted_at()["clip"] == SHIPPED_CLIP and e.prediction_applies() is (clip == SHIPPED_CLIP)
+    old = _edited(tmp_path, d, lambda data: (data.update(clip=clip, tuning={"measured_at": measured_at}),
+                                             data["local_work"].pop("measured_at")), name="old.json")
+    Path(fit).unlink()
+    e = paretofl.Design.load(old)
     assert e.predicted_at()["clip"] is None and e.prediction_applies() is False
     assert any("not recorded" in line for line in _local_work_lines(e))
+
+
+def test_the_prediction_is_of_the_pair_the_fit_measured_whatever_the_design_is_set_to_train(tmp_path):
+    """The prediction was said to be of the C and lr the design trains: set apart from the fit's pair (by hand,
+    or in a file whose fit is here), a run at C = 1 was compared with a loss the fit measured at C = 0.3.  The
+    pair is recorded when designed, re-derived from the fit on load, and given to a file from before it was."""
+    d = paretofl.design(100, 2.0, 1e-5, max_rounds=200)          # the shipped fit: C 0.3, lr 0.1
+    assert d.local_work["measured_at"] == {"clip": 0.3, "lr": 0.1} and d.prediction_applies()
+    d.clip = 1.0
+    assert d.predicted_at()["clip"] == 0.3 and not d.prediction_applies()
+    assert d.prediction_applies(clip=0.3)
+    e = paretofl.Design.load(_edited(tmp_path, d, lambda data: None))
+    assert e.clip == 1.0 and not e.prediction_applies() and e.prediction_applies(clip=0.3)
+    # a file from before the pair was recorded: its fit gives it
+    old = paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].pop("measured_at")))
+    assert old.local_work["measured_at"] == {"clip": 0.3, "lr": 0.1} and not old.prediction_applies()
+    for pair in ({"clip": 1.0, "lr": 0.1}, {"clip": 0.3, "lr": 0.2}, {"clip": 0.3}, [0.3, 0.1], {"clip": "0.3",
+                                                                                                "lr": 0.1}):
+        with pytest.raises(ValueError, match="its prediction is of C and lr"):
+            paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].update(measured_at=pair)))
+    # eta chosen with K: the pair is the fit's C and the chosen eta
+    m = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
+    assert m.local_work["measured_at"] == {"clip": SHIPPED_CLIP, "lr": 0.05}
+    m.lr = 0.1
+    assert not m.prediction_applies() and m.prediction_applies(lr=0.05)
+
+
+def test_a_tuning_of_a_design_set_apart_keeps_the_fits_pair(tmp_path):
+    """The tuning recorded the C and lr the design was set to as the pair its fit measured."""
+    from test_local_work import ROOT_PRETRIALS
+
+    d = paretofl.design(100, 2.0, 1e-5, max_rounds=200)
+    d.clip = 1.0
+    paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3, 1.0), lrs=(0.1,),
+                                                                                     seeds=1))
+    assert d.tuning["measured_at"] == {"clip": 0.3, "lr": 0.1}
+    assert d.prediction_applies() == (d.clip == 0.3 and d.lr == 0.1)
