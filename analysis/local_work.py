@@ -70,25 +70,32 @@ def prefix(model: str) -> str:
     return "" if model == "lr" else f"{label(model)}_"
 
 
-def fit_for(partition: str, out: Path, q: float = 0.5, model: str = "lr") -> str:
-    """The fit file of a public pre-trial partitioned like ``partition``."""
-    if partition == "iid" and q == 0.5 and model == "lr":
+def fit_for(partition: str, out: Path, q: float = 0.5, model: str = "lr", lrs=()) -> str:
+    """The fit file of a public pre-trial partitioned like ``partition`` (with ``lrs``: its local work also at
+    those client learning rates, ``local_lrs``)."""
+    if partition == "iid" and q == 0.5 and model == "lr" and not lrs:
         return str(shipped_fit())
     kind, _, arg = partition.partition(":")
     name = partition.replace(":", "")
-    stem = f"{prefix(model)}pretrial_{name}"
+    stem = f"{prefix(model)}pretrial_{name}" + lrs_tag(lrs)
     store, fit_path = out / f"{stem}.sqlite", out / f"{stem}_fit.json"
     if fit_path.exists():
         return str(fit_path)
     # "shards:K": K label shards a client, a partition the spec (and so the store, and a tuning on it) names
     fields = dict(PRETRIAL, model=model, partition=partition if kind == "shards" else kind, q=[q],
-                  **({"beta": float(arg)} if kind == "dirichlet" else {}))
+                  **({"beta": float(arg)} if kind == "dirichlet" else {}),
+                  **({"local_lrs": [float(x) for x in lrs]} if lrs else {}))
     spec = Spec.from_dict(fields)
     t0 = time.perf_counter()
     sweep.run_sweep(spec, str(store), progress=False)
     fit(str(store)).save(fit_path)
     print(f"pre-trial {prefix(model)}{partition}: {time.perf_counter() - t0:.0f} s", flush=True)
     return str(fit_path)
+
+
+def lrs_tag(lrs) -> str:
+    """The file-name tag of a pre-trial (and its designs) that also measured ``lrs``."""
+    return "_lrs" + "-".join(f"{x:g}" for x in lrs) if lrs else ""
 
 
 #: the tuned policy's grid (docs/results.md §13)
@@ -128,6 +135,9 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "analysis" / "out" / "local_work"))
     ap.add_argument("--model", default="lr", help="lr, or a factory such as examples.your_model:mlp")
     ap.add_argument("--tune", action="store_true", help="also tune C and the learning rate on the public store")
+    ap.add_argument("--local-lrs", type=float, nargs="+", default=[],
+                    help="the pre-trial's local work also at these eta (local_lrs): the design chooses eta with K "
+                         "and trains at it; today's one epoch at eta 0.1 is not run again (its rows: without this)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,28 +147,43 @@ def main():
     errors = []
     tuned = ["| partition | ε | design: K, T, σ → accuracy | tuned C, η → accuracy | test loss tuned (design) "
              "| oracle | regret design → tuned |", "|---|---|---|---|---|---|---|"]
+    eta_lines = ["| partition | ε | design: K, η, T, σ → accuracy | oracle | predicted loss [95 %] | realized loss |",
+                 "|---|---|---|---|---|---|"]
+    if a.local_lrs:
+        lines = eta_lines
     for partition in a.partitions:
-        fit_path = fit_for(partition, out, a.pretrial_q, a.model)
+        fit_path = fit_for(partition, out, a.pretrial_q, a.model, a.local_lrs)
         setup = setup_for(a.model, partition)
         for eps in a.epsilons:
             got = {}
-            for policy, k in (("today", 1), ("design", None)):
+            for policy, k in ((("today", 1),) if not a.local_lrs else ()) + (("design", None),):
                 d = paretofl.design(N, eps, DELTA, max_rounds=T_MAX, fit=fit_path, local_epochs=k, **SIGMA_RANGE)
+                eta = f"_eta{d.lr:g}" if a.local_lrs else ""
                 path = out / (f"{prefix(a.model)}{partition.replace(':', '')}_eps{eps:g}_{policy}_K{d.local_epochs}"
-                              f"_T{d.rounds}.json")
+                              f"{eta}_T{d.rounds}.json")
                 if path.exists():
                     row = json.loads(path.read_text())
                 else:
                     row = dict(partition=partition, epsilon=eps, policy=policy, q=d.q, rounds=d.rounds, sigma=d.sigma,
                                epochs=d.local_epochs, predicted=d.local_work["predicted_loss"],
                                interval=d.local_work["interval"], b2=d.local_work["dissimilarity"].get("b2"),
-                               **run(setup, a.seeds, d))
+                               lr=d.lr, **run(setup, a.seeds, d, lr=d.lr))
                     path.write_text(json.dumps(row))
                 got[policy] = row
-                print(f"{partition} eps {eps:g} {policy}: K {row['epochs']} T {row['rounds']} sigma "
-                      f"{row['sigma']:.3g}: {100 * np.mean(row['accuracy']):.1f} %, loss "
+                print(f"{partition} eps {eps:g} {policy}: K {row['epochs']} eta {row.get('lr', LR):g} "
+                      f"T {row['rounds']} sigma {row['sigma']:.3g}: {100 * np.mean(row['accuracy']):.1f} %, loss "
                       f"{np.mean(row['test_loss']):.4f} (predicted {row['predicted']:.4f})", flush=True)
             o = oracle_of(Path(a.oracle), partition, eps, a.model)
+            if a.local_lrs:     # the design alone: its K and eta, against the oracle when there is one
+                d = got["design"]
+                lo, hi = d["interval"] or (float("nan"), float("nan"))
+                errors.append(abs(d["predicted"] - float(np.mean(d["test_loss"]))))
+                oa = f"{100 * np.mean(o['accuracy']):.1f}" if o else "—"
+                eta_lines.append(f"| {partition} | {eps:g} | {d['epochs']}, {d['lr']:g}, {d['rounds']}, "
+                                 f"{d['sigma']:.2g} → {100 * np.mean(d['accuracy']):.1f} ± "
+                                 f"{100 * np.std(d['accuracy']):.1f} | {oa} | {d['predicted']:.3f} [{lo:.3f}, "
+                                 f"{hi:.3f}] | {np.mean(d['test_loss']):.3f} |")
+                continue
             t, d = got["today"], got["design"]
             if a.tune:
                 tuned.append(tuned_row(a, out, setup, partition, eps, fit_path, d, o))
@@ -175,9 +200,9 @@ def main():
                 + (f"{o['epochs']}, {o['rounds']} → {oa:.1f} ± {100 * np.std(o['accuracy']):.1f}" if o else "—")
                 + f" | {oa - ta:+.1f} → {oa - da:+.1f} | {d['predicted']:.3f} [{lo:.3f}, {hi:.3f}] | {real:.3f} |")
     lines.append("")
-    lines.append(f"Mean absolute error of the predicted test loss over both designs' {len(errors)} runs: "
+    lines.append(f"Mean absolute error of the predicted test loss over the designs' {len(errors)} runs: "
                  f"{np.mean(errors):.3f}.")
-    (out / f"{prefix(a.model)}local_work.md").write_text("\n".join(lines) + "\n")
+    (out / f"{prefix(a.model)}local_work{lrs_tag(a.local_lrs)}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     if a.tune:
         (out / f"{prefix(a.model)}tuned.md").write_text("\n".join(tuned) + "\n")
