@@ -489,12 +489,15 @@ def _predicted_lines(design, r, out) -> list[str]:
     lw = design.local_work if design is not None else {}
     if not lw or not lw.get("predicted_loss"):
         return []
-    same = (r.model == design.model and r.dataset == design.dataset
-            and design.prediction_applies(r.options.get("clip"), r.options.get("lr"), r.options.get("local_epochs")))
-    if not same:
-        at = design.predicted_at()
-        return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, for its model and data at "
-                f"{_pair(at)}, {at['local_epochs']} local epoch(s): this run trained another, so it is not compared"]
+    o = r.options
+    # a knob the run has not (no batches, no optimizer of its own) is not the one the pre-trial trained
+    differ = design.prediction_differs(o.get("clip"), o.get("lr"), o.get("local_epochs"),
+                                       batch_size=o.get("batch_size", "none"), model=r.model, dataset=r.dataset,
+                                       partition=getattr(r, "partition", None) or "none",
+                                       optimizer=o.get("optimizer", "none"))
+    if differ != []:
+        return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, of {_recipe(design.predicted_at())}: "
+                f"{_differing(differ)}, so it is not compared"]
     interval = lw.get("interval")
     inside = interval is not None and interval[0] <= r.test_loss <= interval[1]
     out.update(predicted_loss=lw["predicted_loss"], predicted_interval=interval,
@@ -511,7 +514,30 @@ def _predicted_lines(design, r, out) -> list[str]:
 
 def _num(v) -> str:
     """A knob as written: a number short, anything else as it is."""
-    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return f"{v:g}"
+    return v if isinstance(v, str) else repr(v)
+
+
+#: a recipe's knobs as said
+_KNOB_WORDS = {"clip": "C", "lr": "lr", "local_epochs": "local epochs", "batch_size": "batch size",
+               "model": "model", "dataset": "dataset", "partition": "partition", "optimizer": "optimizer"}
+
+
+def _recipe(at: dict) -> str:
+    """What a prediction is of, as a phrase: its C and lr, local epochs and the rest recorded."""
+    parts = [_pair(at)] + ([f"{at['local_epochs']} local epoch(s)"] if at.get("local_epochs") is not None else [])
+    parts += [f"{_KNOB_WORDS[k]} {at[k]}" for k in ("batch_size", "model", "dataset", "partition", "optimizer")
+              if at.get(k) is not None]
+    return ", ".join(parts)
+
+
+def _differing(differ) -> str:
+    """Why a run (or the design as it stands) is not what its prediction is of."""
+    if differ is None:
+        return "its C and lr are not recorded"
+    return "this run's " + ", ".join(_KNOB_WORDS[k] for k in differ) + (" differs" if len(differ) == 1 else
+                                                                         " differ")
 
 
 def _pair(at: dict) -> str:
@@ -568,12 +594,19 @@ def _local_work_lines(d) -> list[str]:
                    f"over {over}; docs/theory.md 4.E)")
     else:
         out.append(f"  predicted loss      {lw['predicted_loss']:.4g}  ({what}; docs/theory.md 4.E)")
-    if not d.prediction_applies():
+    differ = d.prediction_differs()
+    if differ != []:
         at = d.predicted_at()
-        moved = (f"the tuning moved them to C = {_num(d.clip)}, lr = {_num(d.lr)}, whose loss the fit does not "
-                 f"predict (the tuning's public {d.tuning.get('select', 'accuracy')} ranked them)" if d.tuning else
-                 f"the design trains C = {_num(d.clip)}, lr = {_num(d.lr)}, whose loss the fit does not predict")
-        out.append(f"                      of {_pair(at)} (the pair its fit measured): {moved}")
+        if differ is None:
+            moved = "the C and lr it was measured at are not recorded, so no run is compared with it"
+        elif d.tuning and set(differ) <= {"clip", "lr"}:
+            moved = (f"the tuning moved them to C = {_num(d.clip)}, lr = {_num(d.lr)}, whose loss the fit does not "
+                     f"predict (the tuning's public {d.tuning.get('select', 'accuracy')} ranked them)")
+        else:
+            own = d.recipe()
+            moved = ("the design trains " + ", ".join(f"{_KNOB_WORDS[k]} = {_num(own[k])}" for k in differ)
+                     + ", whose loss the fit does not predict")
+        out.append(f"                      of {_recipe(at)} (what its fit measured): {moved}")
     if dis:
         b2, z2 = dis.get("b2", float("nan")), dis.get("zeta2", float("nan"))
         out.append(f"  dissimilarity       B^2 {b2:.3g}, zeta^2 {z2:.3g}  "

@@ -222,46 +222,74 @@ class Design:
     local_work: dict = field(default_factory=dict, repr=False)
 
     def predicted_at(self) -> dict | None:
-        """The clipping norm, learning rate and local epochs the predicted
-        test loss (``local_work``) is of: the pre-trial's C and η (η the one
-        chosen with K, where it measured several), at the local epochs
-        (4.E.2) chose, as ``local_work["measured_at"]`` records them when
-        designed.  C or η set apart afterwards (a public tuning, or by hand)
-        leave the prediction at that pair: the fit measured no other.  None
-        where the design predicts no test loss."""
+        """What the predicted test loss (``local_work``) is of: the recipe
+        the fit's pre-trial trained — its C, its η (the one chosen with K,
+        where it measured several), batch size, model, dataset, partition
+        and optimizer — at the local epochs (4.E.2) chose, as
+        ``local_work["measured_at"]`` records them when designed (and a
+        load re-derives from the fit).  C or η set apart afterwards (a
+        public tuning, or by hand) leave the prediction where it was: the
+        fit measured no other.  None where the design predicts no test
+        loss; a C or η None where it is not known (never compared), another
+        knob None where it is not recorded (not checked)."""
         if not self.local_work or self.local_work.get("predicted_loss") is None:
             return None
+        k = self.local_work.get("epochs")
         own = self.local_work.get("measured_at", _NOT_RECORDED)
-        if own is not _NOT_RECORDED:        # the pair the fit's curves were measured at, recorded when designed
+        if own is not _NOT_RECORDED:        # the recipe the fit's curves were measured at, recorded when designed
             own = own if isinstance(own, dict) else {}
             return {"clip": _number_or_none(own.get("clip")), "lr": _number_or_none(own.get("lr")),
-                    "local_epochs": self.local_work.get("epochs")}
-        # a file from before the pair was recorded (and whose fit is not here to give it)
+                    "local_epochs": k, **{name: _recipe_value(name, own.get(name)) for name in RECIPE_MEASURED}}
+        # a file from before the recipe was recorded, whose fit is not here to give it: its model and data, and
+        # the pair its tuning kept (else its own); the rest not recorded
+        rest = {**dict.fromkeys(RECIPE_MEASURED), "model": _recipe_value("model", self.model),
+                "dataset": _recipe_value("dataset", self.dataset)}
         tuning = self.tuning or {}
         if not tuning:
-            return {"clip": _number_or_none(self.clip), "lr": _number_or_none(self.lr),
-                    "local_epochs": self.local_work.get("epochs")}
-        # the fit's pair, kept by the tuning (not the tuning store's own C and lr); η the local work's where it
-        # chose one (the prediction is of it, whatever a tuning record says); what is not a number is unknown
+            return {"clip": _number_or_none(self.clip), "lr": _number_or_none(self.lr), "local_epochs": k, **rest}
         at = tuning.get("measured_at")
         at = at if isinstance(at, dict) else {}         # an edited file's record that is no record: unknown
         lr = self.local_work["lr"] if self.local_work.get("lr") is not None else at.get("lr")
-        return {"clip": _number_or_none(at.get("clip")), "lr": _number_or_none(lr),
-                "local_epochs": self.local_work.get("epochs")}
+        return {"clip": _number_or_none(at.get("clip")), "lr": _number_or_none(lr), "local_epochs": k, **rest}
 
-    def prediction_applies(self, clip=None, lr=None, local_epochs=None) -> bool:
-        """Whether the predicted test loss is of a run at this C, η and local
-        epochs (default: the design's own)."""
+    def prediction_differs(self, clip=None, lr=None, local_epochs=None, **run) -> list[str] | None:
+        """The knobs of a run (each not given: the design's own; ``run``:
+        batch_size, model, dataset, partition, optimizer) that differ from
+        what the predicted test loss is of (:meth:`predicted_at`): [] where
+        it is of this run, None where that is not known (no prediction, or
+        its C or η not recorded)."""
         at = self.predicted_at()
         if at is None or None in (at["clip"], at["lr"]):       # a pair not recorded (or not numbers): unknown
-            return False
-        run = (self.clip if clip is None else clip, self.lr if lr is None else lr,
-               self.local_epochs if local_epochs is None else local_epochs)
-        try:
-            return all(w is None or (v is not None and math.isclose(float(v), float(w), rel_tol=1e-9))
-                       for v, w in zip(run, (at["clip"], at["lr"], at["local_epochs"])))
-        except (TypeError, ValueError):       # a setting per replica: not the one run predicted
-            return False
+            return None
+        unknown = set(run) - set(RECIPE_MEASURED)
+        if unknown:
+            raise TypeError(f"prediction_differs: no knob {sorted(unknown)[0]!r}")
+        given = {"clip": clip, "lr": lr, "local_epochs": local_epochs, **run}
+        mine = {name: v if given.get(name) is None else given[name] for name, v in self.recipe().items()}
+        differ = []
+        for name in ("clip", "lr"):     # numbers (a string, or a setting per replica, is not the one run predicted)
+            v = _number_or_none(mine[name])
+            if v is None or not math.isclose(v, at[name], rel_tol=1e-9):
+                differ.append(name)
+        if at["local_epochs"] is not None and mine["local_epochs"] != at["local_epochs"]:
+            differ.append("local_epochs")
+        differ += [name for name in RECIPE_MEASURED
+                   if at[name] is not None and _recipe_value(name, mine[name]) != at[name]]
+        return differ
+
+    def recipe(self) -> dict:
+        """What the design trains: its C, η, local epochs, batch size, model, dataset, the partition of the
+        clients it was made for (iid where it names none) and the clients' optimizer (plain SGD)."""
+        return {"clip": self.clip, "lr": self.lr, "local_epochs": self.local_epochs, "batch_size": self.batch_size,
+                "model": self.model, "dataset": self.dataset, "partition": self.details.get("partition") or "iid",
+                "optimizer": "sgd"}
+
+    def prediction_applies(self, clip=None, lr=None, local_epochs=None, **run) -> bool:
+        """Whether the predicted test loss is of a run at this C, η, local
+        epochs and ``run``'s batch size, model, dataset, partition and
+        optimizer (each default: the design's own): :meth:`prediction_differs`
+        is empty."""
+        return self.prediction_differs(clip, lr, local_epochs, **run) == []
 
     def __post_init__(self):
         # plain Python numbers, so that the repr and JSON read as written
@@ -438,8 +466,8 @@ def _check_recipe(d: Design, where: str) -> None:
 
     for name in ("clip", "lr"):
         v = getattr(d, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
-            bad(f'the recipe\'s "{name}" must be a number above 0, got {v!r}')
+        if v is not None and not (_number_or_none(v) or 0) > 0:          # an integer past any float is none
+            bad(f'the recipe\'s "{name}" must be a number above 0, got {_brief(v)}')
     for name, hi in (("local_epochs", 1000), ("batch_size", 1_000_000)):
         v = getattr(d, name)
         if v is not None and not whole(v, hi):
@@ -525,8 +553,63 @@ _LW_CANDIDATE = {"epochs", "lr", "q", "rounds", "sigma", "kappa", "objective", "
 
 
 def _number_or_none(v):
-    """A finite number as it is; anything else (a string, a boolean, a list) None: unknown, never compared."""
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    """A finite number as a float; anything else (a string, a boolean, a list, an integer past any float)
+    None: unknown, never compared."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        v = float(v)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+#: what a prediction is of besides C, η and the local epochs: the rest of the recipe the fit's pre-trial trained
+RECIPE_MEASURED = ("batch_size", "model", "dataset", "partition", "optimizer")
+
+
+def _recipe_value(name: str, v):
+    """One knob of :data:`RECIPE_MEASURED` as compared: a whole batch size, a split in its one name, a name;
+    anything else None (not recorded)."""
+    if name == "batch_size":
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+    if not isinstance(v, str):
+        return None
+    if name == "partition":
+        from .fl.names import split_name
+
+        try:
+            return split_name(v, None, strict=False)
+        except ValueError:
+            return v
+    return v
+
+
+def _measured_recipe(spec: dict | None, chosen_lr) -> dict:
+    """What a fit's curves were measured at, from its pre-trial's spec: its C, the η chosen with K (where it
+    measured several; else its own), batch size, model, dataset, partition (in its one name) and optimizer
+    (a pre-trial's clients run plain SGD)."""
+    spec = spec or {}
+    part = spec.get("partition")
+    if part is not None:
+        from .fl.names import split_name
+
+        try:
+            part = split_name(part, spec.get("beta"), strict=False)
+        except ValueError:
+            part = None
+    return {"clip": _number_or_none(spec.get("clip")),
+            "lr": _number_or_none(chosen_lr if chosen_lr is not None else spec.get("lr")),
+            "batch_size": _recipe_value("batch_size", spec.get("batch_size")),
+            "model": _recipe_value("model", spec.get("model")),
+            "dataset": _recipe_value("dataset", spec.get("dataset")), "partition": part,
+            "optimizer": "sgd" if spec else None}
+
+
+def _brief(v, n: int = 120) -> str:
+    """A value as a file holds it, cut to ``n`` characters for a one-line error."""
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
 
 
 def _lw_key(rec: dict, epochs: str = "epochs", lr: str = "lr") -> tuple:
@@ -621,18 +704,20 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
     if not isinstance(d.kappa_source, str) or (lw["fit"]["file"] == "shipped") != d.kappa_source.startswith(
             "shipped fit"):
         bad(f"names its fit ({lw['fit']['file']}) where its kappa_source says {d.kappa_source!r}")
-    mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
-    if mech.error_ratio_planned:
-        return unverified(f"the error ratio of its mechanism {d.mechanism} is set by its search")
     data = read_fit(fit_path)
-    fitted = LocalWork.from_dict(data.get("local_work"), f"fit {fit_path}")
-    kappa = float(data["kappa"])
-    ci = _kappa_ci(None, str(fit_path))
-    lw["fit"] = {**lw["fit"], "file": "shipped" if lw["fit"]["file"] == "shipped" else str(fit_path.resolve())}
 
     def close(a, b):
         return isinstance(a, (int, float)) and not isinstance(a, bool) and math.isclose(a, b, rel_tol=1e-9,
                                                                                         abs_tol=1e-12)
+
+    _rederive_pair(d, lw, data, close, bad)         # what it is of is the fit's spec's, whatever the mechanism
+    mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
+    if mech.error_ratio_planned:
+        return unverified(f"the error ratio of its mechanism {d.mechanism} is set by its search")
+    fitted = LocalWork.from_dict(data.get("local_work"), f"fit {fit_path}")
+    kappa = float(data["kappa"])
+    ci = _kappa_ci(None, str(fit_path))
+    lw["fit"] = {**lw["fit"], "file": "shipped" if lw["fit"]["file"] == "shipped" else str(fit_path.resolve())}
 
     def whole(v, lo=1):
         return isinstance(v, int) and not isinstance(v, bool) and v >= lo
@@ -653,7 +738,6 @@ def _rederive_prediction(d: Design, path, where: str) -> None:
     if len(by_k) != len(cands):
         bad("lists a number of local epochs twice")
     _rederive_record(lw, data, fitted, cands, by_k, close, bad)
-    _rederive_pair(d, lw, data, close, bad)
     bounds = {}
     with np.errstate(over="raise", invalid="raise"):
         try:
@@ -704,16 +788,17 @@ def _rederive_pair(d, lw, data, close, bad) -> None:
     if lw.get("reference_lr") is not None and isinstance(own, (int, float)) and not close(lw["reference_lr"],
                                                                                            float(own)):
         bad(f"says its pre-trial ran at lr {lw['reference_lr']!r} where its fit's ran at {own!r}")
-    # the pair the prediction is of: the fit's C, and its η or the one chosen with K (a file from before it was
+    # what the prediction is of: the fit's recipe, its η or the one chosen with K (a file from before it was
     # recorded is given it here)
-    pair = {"clip": _number_or_none(spec.get("clip")),
-            "lr": _number_or_none(lw["lr"] if lw.get("lr") is not None else own)}
+    recipe = _measured_recipe(spec, lw.get("lr"))
     got = lw.get("measured_at", _NOT_RECORDED)
     if got is _NOT_RECORDED:
-        lw["measured_at"] = pair
-    elif not (isinstance(got, dict) and set(got) == {"clip", "lr"} and all(
-            got[k] is None if pair[k] is None else close(got[k], pair[k]) for k in pair)):
-        bad(f"says its prediction is of C and lr {got!r} where its fit measured {pair!r}")
+        lw["measured_at"] = recipe
+    elif not (isinstance(got, dict) and set(got) == set(recipe) and all(
+            got[k] is None if recipe[k] is None else
+            close(got[k], recipe[k]) if k in ("clip", "lr") else
+            type(got[k]) is type(recipe[k]) and got[k] == recipe[k] for k in recipe)):
+        bad(f"says its prediction is of {_brief(got)} where its fit measured {recipe!r}")
 
 
 def _rederive_candidates(by_k, fitted, kappa, ci, d, n, bounds, close, bad) -> None:
@@ -1537,8 +1622,8 @@ def design(request: Request, utility=None, spec: dict | None = None, pretrial=No
     if partition is not None:
         _say_partition(d, lw, partition)
     _set_local_epochs(d, r.local_epochs, lw)
-    if lw is not None:      # the pair the prediction is of, whatever C and η the design is later set to train
-        d.local_work["measured_at"] = {"clip": d.clip, "lr": d.lr}
+    if lw is not None:      # what the prediction is of, whatever the design is later set to train
+        d.local_work["measured_at"] = _measured_recipe(spec, d.local_work.get("lr"))
     return d
 
 

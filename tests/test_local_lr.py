@@ -386,26 +386,107 @@ def test_a_tuning_record_that_is_not_numbers_is_unknown_and_never_compared(tmp_p
 def test_the_prediction_is_of_the_pair_the_fit_measured_whatever_the_design_is_set_to_train(tmp_path):
     """The prediction was said to be of the C and lr the design trains: set apart from the fit's pair (by hand,
     or in a file whose fit is here), a run at C = 1 was compared with a loss the fit measured at C = 0.3.  The
-    pair is recorded when designed, re-derived from the fit on load, and given to a file from before it was."""
+    recipe is recorded when designed, re-derived from the fit on load, and given to a file from before it was."""
     d = paretofl.design(100, 2.0, 1e-5, max_rounds=200)          # the shipped fit: C 0.3, lr 0.1
-    assert d.local_work["measured_at"] == {"clip": 0.3, "lr": 0.1} and d.prediction_applies()
+    assert d.local_work["measured_at"] == SHIPPED_RECIPE and d.prediction_applies()
     d.clip = 1.0
-    assert d.predicted_at()["clip"] == 0.3 and not d.prediction_applies()
+    assert d.predicted_at()["clip"] == 0.3 and d.prediction_differs() == ["clip"]
     assert d.prediction_applies(clip=0.3)
     e = paretofl.Design.load(_edited(tmp_path, d, lambda data: None))
     assert e.clip == 1.0 and not e.prediction_applies() and e.prediction_applies(clip=0.3)
-    # a file from before the pair was recorded: its fit gives it
+    # a file from before the recipe was recorded: its fit gives it
     old = paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].pop("measured_at")))
-    assert old.local_work["measured_at"] == {"clip": 0.3, "lr": 0.1} and not old.prediction_applies()
-    for pair in ({"clip": 1.0, "lr": 0.1}, {"clip": 0.3, "lr": 0.2}, {"clip": 0.3}, [0.3, 0.1], {"clip": "0.3",
-                                                                                                "lr": 0.1}):
-        with pytest.raises(ValueError, match="its prediction is of C and lr"):
-            paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].update(measured_at=pair)))
-    # eta chosen with K: the pair is the fit's C and the chosen eta
+    assert old.local_work["measured_at"] == SHIPPED_RECIPE and not old.prediction_applies()
+    for edit in ({"clip": 1.0}, {"lr": 0.2}, {"batch_size": 32}, {"model": "cnn"}, {"dataset": "digits"},
+                 {"partition": "shards:2"}, {"optimizer": "adam"}, {"clip": "0.3"}, {"batch_size": 64.0},
+                 {"extra": 1}, {"clip": 10 ** 400}):
+        with pytest.raises(ValueError, match="its prediction is of|holds a number out of range"):
+            paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].update(
+                measured_at={**SHIPPED_RECIPE, **edit})))
+    for whole in ([0.3, 0.1], None, "x", {"clip": 0.3, "lr": 0.1}, [0.3] * 100_000):
+        with pytest.raises(ValueError, match="its prediction is of") as err:
+            paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].update(measured_at=whole)))
+        assert len(str(err.value)) < 1000                       # one line, not the file's value whole
+    # eta chosen with K: the recipe holds the fit's C and the chosen eta
     m = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
-    assert m.local_work["measured_at"] == {"clip": SHIPPED_CLIP, "lr": 0.05}
+    assert m.local_work["measured_at"] == {**SHIPPED_RECIPE, "lr": 0.05}
     m.lr = 0.1
     assert not m.prediction_applies() and m.prediction_applies(lr=0.05)
+
+
+#: what the shipped pre-trial trained, whose spec _fit_file's fits keep
+SHIPPED_RECIPE = {"clip": 0.3, "lr": 0.1, "batch_size": 64, "model": "lr", "dataset": "fashion-mnist",
+                  "partition": "iid", "optimizer": "sgd"}
+
+
+def test_a_run_unlike_the_pretrials_in_any_knob_is_not_compared(tmp_path):
+    """Attack 73: a run on other data, at another batch size, with Adam, or on clients split otherwise than the
+    pre-trial's, was compared with its prediction (only C, lr, local epochs, model and data were checked, model
+    and data from fields a hand may set).  Every knob of the recipe the fit measured is compared, and a value
+    that is not a knob's (a string C, an integer past any float) is not the one predicted."""
+    from types import SimpleNamespace
+
+    from paretofl.cli import _local_work_lines, _predicted_lines
+
+    d = paretofl.design(100, 2.0, 1e-5, max_rounds=200)
+    run = dict(model="lr", dataset="fashion-mnist", partition="iid", test_loss=0.7,
+               options={"clip": 0.3, "lr": 0.1, "local_epochs": d.local_epochs, "batch_size": 64, "optimizer": "sgd"})
+    out = {}
+    assert "realized" in _predicted_lines(d, SimpleNamespace(**run), out)[0] and "prediction_error" in out
+    for knob, value in (("dataset", "digits"), ("partition", "shards:2"), ("partition", "dirichlet:0.5"),
+                        ("model", "cnn"), ("batch_size", 8), ("optimizer", "adam"), ("clip", "0.3"),
+                        ("lr", 10 ** 400), ("batch_size", None), ("optimizer", None)):
+        r = {**run, "options": dict(run["options"])}
+        if knob in r["options"]:
+            if value is None:
+                r["options"].pop(knob)                      # a run with no such knob did not train the pre-trial's
+            else:
+                r["options"][knob] = value
+        else:
+            r[knob] = value
+        out = {}
+        line = _predicted_lines(d, SimpleNamespace(**r), out)[0]
+        assert "not compared" in line and "prediction_error" not in out, (knob, value)
+        assert ("this run's " + {"batch_size": "batch size", "clip": "C"}.get(knob, knob)) in line, line
+    # set by hand on the design: the same, and the design says which knob
+    for knob, value, word in (("dataset", "digits", "dataset"), ("local_epochs", 2, "local epochs"),
+                              ("batch_size", 8, "batch size")):
+        e = paretofl.Design.load(_edited(tmp_path, d, lambda data: None))
+        setattr(e, knob, value)
+        assert e.prediction_differs() == [knob]
+        assert any(f"the design trains {word} = {value}" in line for line in _local_work_lines(e))
+    # clients described otherwise than the pre-trial's
+    s = paretofl.design(100, 2.0, 1e-5, max_rounds=200, partition="shards:2")
+    assert s.prediction_differs() == ["partition"] and s.prediction_applies(partition="iid")
+
+
+def test_a_distributed_designs_recipe_is_re_derived_though_its_prediction_is_the_files(tmp_path):
+    """Attack 73: the check of what the prediction is of was skipped with the rest for a mechanism whose error
+    ratio its search sets (distributed DP), so an edited record was believed and an older file's not given."""
+    d = paretofl.design(100, 2.0, 1e-5, max_rounds=200, mechanism="distributed", mechanism_options={"dim": 650})
+    assert d.local_work["measured_at"] == SHIPPED_RECIPE
+    d.clip = 1.0
+    old = paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].pop("measured_at")))
+    assert old.loaded_prediction["rederived"] is False and old.local_work["measured_at"] == SHIPPED_RECIPE
+    assert old.prediction_differs() == ["clip"]
+    with pytest.raises(ValueError, match="its prediction is of"):
+        paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].update(
+            measured_at={**SHIPPED_RECIPE, "clip": 1.0})))
+
+
+def test_an_integer_past_any_float_is_refused_or_unknown_not_an_overflow(tmp_path):
+    """Attack 73: a huge integer as the file's C passed the range check (10**400 < inf), and one in the recipe
+    of a file whose fit is not here raised OverflowError after its training."""
+    d = paretofl.design(100, 2.0, 1e-5, max_rounds=200)
+    with pytest.raises(ValueError, match='"clip" must be a number above 0'):
+        paretofl.Design.load(_edited(tmp_path, d, lambda data: data.update(clip=10 ** 400)))
+    fit = _fit_file(tmp_path, _lw2())
+    m = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=fit)
+    path = _edited(tmp_path, m, lambda data: data["local_work"].update(
+        measured_at={**SHIPPED_RECIPE, "lr": 0.05, "clip": 10 ** 400}), name="huge.json")
+    Path(fit).unlink()
+    e = paretofl.Design.load(path)
+    assert e.predicted_at()["clip"] is None and e.prediction_differs() is None and not e.prediction_applies()
 
 
 def test_a_tuning_of_a_design_set_apart_keeps_the_fits_pair(tmp_path):

@@ -244,7 +244,7 @@ def test_train_design_says_how_far_the_realized_loss_lands_from_the_prediction(t
     assert out["predicted_loss"] == pytest.approx(d.local_work["predicted_loss"])
     assert out["prediction_error"] == pytest.approx(out["test_loss"] - d.local_work["predicted_loss"])
     assert main(["train", "--design", path, "--dataset", "digits"]) in (0, None)
-    assert "this run trained another, so it is not compared" in capsys.readouterr().out
+    assert "this run's dataset differs, so it is not compared" in capsys.readouterr().out
 
 
 def test_a_partition_other_than_the_pretrials_is_said():
@@ -421,12 +421,15 @@ def test_a_tuning_that_moves_the_learning_rate_leaves_the_prediction_behind(lrs,
     d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX)
     assert d.prediction_applies() and d.predicted_at()["lr"] == d.lr == 0.1
     paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3,), lrs=lrs, seeds=1))
-    assert d.lr == lrs[0] and d.predicted_at() == {"clip": 0.3, "lr": 0.1, "local_epochs": d.local_epochs}
+    assert d.lr == lrs[0] and d.predicted_at() == {"clip": 0.3, "lr": 0.1, "local_epochs": d.local_epochs,
+                                                   "batch_size": 64, "model": "lr", "dataset": "fashion-mnist",
+                                                   "partition": "iid", "optimizer": "sgd"}
     assert d.prediction_applies() is applies
     said = "\n".join(_local_work_lines(d))
     assert ("whose loss the fit does not predict" in said) is not applies
-    run = SimpleNamespace(model=d.model, dataset=d.dataset, test_loss=0.5,
-                          options={"clip": d.clip, "lr": d.lr, "local_epochs": d.local_epochs})
+    run = SimpleNamespace(model=d.model, dataset=d.dataset, test_loss=0.5, partition="iid",
+                          options={"clip": d.clip, "lr": d.lr, "local_epochs": d.local_epochs, "batch_size": 64,
+                                   "optimizer": "sgd"})
     out = {}
     line = _predicted_lines(d, run, out)[0]
     assert ("prediction_error" in out) is applies and ("not compared" in line) is not applies
@@ -879,7 +882,8 @@ def test_a_prediction_whose_fit_is_not_here_is_said_to_be_the_files(tmp_path):
     for name, path in cases.items():
         d = paretofl.Design.load(path)
         assert d.loaded_prediction["rederived"] is False, name
-        r = SimpleNamespace(model=d.model, dataset=d.dataset, options={}, test_loss=0.7)
+        r = SimpleNamespace(model=d.model, dataset=d.dataset, options={"batch_size": 64, "optimizer": "sgd"},
+                            partition="iid", test_loss=0.7)
         line = _predicted_lines(d, r, {})[0]
         assert "the design file's, not re-derived" in line and d.loaded_prediction["why"] in line, line
 
