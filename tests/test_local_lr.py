@@ -242,8 +242,9 @@ def test_any_edit_of_a_design_files_eta_is_refused_or_changes_nothing(tmp_path_f
     target = {"record": data["local_work"], "candidate": data["local_work"]["candidates"][which],
               "top": data, "measured_at": data["local_work"]["measured_at"]}[where]
     name = "lr" if where == "top" and field not in ("lr", "epochs") else field
-    if where == "measured_at":                 # the pair the prediction is of: its lr, or its C
-        name = "clip" if field == "epochs" else "lr"
+    if where == "measured_at":                 # what the prediction is of: any knob of its recipe
+        name = ("clip", "lr", "batch_size", "model", "dataset", "partition", "optimizer")[
+            6 if field == "epochs" else which]
     if where == "top" and name == "epochs":
         name = "local_epochs"
     before = json.dumps(target.get(name, "absent"))
