@@ -494,7 +494,8 @@ def _predicted_lines(design, r, out) -> list[str]:
     differ = design.prediction_differs(o.get("clip"), o.get("lr"), o.get("local_epochs"),
                                        batch_size=o.get("batch_size", "none"), model=r.model, dataset=r.dataset,
                                        partition=getattr(r, "partition", None) or "none",
-                                       optimizer=o.get("optimizer", "none"))
+                                       optimizer=o.get("optimizer", "none"),
+                                       adaptive_clipping=o.get("clip_quantile") is not None)
     if differ != []:
         return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, of {_recipe(design.predicted_at())}: "
                 f"{_differing(differ)}, so it is not compared"]
@@ -515,20 +516,27 @@ def _predicted_lines(design, r, out) -> list[str]:
 def _num(v) -> str:
     """A knob as written: a number short, anything else as it is."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return f"{v:g}"
-    return v if isinstance(v, str) else repr(v)
+        try:
+            return f"{float(v):g}"
+        except OverflowError:
+            pass
+    text = v if isinstance(v, str) else repr(v)
+    return text if len(text) <= 80 else text[:80] + "..."      # an edited file's value, cut to one line
 
 
 #: a recipe's knobs as said
 _KNOB_WORDS = {"clip": "C", "lr": "lr", "local_epochs": "local epochs", "batch_size": "batch size",
-               "model": "model", "dataset": "dataset", "partition": "partition", "optimizer": "optimizer"}
+               "model": "model", "dataset": "dataset", "partition": "partition", "optimizer": "optimizer",
+               "adaptive_clipping": "adaptive clipping"}
 
 
 def _recipe(at: dict) -> str:
     """What a prediction is of, as a phrase: its C and lr, local epochs and the rest recorded."""
     parts = [_pair(at)] + ([f"{at['local_epochs']} local epoch(s)"] if at.get("local_epochs") is not None else [])
-    parts += [f"{_KNOB_WORDS[k]} {at[k]}" for k in ("batch_size", "model", "dataset", "partition", "optimizer")
+    parts += [f"{_KNOB_WORDS[k]} {_num(at[k])}" for k in ("batch_size", "model", "dataset", "partition", "optimizer")
               if at.get(k) is not None]
+    if at.get("adaptive_clipping") is False:
+        parts.append("C fixed")
     return ", ".join(parts)
 
 

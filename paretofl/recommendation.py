@@ -30,6 +30,7 @@ import functools
 import heapq
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -240,10 +241,14 @@ class Design:
             own = own if isinstance(own, dict) else {}
             return {"clip": _number_or_none(own.get("clip")), "lr": _number_or_none(own.get("lr")),
                     "local_epochs": k, **{name: _recipe_value(name, own.get(name)) for name in RECIPE_MEASURED}}
-        # a file from before the recipe was recorded, whose fit is not here to give it: its model and data, and
-        # the pair its tuning kept (else its own); the rest not recorded
-        rest = {**dict.fromkeys(RECIPE_MEASURED), "model": _recipe_value("model", self.model),
-                "dataset": _recipe_value("dataset", self.dataset)}
+        # a file from before the recipe was recorded, whose fit is not here to give it: its model, data and batch,
+        # the split its local work was measured on, plain SGD at a fixed C (what every pre-trial trains), and the
+        # pair its tuning kept (else its own)
+        split = (self.local_work.get("dissimilarity") or {}) if isinstance(self.local_work.get("dissimilarity"),
+                                                                            dict) else {}
+        rest = {"model": _recipe_value("model", self.model), "dataset": _recipe_value("dataset", self.dataset),
+                "batch_size": _recipe_value("batch_size", self.batch_size), "optimizer": "sgd",
+                "partition": _recipe_value("partition", split.get("partition")), "adaptive_clipping": False}
         tuning = self.tuning or {}
         if not tuning:
             return {"clip": _number_or_none(self.clip), "lr": _number_or_none(self.lr), "local_epochs": k, **rest}
@@ -254,7 +259,8 @@ class Design:
 
     def prediction_differs(self, clip=None, lr=None, local_epochs=None, **run) -> list[str] | None:
         """The knobs of a run (each not given: the design's own; ``run``:
-        batch_size, model, dataset, partition, optimizer) that differ from
+        batch_size, model, dataset, partition, optimizer,
+        adaptive_clipping) that differ from
         what the predicted test loss is of (:meth:`predicted_at`): [] where
         it is of this run, None where that is not known (no prediction, or
         its C or η not recorded)."""
@@ -271,7 +277,7 @@ class Design:
             v = _number_or_none(mine[name])
             if v is None or not math.isclose(v, at[name], rel_tol=1e-9):
                 differ.append(name)
-        if at["local_epochs"] is not None and mine["local_epochs"] != at["local_epochs"]:
+        if at["local_epochs"] is not None and _whole_or_none(mine["local_epochs"]) != at["local_epochs"]:
             differ.append("local_epochs")
         differ += [name for name in RECIPE_MEASURED
                    if at[name] is not None and _recipe_value(name, mine[name]) != at[name]]
@@ -279,10 +285,12 @@ class Design:
 
     def recipe(self) -> dict:
         """What the design trains: its C, η, local epochs, batch size, model, dataset, the partition of the
-        clients it was made for (iid where it names none) and the clients' optimizer (plain SGD)."""
+        clients it was made for (iid where it names none), the clients' optimizer (plain SGD) and whether C
+        adapts during the run (``clip_quantile``)."""
         return {"clip": self.clip, "lr": self.lr, "local_epochs": self.local_epochs, "batch_size": self.batch_size,
                 "model": self.model, "dataset": self.dataset, "partition": self.details.get("partition") or "iid",
-                "optimizer": "sgd"}
+                "optimizer": "sgd",
+                "adaptive_clipping": (self.mechanism_options or {}).get("clip_quantile") is not None}
 
     def prediction_applies(self, clip=None, lr=None, local_epochs=None, **run) -> bool:
         """Whether the predicted test loss is of a run at this C, η, local
@@ -471,7 +479,7 @@ def _check_recipe(d: Design, where: str) -> None:
     for name, hi in (("local_epochs", 1000), ("batch_size", 1_000_000)):
         v = getattr(d, name)
         if v is not None and not whole(v, hi):
-            bad(f'the recipe\'s "{name}" must be a whole number in [1, {hi}], got {v!r}')
+            bad(f'the recipe\'s "{name}" must be a whole number in [1, {hi}], got {_brief(v)}')
     split = d.details.get("partition")
     if split is not None:            # the clients it was made for: a split design itself names, or none
         try:
@@ -555,7 +563,7 @@ _LW_CANDIDATE = {"epochs", "lr", "q", "rounds", "sigma", "kappa", "objective", "
 def _number_or_none(v):
     """A finite number as a float; anything else (a string, a boolean, a list, an integer past any float)
     None: unknown, never compared."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
+    if not isinstance(v, numbers.Real) or isinstance(v, (bool, np.bool_)):     # numpy's scalars are numbers
         return None
     try:
         v = float(v)
@@ -565,14 +573,28 @@ def _number_or_none(v):
 
 
 #: what a prediction is of besides C, η and the local epochs: the rest of the recipe the fit's pre-trial trained
-RECIPE_MEASURED = ("batch_size", "model", "dataset", "partition", "optimizer")
+#: (its clipping norm fixed: adaptive clipping moves C during a run)
+RECIPE_MEASURED = ("batch_size", "model", "dataset", "partition", "optimizer", "adaptive_clipping")
+
+
+def _whole_or_none(v):
+    """A whole number (numpy's too, and a float with no fraction) as an int; anything else, a boolean
+    included, None."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        return None
+    try:
+        return int(v) if float(v).is_integer() else None
+    except OverflowError:
+        return None
 
 
 def _recipe_value(name: str, v):
-    """One knob of :data:`RECIPE_MEASURED` as compared: a whole batch size, a split in its one name, a name;
-    anything else None (not recorded)."""
+    """One knob of :data:`RECIPE_MEASURED` as compared: a whole batch size, whether C adapts, a split in its
+    one name, a name; anything else None (not recorded)."""
     if name == "batch_size":
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
+        return _whole_or_none(v)
+    if name == "adaptive_clipping":
+        return v if isinstance(v, bool) else None
     if not isinstance(v, str):
         return None
     if name == "partition":
@@ -587,8 +609,8 @@ def _recipe_value(name: str, v):
 
 def _measured_recipe(spec: dict | None, chosen_lr) -> dict:
     """What a fit's curves were measured at, from its pre-trial's spec: its C, the η chosen with K (where it
-    measured several; else its own), batch size, model, dataset, partition (in its one name) and optimizer
-    (a pre-trial's clients run plain SGD)."""
+    measured several; else its own), batch size, model, dataset, partition (in its one name), optimizer and
+    clipping (a pre-trial's clients run plain SGD, clipped at a fixed C)."""
     spec = spec or {}
     part = spec.get("partition")
     if part is not None:
@@ -603,7 +625,7 @@ def _measured_recipe(spec: dict | None, chosen_lr) -> dict:
             "batch_size": _recipe_value("batch_size", spec.get("batch_size")),
             "model": _recipe_value("model", spec.get("model")),
             "dataset": _recipe_value("dataset", spec.get("dataset")), "partition": part,
-            "optimizer": "sgd" if spec else None}
+            "optimizer": "sgd" if spec else None, "adaptive_clipping": False if spec else None}
 
 
 def _brief(v, n: int = 120) -> str:

@@ -417,7 +417,7 @@ def test_the_prediction_is_of_the_pair_the_fit_measured_whatever_the_design_is_s
 
 #: what the shipped pre-trial trained, whose spec _fit_file's fits keep
 SHIPPED_RECIPE = {"clip": 0.3, "lr": 0.1, "batch_size": 64, "model": "lr", "dataset": "fashion-mnist",
-                  "partition": "iid", "optimizer": "sgd"}
+                  "partition": "iid", "optimizer": "sgd", "adaptive_clipping": False}
 
 
 def test_a_run_unlike_the_pretrials_in_any_knob_is_not_compared(tmp_path):
@@ -436,9 +436,9 @@ def test_a_run_unlike_the_pretrials_in_any_knob_is_not_compared(tmp_path):
     assert "realized" in _predicted_lines(d, SimpleNamespace(**run), out)[0] and "prediction_error" in out
     for knob, value in (("dataset", "digits"), ("partition", "shards:2"), ("partition", "dirichlet:0.5"),
                         ("model", "cnn"), ("batch_size", 8), ("optimizer", "adam"), ("clip", "0.3"),
-                        ("lr", 10 ** 400), ("batch_size", None), ("optimizer", None)):
+                        ("lr", 10 ** 400), ("batch_size", None), ("optimizer", None), ("clip_quantile", 0.5)):
         r = {**run, "options": dict(run["options"])}
-        if knob in r["options"]:
+        if knob in r["options"] or knob == "clip_quantile":
             if value is None:
                 r["options"].pop(knob)                      # a run with no such knob did not train the pre-trial's
             else:
@@ -448,7 +448,15 @@ def test_a_run_unlike_the_pretrials_in_any_knob_is_not_compared(tmp_path):
         out = {}
         line = _predicted_lines(d, SimpleNamespace(**r), out)[0]
         assert "not compared" in line and "prediction_error" not in out, (knob, value)
-        assert ("this run's " + {"batch_size": "batch size", "clip": "C"}.get(knob, knob)) in line, line
+        assert ("this run's " + {"batch_size": "batch size", "clip": "C", "clip_quantile": "adaptive clipping"}.get(
+            knob, knob)) in line, line
+    # the same run written otherwise (numpy's numbers, a whole float) is compared; a boolean is no number
+    assert d.prediction_applies(clip=np.float64(0.3), lr=np.float64(0.1), batch_size=np.int64(64))
+    assert d.prediction_differs(clip=np.float32(0.3)) == ["clip"]         # 0.30000001: another C
+    assert d.prediction_applies(local_epochs=float(d.local_epochs), batch_size=64.0)
+    assert d.prediction_differs(local_epochs=True, batch_size=True) == ["local_epochs", "batch_size"]
+    q = paretofl.design(100, 2.0, 1e-5, max_rounds=200, mechanism_options={"clip_quantile": 0.5})
+    assert q.prediction_differs() == ["adaptive_clipping"]
     # set by hand on the design: the same, and the design says which knob
     for knob, value, word in (("dataset", "digits", "dataset"), ("local_epochs", 2, "local epochs"),
                               ("batch_size", 8, "batch size")):
@@ -488,6 +496,38 @@ def test_an_integer_past_any_float_is_refused_or_unknown_not_an_overflow(tmp_pat
     Path(fit).unlink()
     e = paretofl.Design.load(path)
     assert e.predicted_at()["clip"] is None and e.prediction_differs() is None and not e.prediction_applies()
+    with pytest.raises(ValueError, match='"batch_size" must be a whole number') as err:
+        paretofl.Design.load(_edited(tmp_path, d, lambda data: data.update(batch_size=10 ** 400)))
+    assert len(str(err.value)) < 400
+
+
+def test_an_older_file_whose_fit_is_gone_still_names_what_its_prediction_is_of(tmp_path):
+    """Attack 74: a file from before the recipe was recorded, its fit not here, left the batch size, the
+    optimizer and the split unchecked, so a run with Adam, another batch or iid clients was compared.  What every
+    pre-trial trains (SGD, a fixed C), the file's batch and the split its local work records stand in; a value
+    an edit made long is cut on the design's lines."""
+    from types import SimpleNamespace
+
+    from paretofl.cli import _local_work_lines, _predicted_lines
+
+    fit = _fit_file(tmp_path, _lw2())
+    d = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=fit)
+    path = _edited(tmp_path, d, lambda data: data["local_work"].pop("measured_at"), name="old.json")
+    Path(fit).unlink()
+    e = paretofl.Design.load(path)
+    assert e.loaded_prediction["rederived"] is False and e.prediction_applies()
+    at = e.predicted_at()
+    assert (at["optimizer"], at["batch_size"], at["adaptive_clipping"]) == ("sgd", 64, False)
+    run = dict(model=e.model, dataset=e.dataset, partition=at["partition"], test_loss=0.7,
+               options={"clip": e.clip, "lr": e.lr, "local_epochs": e.local_epochs, "batch_size": 64,
+                        "optimizer": "sgd"})
+    assert "realized" in _predicted_lines(e, SimpleNamespace(**run), {})[0]
+    for knob, value in (("optimizer", "adam"), ("batch_size", 8)):
+        line = _predicted_lines(e, SimpleNamespace(**{**run, "options": {**run["options"], knob: value}}), {})[0]
+        assert "not compared" in line
+    long = paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].update(
+        measured_at={**SHIPPED_RECIPE, "lr": 0.05, "model": "x" * 5000}), name="long.json"))
+    assert max(len(line) for line in _local_work_lines(long)) < 1000
 
 
 def test_a_tuning_of_a_design_set_apart_keeps_the_fits_pair(tmp_path):

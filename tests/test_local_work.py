@@ -423,7 +423,8 @@ def test_a_tuning_that_moves_the_learning_rate_leaves_the_prediction_behind(lrs,
     paretofl.api.tune(d, str(ROOT_PRETRIALS / "lr_fmnist.sqlite"), paretofl.api.Grid(clips=(0.3,), lrs=lrs, seeds=1))
     assert d.lr == lrs[0] and d.predicted_at() == {"clip": 0.3, "lr": 0.1, "local_epochs": d.local_epochs,
                                                    "batch_size": 64, "model": "lr", "dataset": "fashion-mnist",
-                                                   "partition": "iid", "optimizer": "sgd"}
+                                                   "partition": "iid", "optimizer": "sgd",
+                                                   "adaptive_clipping": False}
     assert d.prediction_applies() is applies
     said = "\n".join(_local_work_lines(d))
     assert ("whose loss the fit does not predict" in said) is not applies
