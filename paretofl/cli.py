@@ -497,6 +497,8 @@ def _predicted_lines(design, r, out) -> list[str]:
                                        optimizer=o.get("optimizer", "none"),
                                        adaptive_clipping=o.get("clip_quantile") is not None)
     if differ != []:
+        # --json says why too: the knobs that differ, or that what the prediction is of is not recorded
+        out.update(prediction_not_compared=differ if differ is not None else "not recorded")
         return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, of {_recipe(design.predicted_at())}: "
                 f"{_differing(differ)}, so it is not compared"]
     interval = lw.get("interval")

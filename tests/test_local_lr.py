@@ -448,6 +448,7 @@ def test_a_run_unlike_the_pretrials_in_any_knob_is_not_compared(tmp_path):
         out = {}
         line = _predicted_lines(d, SimpleNamespace(**r), out)[0]
         assert "not compared" in line and "prediction_error" not in out, (knob, value)
+        assert out["prediction_not_compared"] == [{"clip_quantile": "adaptive_clipping"}.get(knob, knob)]
         assert ("this run's " + {"batch_size": "batch size", "clip": "C", "clip_quantile": "adaptive clipping"}.get(
             knob, knob)) in line, line
     # the same run written otherwise (numpy's numbers, a whole float) is compared; a boolean is no number
