@@ -3,7 +3,7 @@
 and a check that no scenario imports torch or flwr.
 
     make bench            # or: .venv/bin/python benchmarks/design_startup.py [--json] [--runs K] [--only TEXT]
-                          #     [--no-bytecode] [--before DIR]
+                          #     [--no-bytecode] [--before DIR] [--floor]
 
 ``--only TEXT`` runs the scenarios whose name contains TEXT.  The untimed
 run of each scenario goes through ``python -c`` and reports which heavy
@@ -14,6 +14,12 @@ compiles paretofl's sources on every start instead (about 0.1-0.2 s more).
 ``--before DIR`` times another checkout of paretofl (``git worktree add DIR
 REV``) beside this one, run for run in turn, and prints both: on a machine
 whose speed drifts, only such a ratio means much.
+
+``--floor`` measures where the time goes instead: in one process per
+scenario, the CPU time of importing the CLI, of the first design (cold), and
+the least of two more of the same design (warm: every accountant answer is
+then remembered, so what is left is the search's own Python).  Import plus
+warm is a floor no faster accountant goes below.
 """
 
 import json
@@ -80,6 +86,34 @@ def _timed(args, env, runs, other_env=None) -> tuple[list, list]:
     return times, other
 
 
+_FLOOR = r"""
+import contextlib, io, json, sys, time
+t0 = time.process_time()
+from paretofl.cli import main
+imported = time.process_time() - t0
+out = []
+for _ in range(3):
+    t = time.process_time()
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(["design", *json.loads(sys.argv[1]), "--json"])
+    out.append(time.process_time() - t)
+print(json.dumps([imported, out[0], min(out[1:])]))
+"""
+
+
+def floor(env, budgets, only) -> None:
+    """``--floor``: CPU seconds of import, the first design and a repeated one, per scenario (module doc)."""
+    print(f"  {'scenario':<38} {'import':>7} {'cold':>6} {'warm':>6} {'floor':>6} {'accountant':>10}  (CPU seconds)")
+    for name, args in SCENARIOS.items():
+        if only not in name:
+            continue
+        args = [str(budgets) if a == "BUDGETS" else a for a in args]
+        r = subprocess.run([sys.executable, "-c", _FLOOR, json.dumps(args)], check=True, capture_output=True,
+                           text=True, env=env)
+        imp, cold, warm = json.loads(r.stdout.strip().splitlines()[-1])
+        print(f"  {name:<38} {imp:7.2f} {cold:6.2f} {warm:6.2f} {imp + warm:6.2f} {cold - warm:10.2f}", flush=True)
+
+
 def main():
     as_json = "--json" in sys.argv
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
@@ -96,6 +130,9 @@ def main():
         other_env = {**env, "PYTHONPATH": str(Path(before).resolve())}
     budgets = Path(tempfile.mkdtemp()) / "budgets.csv"
     budgets.write_text("share,epsilon\n0.6,1\n0.3,2\n0.1,8\n")
+    if "--floor" in sys.argv:
+        imported(["--clients", "10", "--budget", "2"], env)        # bytecode written, untimed
+        return floor(env, budgets, only)
     for name, args in SCENARIOS.items():
         if only not in name:
             continue
