@@ -294,9 +294,9 @@ class Design:
 
     def prediction_applies(self, clip=None, lr=None, local_epochs=None, **run) -> bool:
         """Whether the predicted test loss is of a run at this C, η, local
-        epochs and ``run``'s batch size, model, dataset, partition and
-        optimizer (each default: the design's own): :meth:`prediction_differs`
-        is empty."""
+        epochs and ``run``'s batch size, model, dataset, partition,
+        optimizer and clipping (each default: the design's own):
+        :meth:`prediction_differs` is empty."""
         return self.prediction_differs(clip, lr, local_epochs, **run) == []
 
     def __post_init__(self):
@@ -801,10 +801,10 @@ def _rederive_record(lw, data, fitted, cands, by_k, close, bad) -> None:
 
 
 def _rederive_pair(d, lw, data, close, bad) -> None:
-    """The η the pre-trial ran at, as the local work records it, is its fit's spec's, and the pair its
-    prediction is of (``measured_at``) the fit's C and that η, or the η chosen with K.  (The C and η a design
-    trains may be set apart from those, in Python or by a tuning: its prediction is then not compared,
-    :meth:`Design.prediction_applies`.)"""
+    """The η the pre-trial ran at, as the local work records it, is its fit's spec's, and what its
+    prediction is of (``measured_at``) the fit's recipe: its C, that η or the one chosen with K, its batch,
+    model, data and split, SGD at a fixed C.  (A design may be set to train another, in Python or by a
+    tuning: its prediction is then not compared, :meth:`Design.prediction_differs`.)"""
     spec = data.get("spec") or {}
     own = spec.get("lr")
     if lw.get("reference_lr") is not None and isinstance(own, (int, float)) and not close(lw["reference_lr"],
