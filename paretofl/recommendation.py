@@ -515,7 +515,9 @@ def _check_local_work_record(d: Design, lw: dict, bad) -> None:
 
     unknown = sorted(set(lw) - _LW_RECORD) + sorted({k for c in lw["candidates"] for k in c} - _LW_CANDIDATE)
     if unknown:
-        bad(f'its "local_work" holds fields no design writes ({", ".join(map(str, unknown))})')
+        names = ", ".join(map(str, unknown))
+        bad(f'its "local_work" holds fields no design of this paretofl writes ({names[:120]}'
+            f'{"..." if len(names) > 120 else ""}: written by a newer paretofl, or edited)')
     # η is named everywhere or nowhere: in the record, its reference, every candidate, and a kept pair's
     named = {"lr" in lw, "reference_lr" in lw, "measured_lrs" in lw, "not_falling_lrs" in lw,
              *("lr" in c for c in lw["candidates"])}
