@@ -384,19 +384,9 @@ def tune(d: Design, store, grid=None, by: str = "accuracy", progress: bool = Fal
     spec = _tunable(d, store, by, grid.epochs)
     said = (d.tuning or {}).get("notes_said", [])                # an earlier tuning's notes, replaced below
     said = {n for n in said if isinstance(n, str)} if isinstance(said, list) else set()
-    # the pair the pre-trial behind kappa used: the fit's, carried forward by a tuning (a second tuning keeps it;
-    # a tuning that did not record it leaves it unknown)
-    at = d.predicted_at()
-    if isinstance(d.local_work, dict) and "measured_at" in d.local_work and at is not None:
-        # the pair the design's prediction is of, recorded when it was designed (not the C and lr set since)
-        measured_at = None if None in (at["clip"], at["lr"]) else (at["clip"], at["lr"])
-    elif d.tuning:
-        prior = d.tuning.get("measured_at")
-        ok = isinstance(prior, dict) and all(
-            isinstance(prior.get(k), (int, float)) and not isinstance(prior.get(k), bool) for k in ("clip", "lr"))
-        measured_at = (float(prior["clip"]), float(prior["lr"])) if ok else None      # unknown where not numbers
-    else:
-        measured_at = (d.clip, d.lr) if d.clip is not None else None
+    # the pair the pre-trial behind kappa used (the fit's, carried forward by a tuning; unknown where not recorded)
+    measured_at = d.pair_measured()
+    measured_at = None if None in measured_at else measured_at
     if grid.epochs is None and d.local_epochs is not None:
         grid = replace(grid, epochs=(d.local_epochs,))
     chosen_lr = (d.local_work or {}).get("lr") if isinstance(d.local_work, dict) else None

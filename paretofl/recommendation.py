@@ -236,26 +236,37 @@ class Design:
         if not self.local_work or self.local_work.get("predicted_loss") is None:
             return None
         k = self.local_work.get("epochs")
+        clip, lr = self.pair_measured()
         own = self.local_work.get("measured_at", _NOT_RECORDED)
         if own is not _NOT_RECORDED:        # the recipe the fit's curves were measured at, recorded when designed
             own = own if isinstance(own, dict) else {}
-            return {"clip": _number_or_none(own.get("clip")), "lr": _number_or_none(own.get("lr")),
-                    "local_epochs": k, **{name: _recipe_value(name, own.get(name)) for name in RECIPE_MEASURED}}
+            return {"clip": clip, "lr": lr, "local_epochs": k,
+                    **{name: _recipe_value(name, own.get(name)) for name in RECIPE_MEASURED}}
         # a file from before the recipe was recorded, whose fit is not here to give it: its model, data and batch,
-        # the split its local work was measured on, plain SGD at a fixed C (what every pre-trial trains), and the
-        # pair its tuning kept (else its own)
+        # the split its local work was measured on, plain SGD at a fixed C (what every pre-trial trains)
         split = (self.local_work.get("dissimilarity") or {}) if isinstance(self.local_work.get("dissimilarity"),
                                                                             dict) else {}
-        rest = {"model": _recipe_value("model", self.model), "dataset": _recipe_value("dataset", self.dataset),
+        return {"clip": clip, "lr": lr, "local_epochs": k,
+                "model": _recipe_value("model", self.model), "dataset": _recipe_value("dataset", self.dataset),
                 "batch_size": _recipe_value("batch_size", self.batch_size), "optimizer": "sgd",
                 "partition": _recipe_value("partition", split.get("partition")), "adaptive_clipping": False}
-        tuning = self.tuning or {}
-        if not tuning:
-            return {"clip": _number_or_none(self.clip), "lr": _number_or_none(self.lr), "local_epochs": k, **rest}
-        at = tuning.get("measured_at")
+
+    def pair_measured(self) -> tuple:
+        """The (C, η) the pre-trial behind κ (and the predicted loss) trained at, each None where not known
+        (never compared): ``local_work["measured_at"]``'s where the design recorded it; else, in a file from
+        before it was, the pair a public tuning kept beside its own (η: the one chosen with K, where the
+        design chose one); else the design's own, which no tuning has moved."""
+        lw = self.local_work if isinstance(self.local_work, dict) else {}
+        own = lw.get("measured_at", _NOT_RECORDED)
+        if own is not _NOT_RECORDED:
+            own = own if isinstance(own, dict) else {}
+            return _number_or_none(own.get("clip")), _number_or_none(own.get("lr"))
+        if not self.tuning:
+            return _number_or_none(self.clip), _number_or_none(self.lr)
+        at = self.tuning.get("measured_at") if isinstance(self.tuning, dict) else None
         at = at if isinstance(at, dict) else {}         # an edited file's record that is no record: unknown
-        lr = self.local_work["lr"] if self.local_work.get("lr") is not None else at.get("lr")
-        return {"clip": _number_or_none(at.get("clip")), "lr": _number_or_none(lr), "local_epochs": k, **rest}
+        return _number_or_none(at.get("clip")), _number_or_none(lw["lr"] if lw.get("lr") is not None
+                                                                else at.get("lr"))
 
     def prediction_differs(self, clip=None, lr=None, local_epochs=None, **run) -> list[str] | None:
         """The knobs of a run (each not given: the design's own; ``run``:
@@ -590,9 +601,10 @@ def _whole_or_none(v):
         return None
 
 
-def _recipe_value(name: str, v):
+def _recipe_value(name: str, v, beta=None):
     """One knob of :data:`RECIPE_MEASURED` as compared: a whole batch size, whether C adapts, a split in its
-    one name, a name; anything else None (not recorded)."""
+    one name (``beta``: a concentration given apart, as a spec may), a name; anything else None (not
+    recorded).  A split this paretofl cannot name stays as written: it compares equal to itself only."""
     if name == "batch_size":
         return _whole_or_none(v)
     if name == "adaptive_clipping":
@@ -603,7 +615,7 @@ def _recipe_value(name: str, v):
         from .fl.names import split_name
 
         try:
-            return split_name(v, None, strict=False)
+            return split_name(v, beta, strict=False)
         except ValueError:
             return v
     return v
@@ -614,19 +626,12 @@ def _measured_recipe(spec: dict | None, chosen_lr) -> dict:
     measured several; else its own), batch size, model, dataset, partition (in its one name), optimizer and
     clipping (a pre-trial's clients run plain SGD, clipped at a fixed C)."""
     spec = spec or {}
-    part = spec.get("partition")
-    if part is not None:
-        from .fl.names import split_name
-
-        try:
-            part = split_name(part, spec.get("beta"), strict=False)
-        except ValueError:
-            part = None
     return {"clip": _number_or_none(spec.get("clip")),
             "lr": _number_or_none(chosen_lr if chosen_lr is not None else spec.get("lr")),
             "batch_size": _recipe_value("batch_size", spec.get("batch_size")),
             "model": _recipe_value("model", spec.get("model")),
-            "dataset": _recipe_value("dataset", spec.get("dataset")), "partition": part,
+            "dataset": _recipe_value("dataset", spec.get("dataset")),
+            "partition": _recipe_value("partition", spec.get("partition"), spec.get("beta")),
             "optimizer": "sgd" if spec else None, "adaptive_clipping": False if spec else None}
 
 
@@ -818,11 +823,21 @@ def _rederive_pair(d, lw, data, close, bad) -> None:
     got = lw.get("measured_at", _NOT_RECORDED)
     if got is _NOT_RECORDED:
         lw["measured_at"] = recipe
-    elif not (isinstance(got, dict) and set(got) == set(recipe) and all(
-            got[k] is None if recipe[k] is None else
-            close(got[k], recipe[k]) if k in ("clip", "lr") else
-            type(got[k]) is type(recipe[k]) and got[k] == recipe[k] for k in recipe)):
-        bad(f"says its prediction is of {_brief(got)} where its fit measured {recipe!r}")
+        return
+    if not isinstance(got, dict):
+        bad(f'says its prediction is of {_brief(got)}, not a record of the recipe its fit measured')
+    extra, missing = [k for k in got if k not in recipe], [k for k in recipe if k not in got]
+    if extra or missing:
+        names = ", ".join(_brief(k, 40) for k in extra[:3]) + (", ..." if len(extra) > 3 else "")
+        bad(f'records what its prediction is of with {"fields " + names if extra else ""}'
+            f'{" and " if extra and missing else ""}{"no " + ", ".join(missing) if missing else ""}'
+            " (a record this paretofl does not write: a newer paretofl's, or edited)")
+    differ = [k for k in recipe if not (got[k] is None if recipe[k] is None else
+                                        close(got[k], recipe[k]) if k in ("clip", "lr") else
+                                        type(got[k]) is type(recipe[k]) and got[k] == recipe[k])]
+    if differ:          # every knob that differs, each cut short: an edit of any one is named
+        bad("says its prediction is of " + ", ".join(f"{k} {_brief(got[k], 40)}" for k in differ)
+            + " where its fit measured " + ", ".join(f"{k} {recipe[k]!r}" for k in differ))
 
 
 def _rederive_candidates(by_k, fitted, kappa, ci, d, n, bounds, close, bad) -> None:

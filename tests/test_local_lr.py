@@ -408,6 +408,17 @@ def test_the_prediction_is_of_the_pair_the_fit_measured_whatever_the_design_is_s
         with pytest.raises(ValueError, match="its prediction is of") as err:
             paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].update(measured_at=whole)))
         assert len(str(err.value)) < 1000                       # one line, not the file's value whole
+    # every knob edited is named, each cut short: a long one does not hide another (attack 76)
+    with pytest.raises(ValueError, match="optimizer 'adam'.*adaptive_clipping True.*measured.*optimizer 'sgd'") as err:
+        paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].update(measured_at={
+            **SHIPPED_RECIPE, "model": "x" * 5000, "optimizer": "adam", "adaptive_clipping": True})))
+    assert len(str(err.value)) < 1000 and "model 'xxx" in str(err.value)
+    for edit, says in ((lambda r: r.update(extra=1), "fields 'extra'.*newer paretofl's, or edited"),
+                       (lambda r: r.pop("optimizer"), "no optimizer.*newer paretofl's, or edited")):
+        rec = dict(SHIPPED_RECIPE)
+        edit(rec)
+        with pytest.raises(ValueError, match=says):
+            paretofl.Design.load(_edited(tmp_path, d, lambda data: data["local_work"].update(measured_at=rec)))
     # eta chosen with K: the recipe holds the fit's C and the chosen eta
     m = paretofl.design(N, EPS, DELTA, max_rounds=TMAX, fit=_fit_file(tmp_path, _lw2()))
     assert m.local_work["measured_at"] == {**SHIPPED_RECIPE, "lr": 0.05}
