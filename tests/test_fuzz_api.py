@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import paretofl
-from paretofl.integrations import flower
+from paretofl.integrations import flower, opacus
 
 BAD_NUMBERS = {"zero": 0, "negative": -3.0, "NaN": math.nan, "infinite": math.inf, "text": "2", "boolean": True,
                "None": None}
@@ -137,12 +137,23 @@ CALLS = {
         "noise_multiplier": _numbers("zero", "negative", "NaN", "infinite", "text"),
         "rounds": _numbers("zero", "negative", "text") + [("not an integer", 2.5)]}),
     "FlowerPlan": (lambda **kw: flower.accountant(flower.FlowerPlan(**kw)),
-                   dict(num_clients=10, num_sampled_clients=10, num_rounds=3, noise_multiplier=2.0,
+                   dict(num_clients=10, num_sampled_clients=10, num_rounds=3, noise_multiplier=6.0,
                         clipping_norm=1.0, epsilon=1.0, delta=1e-3, accounted=True, budget=2.0), {
         "delta": _numbers("zero", "NaN", "text") + [("delta not below 1/N", 0.5), ("delta not below 1/N", 0.1)],
         "num_sampled_clients": _numbers("zero", "text") + [("cohort above the population", 11)],
         "clipping_norm": _numbers("zero", "negative", "NaN", "infinite"),
-        "budget": _numbers("zero", "negative", "NaN", "infinite")}),
+        "budget": _numbers("zero", "negative", "NaN", "infinite") + [("a plan over its budget", 0.5)],
+        # a plan whose epsilon is below what its rounds and noise spend (built by hand, or a snippet edited)
+        "epsilon": _numbers("zero", "negative", "NaN", "text") + [("a plan claiming less than it spends", 0.5)],
+        "num_rounds": [("a plan claiming less than it spends", 30)],
+        "noise_multiplier": [("a plan claiming less than it spends", 3.0)]}),
+    "OpacusPlan": (opacus.OpacusPlan, dict(noise_multiplier=1.0, max_grad_norm=1.0, batch_size=60, dataset_size=600,
+                                           local_steps=5, rounds=11, epsilon=10.0, delta=1e-5), {
+        "noise_multiplier": _numbers("zero", "negative", "NaN", "infinite", "text")
+        + [("a plan claiming less than it spends", 0.5)],
+        "max_grad_norm": _numbers("zero", "negative", "NaN", "infinite", "text"),
+        "epsilon": _numbers("zero", "negative", "NaN", "text") + [("a plan claiming less than it spends", 1.0)],
+        "rounds": _numbers("zero", "negative") + [("a plan claiming less than it spends", 500)]}),
 }
 
 

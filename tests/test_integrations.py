@@ -83,7 +83,7 @@ def test_flower_strategy_adds_the_noise_charged_to_an_equal_weight_mean():
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
     plan = bridge.FlowerPlan(num_clients=10, num_sampled_clients=4, num_rounds=1, noise_multiplier=2.0,
-                             clipping_norm=0.5, epsilon=1.0, delta=1e-5)
+                             clipping_norm=0.5, epsilon=bridge.flower_epsilon(10, 4, 2.0, 1), delta=1e-5)
     d = 40_000
     start = np.zeros(d, dtype=np.float32)
     s = bridge.strategy(plan, initial_parameters=ndarrays_to_parameters([start]))
@@ -112,12 +112,13 @@ def test_flower_simulation_adds_the_noise_charged_and_trains():
     from flower_fmnist import simulate
 
     plan = bridge.FlowerPlan(num_clients=10, num_sampled_clients=5, num_rounds=3, noise_multiplier=1.5,
-                             clipping_norm=0.5, epsilon=1.0, delta=1e-5)
+                             clipping_norm=0.5, epsilon=bridge.flower_epsilon(10, 5, 1.5, 3), delta=1e-5)
     noise = simulate(plan, dataset="digits", clients=10, seed=0, zero_updates=True)
     steps = np.diff(np.array([np.concatenate([p.ravel() for p in ps]) for ps in noise["params"]]), axis=0)
     steps[:, -10] -= 1e-6                                               # the clients' 1e-6 in the first bias
     assert steps.var() == pytest.approx(plan.noise_std_on_mean ** 2, rel=0.10)
-    learn = simulate(bridge.FlowerPlan(10, 10, 5, 0.5, 0.5, 1.0, 1e-5), dataset="digits", clients=10, seed=0)
+    learn = simulate(bridge.FlowerPlan(10, 10, 5, 0.5, 0.5, bridge.flower_epsilon(10, 10, 0.5, 5), 1e-5),
+                     dataset="digits", clients=10, seed=0)
     assert learn["accuracy"] > 0.5 and learn["rounds"] == 5
 
 
@@ -311,3 +312,43 @@ def test_the_opacus_plan_says_what_its_delta_means_for_a_clients_samples(n, delt
     for bad in (0, -5, 2.5, True):
         with pytest.raises(ValueError, match="dataset_size must be an integer"):
             bridge.OpacusPlan(1.0, 1.0, 10, bad, 5, 10, 2.0, delta)
+
+
+def test_a_plan_is_never_believed_its_epsilon_is_what_its_parameters_spend():
+    """attack 77: a Flower or Opacus plan built by hand, or an exported snippet whose rounds or noise were edited,
+    may not say less than its parameters spend (Flower would run it): refused in one line, at a spend Google's
+    accountant agrees with; a plan made from a design, and its snippet as written, stand."""
+    hand = dict(num_clients=1000, num_sampled_clients=50, num_rounds=160, noise_multiplier=0.5, clipping_norm=0.3,
+                epsilon=0.99, delta=1e-5)
+    with pytest.raises(ValueError, match="says epsilon 0.99 where its parameters spend") as err:
+        bridge.FlowerPlan(**hand)
+    spent = float(str(err.value).split("spend ")[1].split(":")[0])
+    # Google's accountant, sampling without replacement (replace-one: the sum moves by 2C, so z/2)
+    acc = gdp.RdpAccountant(list(range(2, 257)), neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dp_accounting.SampledWithoutReplacementDpEvent(1000, 50, dp_accounting.GaussianDpEvent(0.25)), 160)
+    assert spent == pytest.approx(acc.get_epsilon(1e-5), rel=0.05) and spent > 100
+    with pytest.raises(ValueError, match="over its budget"):
+        bridge.FlowerPlan(**{**hand, "epsilon": spent * 2, "budget": 8.0})
+    assert bridge.FlowerPlan(**{**hand, "epsilon": spent * 2}).epsilon == spent * 2     # a looser claim stands
+    # a plan from a design, and its snippet as exported; the snippet with its rounds edited is refused
+    d = paretofl.design(100, 2.0, 1e-5, max_rounds=500, framework="flower")
+    p = bridge.plan(d, 0.3)
+    line = next(x for x in bridge.snippet(p).splitlines() if x.startswith("plan = "))
+    scope = {"flower": bridge}
+    exec(line, scope)
+    assert scope["plan"].epsilon == d.epsilon
+    edited = line.replace(f"num_rounds={p.num_rounds!r}", f"num_rounds={p.num_rounds * 10}")
+    assert edited != line
+    with pytest.raises(ValueError, match="where its parameters spend"):
+        exec(edited, scope)
+    # Opacus: a hand-made plan at a tenth of the noise; the planned one, and its snippet edited
+    with pytest.raises(ValueError, match="says epsilon 2 where its parameters spend"):
+        obridge.OpacusPlan(noise_multiplier=0.1, max_grad_norm=1, batch_size=60, dataset_size=600, local_steps=5,
+                           rounds=11, epsilon=2, delta=1e-5)
+    op = obridge.plan(2.0, 1e-5, 11, 5, 600, 60, 1.0)
+    assert op.epsilon <= 2.0
+    line = next(x for x in obridge.snippet(op).splitlines() if x.startswith("plan = "))
+    scope = {"bridge": obridge}
+    exec(line, scope)
+    with pytest.raises(ValueError, match="where its parameters spend"):
+        exec(line.replace("'rounds': 11", "'rounds': 110"), scope)

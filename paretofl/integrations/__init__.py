@@ -14,6 +14,25 @@ EXPORTS = (FLOWER, "opacus", "jax-privacy", "tff")
 EXPORT_OF_NOISE = {"correlated-sum": "jax-privacy", "modular-sum": "tff"}
 
 
+def claim_holds(plan: str, epsilon, spent: float, budget=None) -> None:
+    """A plan's ε against what its own parameters spend (``spent``, re-derived where the plan is made), refused
+    in one line where it says less (it would publish less than the run spends: a plan built by hand, or an
+    exported snippet whose rounds or noise were edited) or where they spend more than its ``budget``.  A
+    larger ε is a looser claim, and stands (a design's total with a private pre-trial's spend in it is one)."""
+    import numbers
+
+    from ..recommendation import CLAIM_RTOL
+
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or not epsilon > 0:
+        raise ValueError(f"{plan}'s epsilon must be a positive number, got {epsilon!r}")
+    if epsilon < spent * (1 - CLAIM_RTOL):
+        raise ValueError(f"{plan} says epsilon {epsilon!r} where its parameters spend {spent:.6g}: make the plan "
+                         "from a design (its plan(...)), or design again for the rounds and noise you want")
+    if budget is not None and spent > budget * (1 + CLAIM_RTOL):
+        raise ValueError(f"{plan}'s parameters spend epsilon {spent:.6g}, over its budget {budget!r}: design "
+                         "again for the rounds and noise you want")
+
+
 def checked(design, where: str = "the design"):
     """``design`` as a framework may run it, or refused in one line: a
     paretofl Design whose privacy figures are the ones its parameters give

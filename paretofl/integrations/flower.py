@@ -67,7 +67,7 @@ from ..mechanisms import get as mechanism_of
 from ..mechanisms import names
 from ..recommendation import Design
 from ..theory.privacy import check_delta
-from . import FLOWER, checked
+from . import FLOWER, checked, claim_holds
 
 __all__ = ["FlowerPlan", "plan", "strategy", "flower_epsilon", "equal_weight_fedavg", "snippet", "accountant",
            "accounted_strategy"]
@@ -78,12 +78,17 @@ def flower_epsilon(num_clients: int, num_sampled_clients: int, noise_multiplier:
     """ε of ``rounds`` rounds of Flower's central DP: m of N clients drawn
     without replacement, noise multiplier z on the sum of updates clipped to
     C (replace-one neighbours: sensitivity 2C, so z/2 is charged)."""
-    p = FlowerPlan(num_clients, num_sampled_clients, rounds, noise_multiplier, 1.0, 0.0, delta)   # checks them
-    n, m = p.num_clients, p.num_sampled_clients
-    (name,) = names(framework=FLOWER, accounted_outside=False)      # Flower's sampling, paretofl's accountant
+    p = FlowerPlan(num_clients, num_sampled_clients, rounds, noise_multiplier, 1.0, math.inf, delta)  # checks them
+    return _spent(p.num_clients, p.num_sampled_clients, noise_multiplier, p.num_rounds, delta, accounted=False)
+
+
+def _spent(n: int, m: int, z: float, rounds: int, delta: float, accounted: bool) -> float:
+    """ε of ``rounds`` rounds of m of n clients at Flower's noise multiplier z, by the mechanism Flower runs
+    (``accounted``: the one whose accountant is Flower's own)."""
+    (name,) = names(framework=FLOWER, accounted_outside=bool(accounted))
     mech = mechanism_of(name)
-    sigma = mech.sigma_for(noise_multiplier, m / n, n, cohort=m)     # the σ whose noise() on the sum is z
-    return mech.epsilon(m / n, sigma, p.num_rounds, delta, n)
+    sigma = mech.sigma_for(z, m / n, n, cohort=m)     # the σ whose noise() on the sum is z
+    return float(mech.epsilon(m / n, sigma, rounds, delta, n))
 
 
 @dataclass
@@ -129,6 +134,10 @@ class FlowerPlan:
         v = self.learning_rate
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
             raise ValueError(f"learning_rate must be a positive finite number, got {v!r}")
+        # its epsilon is what its rounds and noise spend, or more (a plan is never believed: re-derived)
+        claim_holds("this Flower plan", self.epsilon, _spent(self.num_clients, self.num_sampled_clients,
+                                                             float(self.noise_multiplier), self.num_rounds,
+                                                             self.delta, self.accounted), self.budget)
 
     @property
     def fraction_fit(self) -> float:

@@ -17,9 +17,11 @@ Opacus is imported only inside :func:`make_private` and :func:`check`.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass
 
 from ..theory.privacy import Charge, account, check_delta
+from . import claim_holds
 
 #: the orders Opacus's RDP accountant uses (opacus.accountants.RDPAccountant.DEFAULT_ALPHAS)
 OPACUS_ALPHAS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
@@ -29,6 +31,12 @@ def _opacus_epsilon(z, q, steps, delta):
     """ε as Opacus's RDP accountant reports it: on its orders, unrefined, the same conversion (the
     searched ε is never above it)."""
     return account([Charge("poisson", q, z, steps)], delta, OPACUS_ALPHAS, fixed=True)
+
+def _spent(z, q, steps, delta) -> float:
+    """ε of ``steps`` DP-SGD steps at rate q and noise multiplier z: the larger of Opacus's accountant's (its
+    orders) and paretofl's."""
+    return max(_opacus_epsilon(z, q, steps, delta), account([Charge("poisson", q, z, steps)], delta))
+
 
 __all__ = ["OpacusPlan", "plan", "from_design", "make_private", "check", "snippet"]
 
@@ -51,7 +59,14 @@ class OpacusPlan:
             v = getattr(self, name)
             if isinstance(v, bool) or int(v) != v or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        for name in ("noise_multiplier", "max_grad_norm"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 < v < math.inf:
+                raise ValueError(f"{name} must be a positive finite number, got {v!r}")
         check_delta(self.delta)
+        # its epsilon is what its steps and noise spend, by Opacus's accountant and paretofl's, or more
+        claim_holds("this Opacus plan", self.epsilon, _spent(float(self.noise_multiplier), self.sample_rate,
+                                                             self.steps, self.delta))
 
     @property
     def sample_rate(self) -> float:
@@ -112,9 +127,8 @@ def plan(epsilon: float, delta: float, rounds: int, local_steps: int, dataset_si
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if _opacus_epsilon(mid, q, steps, delta) <= epsilon else (mid, hi)
     z = hi
-    eps = max(_opacus_epsilon(z, q, steps, delta), account([Charge("poisson", q, z, steps)], delta))
     return OpacusPlan(float(z), float(max_grad_norm), int(batch_size), int(dataset_size), int(local_steps),
-                      int(rounds), eps, delta)
+                      int(rounds), _spent(z, q, steps, delta), delta)
 
 
 def from_design(design, dataset_size: int, batch_size: int, local_steps: int, max_grad_norm: float) -> OpacusPlan:
