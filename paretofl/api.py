@@ -27,7 +27,7 @@ __all__ = ["__version__", "design", "Request", "Design", "InfeasibleBudget", "nb
            "spec", "validate", "audit", "audit_jobs", "audit_names", "export", "design_figure", "pareto_figure",
            "pretrial_figures", "names", "algorithm_options", "unused_options", "check_out_path", "stored_runs",
            "keep_freed_memory", "is_reference", "pretrial_spend", "load_design", "check_design", "unit_text",
-           "SAMPLING_RELATIONS",
+           "SAMPLING_RELATIONS", "prediction_of",
            "Grid"]  # noqa: F822  (loaded when asked for: the module's __getattr__)
 
 
@@ -561,6 +561,11 @@ class TrainResult:
     #: where the noise came from: "seeded" (a simulation: anyone with the seed can draw it again) or "entropy"
     #: (the operating system's, drawn afresh for each replica: a real release; ``secure=True``)
     noise: str = "seeded"
+    #: a design's predicted test loss beside the realized one (docs/theory.md 4.E), where the design predicts one:
+    #: ``predicted_loss`` and ``of`` (:meth:`Design.predicted_at`); where the run trained what it is of,
+    #: ``interval``, ``realized``, ``error`` (realized - predicted), ``inside``, ``rederived`` and ``source``
+    #: (re-derived from its fit, or the file's); else ``not_compared``: the knobs that differ, or "not recorded"
+    prediction: dict | None = None
 
     def to_dict(self, with_history: bool = False) -> dict:
         d = asdict(self)
@@ -805,7 +810,35 @@ def _run(t: Training) -> TrainResult:
                               else "rounds")
     r = _train_result(fin, problems, t, setup, config, partition_label(partition, beta), hist, cls)
     r.notes = notes
+    r.prediction = prediction_of(t.design, r)
     return r
+
+
+def prediction_of(design, r: TrainResult) -> dict | None:
+    """The test loss ``design`` predicted beside the one the run ``r``
+    realized (issue 46; docs/theory.md 4.E), compared only where the run
+    trained what the prediction is of (:meth:`Design.prediction_differs`:
+    a knob the run has not, no batches or no optimizer of its own, is not
+    the one the pre-trial trained); None where the design predicts none."""
+    import math
+
+    lw = design.local_work if design is not None and isinstance(design.local_work, dict) else {}
+    if not lw or not lw.get("predicted_loss"):
+        return None
+    o = r.options
+    differ = design.prediction_differs(o.get("clip"), o.get("lr"), o.get("local_epochs"),
+                                       batch_size=o.get("batch_size", "none"), model=r.model, dataset=r.dataset,
+                                       partition=getattr(r, "partition", None) or "none",
+                                       optimizer=o.get("optimizer", "none"),
+                                       adaptive_clipping=o.get("clip_quantile") is not None)
+    out = {"predicted_loss": lw["predicted_loss"], "of": design.predicted_at()}
+    if differ != []:
+        return {**out, "not_compared": differ if differ is not None else "not recorded"}
+    interval = lw.get("interval")
+    check = getattr(design, "loaded_prediction", None) or {}       # a design read from a file: re-derived or not
+    return {**out, "interval": interval, "realized": r.test_loss, "error": r.test_loss - lw["predicted_loss"],
+            "inside": interval is not None and math.isfinite(r.test_loss) and interval[0] <= r.test_loss <= interval[1],
+            "rederived": check.get("rederived", True), "source": check.get("why", "the design")}
 
 
 def _with_design(t: Training) -> tuple[Training, object, tuple]:

@@ -484,35 +484,25 @@ def cmd_design(a):
 
 def _predicted_lines(design, r, out) -> list[str]:
     """The test loss the design predicted beside the one realized (issue 46,
-    item 4), where the run trained what the prediction is of: the design's
-    model and data and its local epochs."""
-    lw = design.local_work if design is not None else {}
-    if not lw or not lw.get("predicted_loss"):
+    item 4: :func:`paretofl.api.prediction_of`, the run's ``prediction``,
+    where the run trained what the prediction is of), as said and in --json."""
+    p = api.prediction_of(design, r)
+    if not p:
         return []
-    o = r.options
-    # a knob the run has not (no batches, no optimizer of its own) is not the one the pre-trial trained
-    differ = design.prediction_differs(o.get("clip"), o.get("lr"), o.get("local_epochs"),
-                                       batch_size=o.get("batch_size", "none"), model=r.model, dataset=r.dataset,
-                                       partition=getattr(r, "partition", None) or "none",
-                                       optimizer=o.get("optimizer", "none"),
-                                       adaptive_clipping=o.get("clip_quantile") is not None)
-    if differ != []:
+    if "not_compared" in p:
         # --json says why too: the knobs that differ, or that what the prediction is of is not recorded
-        out.update(prediction_not_compared=differ if differ is not None else "not recorded")
-        return [f"  predicted loss      {lw['predicted_loss']:.4g} by the design, of {_recipe(design.predicted_at())}: "
+        out.update(prediction_not_compared=p["not_compared"])
+        differ = p["not_compared"] if isinstance(p["not_compared"], list) else None
+        return [f"  predicted loss      {p['predicted_loss']:.4g} by the design, of {_recipe(p['of'])}: "
                 f"{_differing(differ)}, so it is not compared"]
-    interval = lw.get("interval")
-    inside = interval is not None and interval[0] <= r.test_loss <= interval[1]
-    out.update(predicted_loss=lw["predicted_loss"], predicted_interval=interval,
-               prediction_error=r.test_loss - lw["predicted_loss"])
+    interval = p["interval"]
+    out.update(predicted_loss=p["predicted_loss"], predicted_interval=interval, prediction_error=p["error"],
+               prediction_rederived=p["rederived"], prediction_source=p["source"])
     where = ("" if interval is None else f" [{interval[0]:.4g}, {interval[1]:.4g}]: the realized loss is "
-             + ("inside" if inside else "outside") + " it")
-    check = getattr(design, "loaded_prediction", None) or {}       # a design read from a file: re-derived or not
-    whose = "the design's" if check.get("rederived") is not False else \
-        f"the design file's, not re-derived: {check.get('why', 'its fit is not here')}"
-    out.update(prediction_rederived=check.get("rederived", True), prediction_source=check.get("why", "the design"))
-    return [f"  predicted loss      {lw['predicted_loss']:.4g}{where} ({whose}, docs/theory.md 4.E; realized "
-            f"{r.test_loss:.4g}, {r.test_loss - lw['predicted_loss']:+.3g})"]
+             + ("inside" if p["inside"] else "outside") + " it")
+    whose = "the design's" if p["rederived"] is not False else f"the design file's, not re-derived: {p['source']}"
+    return [f"  predicted loss      {p['predicted_loss']:.4g}{where} ({whose}, docs/theory.md 4.E; realized "
+            f"{r.test_loss:.4g}, {p['error']:+.3g})"]
 
 
 def _num(v) -> str:
@@ -546,8 +536,8 @@ def _differing(differ) -> str:
     """Why a run (or the design as it stands) is not what its prediction is of."""
     if differ is None:
         return "its C and lr are not recorded"
-    return "this run's " + ", ".join(_KNOB_WORDS[k] for k in differ) + (" differs" if len(differ) == 1 else
-                                                                         " differ")
+    plural = len(differ) > 1 or _KNOB_WORDS[differ[0]].endswith("s")          # "local epochs differ"
+    return "this run's " + ", ".join(_KNOB_WORDS[k] for k in differ) + (" differ" if plural else " differs")
 
 
 def _pair(at: dict) -> str:
@@ -614,7 +604,9 @@ def _local_work_lines(d) -> list[str]:
                      f"predict (the tuning's public {d.tuning.get('select', 'accuracy')} ranked them)")
         else:
             own = d.recipe()
-            moved = ("the design trains " + ", ".join(f"{_KNOB_WORDS[k]} = {_num(own[k])}" for k in differ)
+            moved = ("the design trains " + ", ".join("C adapting during the run (clip_quantile)"
+                                                      if k == "adaptive_clipping" and own[k] is True else
+                                                      f"{_KNOB_WORDS[k]} = {_num(own[k])}" for k in differ)
                      + ", whose loss the fit does not predict")
         out.append(f"                      of {_recipe(at)} (what its fit measured): {moved}")
     if dis:
@@ -665,9 +657,12 @@ def _finish_design(a, d, out, lines):
                      + (" - it runs in paretofl's trainer only: no framework samples its groups" if d.groups else
                         f", or export it with paretofl export {where} --to "
                         + known["export_of_noise"].get(d.noise_on, flower if d.framework == flower else
-                                                             "opacus" + (" (to run it in Flower, design it with "
-                                                                         "--framework flower: Flower samples its "
-                                                                         "own way)" if to_flower else "")))
+                                                             "opacus --client-size N --batch-size B --clip C "
+                                                             "(DP-SGD inside each client: its samples, batch and "
+                                                             "per-sample clipping norm"
+                                                             + ("; to run it in Flower, design it with "
+                                                                "--framework flower: Flower samples its own way"
+                                                                if to_flower else "") + ")"))
                      + ("; publish the privacy statement (--statement)" if not a.statement else
                         "; publish the statement above with your results")
                      + ("" if d.tuning or d.groups or d.noise_on != "sum" or "pretrial" in d.details

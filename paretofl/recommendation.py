@@ -353,13 +353,21 @@ class Design:
         (Ponomareva et al. 2023, "How to DP-fy ML", §5.3): guarantee, unit,
         neighbours, what is released, who is trusted, sampling, accountant,
         the privacy cost of choosing the hyperparameters, what floating
-        point leaves open (:func:`paretofl.mechanisms.statement`)."""
+        point leaves open (:func:`paretofl.mechanisms.statement`).  Its
+        figures are re-derived first (:func:`check_claims`): a design changed
+        in memory (more rounds, less noise) is refused in one line, not
+        stated at the ε it was made with."""
+        check_claims(self, "this design")
         return privacy_statement(self)
 
     # ------------------------------------------------------------- as data
     def save(self, path) -> None:
         """Write the design as JSON (``.json``; atomic): every parameter that
-        shapes the guarantee and the recipe travels with it."""
+        shapes the guarantee and the recipe travels with it.  What is written
+        is read back first, by :meth:`load`'s checks: a design changed in
+        memory so that :meth:`load` would refuse it (its ε no longer what it
+        spends, local epochs its local work did not choose, a C below zero)
+        is refused in one line, and nothing is written."""
         p = Path(path)
         if p.suffix.lower() != ".json":
             raise ValueError(f"a design file must end in .json, got {str(path)!r}")
@@ -368,6 +376,11 @@ class Design:
         data = {"format": DESIGN_FORMAT, **_finite(asdict(self))}
         tmp = p.with_name(p.name + ".tmp")
         tmp.write_text(json.dumps(data, indent=1) + "\n")
+        try:                    # save writes only what load reads
+            Design.load(tmp)
+        except ValueError as exc:
+            tmp.unlink(missing_ok=True)
+            raise ValueError(f"not saved: {str(exc).replace(str(tmp), str(p))}") from None
         tmp.replace(p)
 
     @classmethod
@@ -434,10 +447,11 @@ def _check_loaded(d: Design, path) -> None:
     if d.mechanism not in mechanism_names():
         raise ValueError(f"{where}: unknown mechanism {d.mechanism!r}")
     try:
-        _int_at_least(d.n_clients, 1, "n_clients")
-        _int_at_least(d.rounds, 1, "rounds")
+        # whole numbers read as the integers they are (a file's 12.0 is T = 12, printed and trained as 12)
+        d.n_clients = _int_at_least(d.n_clients, 1, "n_clients")
+        d.rounds = _int_at_least(d.rounds, 1, "rounds")
         if d.max_rounds is not None:
-            _int_at_least(d.max_rounds, 1, "max_rounds")
+            d.max_rounds = _int_at_least(d.max_rounds, 1, "max_rounds")
         check_delta(d.delta, d.n_clients)
         for name in ("epsilon", "budget", "sigma", "utility_bound"):
             _pos(getattr(d, name), name)
@@ -542,10 +556,13 @@ def _check_local_work_record(d: Design, lw: dict, bad) -> None:
     if chosen not in cands:
         bad(f'its "local_work" chose {_lw_text(chosen)}, which are not among its candidates')
     if d.local_epochs != chosen[0]:
-        bad(f'it trains "local_epochs" {d.local_epochs!r} where its "local_work" chose {chosen[0]!r}')
+        k = _brief(d.local_epochs, 20)
+        bad(f'it trains "local_epochs" {k} where its "local_work" chose {chosen[0]!r} (its T and sigma were chosen '
+            "with it: for another number, design again with it given)")
     if chosen[1] is not None and not d.tuning and not (
             isinstance(d.lr, (int, float)) and math.isclose(d.lr, chosen[1], rel_tol=1e-12)):
-        bad(f'it trains "lr" {d.lr!r} where its "local_work" chose {chosen[1]!r}')
+        bad(f'it trains "lr" {_brief(d.lr, 30)} where its "local_work" chose {chosen[1]!r} with its local epochs '
+            '(its T and sigma are for that pair: a public tuning, tune(...) or --tune, searches C at it)')
     ref = _rule_reference(lw)
     kept = _lw_key(lw, "kept_reference", "kept_reference_lr")    # a lower objective the seeds did not agree on
     kept = None if kept[0] is None else kept
@@ -1660,6 +1677,13 @@ def design(request: Request, utility=None, spec: dict | None = None, pretrial=No
     recipe_from_spec(d, r.q, spec)
     if partition is not None:
         _say_partition(d, lw, partition)
+    elif lw is not None and (lw.dissimilarity.get("partition") or "iid") != "iid":
+        # clients not described: the design trains them iid, and its prediction is of the fit's split
+        d.notes.append(f"the local work was measured on public clients partitioned "
+                       f"{lw.dissimilarity['partition']}, and this design names no partition for yours: it trains "
+                       f"them iid, where its predicted loss is not compared; if yours are split like the pre-trial's, "
+                       f"design with partition=\"{lw.dissimilarity['partition']}\" (--partition "
+                       f"{lw.dissimilarity['partition']})")
     _set_local_epochs(d, r.local_epochs, lw)
     if lw is not None:      # what the prediction is of, whatever the design is later set to train
         d.local_work["measured_at"] = _measured_recipe(spec, d.local_work.get("lr"))

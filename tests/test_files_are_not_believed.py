@@ -947,3 +947,58 @@ def test_a_group_designs_release_is_checked_on_load(tmp_path):
     (tmp_path / "e.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="e.json.*leaves no budget for the update"):
         paretofl.api.load_design(tmp_path / "e.json")          # refused on load, before anything reads it
+
+
+@pytest.mark.parametrize("change", [lambda d: setattr(d, "rounds", d.rounds * 20),
+                                    lambda d: setattr(d, "sigma", d.sigma / 10),
+                                    lambda d: setattr(d, "q", 1.0 if d.q < 1 else 0.5),
+                                    lambda d: setattr(d, "epsilon", d.epsilon / 2)])
+def test_a_design_changed_in_memory_is_neither_stated_nor_saved(tmp_path, change):
+    """attack 77: the statement (the text a deployment publishes) and the file a design is saved to re-derive ε
+    from what it releases, as every reader does: a Design object given more rounds, less noise, another rate or
+    a lower ε by hand is refused in one line, never stated at the ε it was made with.  A change that moves no
+    figure (C, the learning rate) is stated."""
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant as gdp
+
+    d = paretofl.design(100, 2.0, 1e-5, max_rounds=500)
+    assert f"({d.epsilon:.4g}, 1e-05)" in d.statement()
+    d.clip, d.lr = 1.0, 0.5
+    assert f"({d.epsilon:.4g}, 1e-05)" in d.statement()
+    d.save(tmp_path / "kept.json")
+    rounds = d.rounds
+    change(d)
+    with pytest.raises(ValueError, match="not saved: design file .*changed.json") as err:
+        d.save(tmp_path / "changed.json")             # whatever load would refuse first
+    assert "\n" not in str(err.value) and not list(tmp_path.glob("changed.json*"))
+    with pytest.raises(ValueError, match="does not add up") as err:
+        d.statement()
+    assert "\n" not in str(err.value)
+    if d.rounds != rounds:      # the figure it names is the spend, by Google's accountant too (q = 1: a Gaussian)
+        acc = gdp.RdpAccountant(list(range(2, 257)))
+        acc.compose(dp_accounting.GaussianDpEvent(d.noise_multiplier), d.rounds)
+        spent = float(str(err.value).split("spend ")[1].split(";")[0])
+        assert spent == pytest.approx(acc.get_epsilon(1e-5), rel=0.02)
+
+
+@pytest.mark.parametrize("field", ["rounds", "n_clients", "max_rounds"])
+def test_a_whole_number_written_as_a_float_is_read_as_the_integer(tmp_path, capsys, field):
+    """attack 77: a file's "rounds": 12.0 (or N, or the round cap) loaded as a float, then train refused it and the
+    statement printed "12.0 rounds"; it is read as the integer it is, everywhere."""
+    d = paretofl.design(20, 2.0, 1e-3, max_rounds=50)
+    path = tmp_path / "d.json"
+    d.save(path)
+    data = json.loads(path.read_text())
+    data[field] = float(data[field])
+    path.write_text(json.dumps(data))
+    e = paretofl.Design.load(path)
+    assert type(getattr(e, field)) is int and getattr(e, field) == getattr(d, field)
+    capsys.readouterr()
+    assert main(["export", str(path), "--to", "opacus", "--statement", "--client-size", "60", "--batch-size", "10",
+                 "--local-steps", "2", "--clip", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"{d.rounds} round" in out and "N = 20 clients" in out and ".0 round" not in out
+    data[field] = getattr(d, field) + 0.5                        # not whole: refused, as before
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="must be an integer"):
+        paretofl.Design.load(path)

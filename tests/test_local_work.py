@@ -245,6 +245,14 @@ def test_train_design_says_how_far_the_realized_loss_lands_from_the_prediction(t
     assert out["prediction_error"] == pytest.approx(out["test_loss"] - d.local_work["predicted_loss"])
     assert main(["train", "--design", path, "--dataset", "digits"]) in (0, None)
     assert "this run's dataset differs, so it is not compared" in capsys.readouterr().out
+    # from Python too (helper 78: only the command line compared): the result carries the comparison
+    r = paretofl.train(design=d)
+    p = r.prediction
+    assert p["predicted_loss"] == d.local_work["predicted_loss"] and p["realized"] == r.test_loss
+    assert p["error"] == pytest.approx(r.test_loss - d.local_work["predicted_loss"])
+    assert p["inside"] == (p["interval"][0] <= r.test_loss <= p["interval"][1]) and r.to_dict()["prediction"] == p
+    assert paretofl.train(design=d, clip=1.0).prediction["not_compared"] == ["clip"]
+    assert paretofl.train(dataset="digits", model="lr", rounds=2, epsilon=5).prediction is None
 
 
 def test_a_partition_other_than_the_pretrials_is_said():
@@ -1009,3 +1017,25 @@ def test_the_lines_by_local_epochs_say_which_knobs_the_search_chose_apart(capsys
     for r in rows:                 # the varying knob alone, in words, to four digits: no dim, no beta, no 16 digits
         assert "scaled_clip" not in r and "dim" not in r and "rounding" not in r, r
         assert all(len(x.strip(",:")) < 10 for x in r.split()), r
+
+
+def test_a_design_for_clients_it_was_not_told_about_names_the_fits_split(tmp_path, capsys):
+    """helper 78: after a pre-trial of label-shard clients, a design that names no partition trains the clients
+    iid, where its prediction is not compared, and said so only in a sub-line; a note names the way to the
+    pre-trial's split, and a design given it compares."""
+    from paretofl.cli import main
+
+    store, fit = tmp_path / "s.sqlite", tmp_path / "f.json"
+    assert main(["pretrial", "--dataset", "fashion-mnist", "--model", "lr", "--clients", "4", "--sigmas", "0.3", "1",
+                 "3", "--rounds", "2", "4", "8", "16", "--seeds", "3", "--q", "1", "--public-fraction", "0.02",
+                 "--partition", "shards:2", "--local-work", "1", "2", "--out", str(store)]) in (0, None)
+    assert main(["fit", str(store), "--out", str(fit)]) in (0, None)
+    capsys.readouterr()
+    d = paretofl.design(N, EPS, DELTA, max_rounds=200, fit=str(fit))
+    (note,) = [n for n in d.notes if "names no partition" in n]
+    assert "partitioned shards:2" in note and '--partition shards:2' in note
+    assert d.prediction_differs() == ["partition"]
+    e = paretofl.design(N, EPS, DELTA, max_rounds=200, fit=str(fit), partition="shards:2")
+    assert not [n for n in e.notes if "names no partition" in n] and e.prediction_differs() == []
+    plain = paretofl.design(N, EPS, DELTA, max_rounds=200)            # the shipped fit's clients are iid: no note
+    assert not [n for n in plain.notes if "names no partition" in n]

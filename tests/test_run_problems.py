@@ -81,7 +81,13 @@ def test_a_group_whose_q_was_raised_is_refused_before_it_trains(tmp_path, capsys
     with pytest.raises(ValueError, match="does not add up"):
         paretofl.train(design=edited, **_LR)
     path = tmp_path / "edited.json"
-    edited.save(path)
+    with pytest.raises(ValueError, match="not saved: .*does not add up"):     # save writes only what load reads
+        edited.save(path)
+    assert not path.exists()
+    d.save(path)                                         # the file edited instead
+    data = json.loads(path.read_text())
+    data["groups"] = groups
+    path.write_text(json.dumps(data))
     rc, out, err = _cli(capsys, "train", "--design", str(path), "--dataset", "digits", "--model", "lr")
     assert rc == 2 and "does not add up" in err and len(err.strip().splitlines()) == 1
 
