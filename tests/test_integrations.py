@@ -337,6 +337,13 @@ def test_a_plan_is_never_believed_its_epsilon_is_what_its_parameters_spend():
     scope = {"flower": bridge}
     exec(line, scope)
     assert scope["plan"].epsilon == d.epsilon
+    # checked where made, and kept as checked: no field is set afterwards, a replace() is checked again
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.num_rounds = p.num_rounds * 10
+    with pytest.raises(ValueError, match="where its parameters spend"):
+        dataclasses.replace(p, noise_multiplier=p.noise_multiplier / 10)
     edited = line.replace(f"num_rounds={p.num_rounds!r}", f"num_rounds={p.num_rounds * 10}")
     assert edited != line
     with pytest.raises(ValueError, match="where its parameters spend"):

@@ -91,7 +91,7 @@ def _spent(n: int, m: int, z: float, rounds: int, delta: float, accounted: bool)
     return float(mech.epsilon(m / n, sigma, rounds, delta, n))
 
 
-@dataclass
+@dataclass(frozen=True)   # a plan is checked where it is made, and stays as checked
 class FlowerPlan:
     """A design in Flower's terms."""
 

@@ -34,7 +34,7 @@ from . import checked
 __all__ = ["BandMFPlan", "plan", "snippet"]
 
 
-@dataclass
+@dataclass(frozen=True)   # a plan is checked where it is made, and stays as checked
 class BandMFPlan:
     """A banded design in plain numbers (see the module docstring)."""
 

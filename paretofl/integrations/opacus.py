@@ -41,7 +41,7 @@ def _spent(z, q, steps, delta) -> float:
 __all__ = ["OpacusPlan", "plan", "from_design", "make_private", "check", "snippet"]
 
 
-@dataclass
+@dataclass(frozen=True)   # a plan is checked where it is made, and stays as checked
 class OpacusPlan:
     """``make_private``'s arguments for a sample-level budget."""
 

@@ -44,7 +44,7 @@ MAX_TFF_BITS = 22
 MAX_TFF_SCALE = 1e6
 
 
-@dataclass
+@dataclass(frozen=True)   # a plan is checked where it is made, and stays as checked
 class TFFPlan:
     """A distributed design in DistributedDpSumFactory's parameters."""
 
