@@ -353,35 +353,59 @@ class Design:
         (Ponomareva et al. 2023, "How to DP-fy ML", §5.3): guarantee, unit,
         neighbours, what is released, who is trusted, sampling, accountant,
         the privacy cost of choosing the hyperparameters, what floating
-        point leaves open (:func:`paretofl.mechanisms.statement`).  Its
-        figures are re-derived first (:func:`check_claims`): a design changed
-        in memory (more rounds, less noise) is refused in one line, not
-        stated at the ε it was made with."""
-        check_claims(self, "this design")
+        point leaves open (:func:`paretofl.mechanisms.statement`).  The
+        design is checked first as :meth:`load` checks a file (its figures
+        re-derived, :func:`check_claims`): a design changed in memory (more
+        rounds, less noise, T = 200.99) is refused in one line, never stated
+        at the ε it was made with."""
+        Design._from_data(json.loads(self._json("this design")), None, "this design")
         return privacy_statement(self)
 
     # ------------------------------------------------------------- as data
+    def _json(self, where: str) -> str:
+        """The design as a file holds it (numpy's numbers as the plain ones they are)."""
+        def plain(o):
+            if isinstance(o, np.generic):
+                return o.item()
+            raise TypeError(type(o).__name__)
+
+        try:
+            return json.dumps({"format": DESIGN_FORMAT, **_finite(asdict(self))}, indent=1, default=plain) + "\n"
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: holds a value no design file can hold ({exc}); design again") from None
+
     def save(self, path) -> None:
         """Write the design as JSON (``.json``; atomic): every parameter that
-        shapes the guarantee and the recipe travels with it.  What is written
-        is read back first, by :meth:`load`'s checks: a design changed in
-        memory so that :meth:`load` would refuse it (its ε no longer what it
-        spends, local epochs its local work did not choose, a C below zero)
-        is refused in one line, and nothing is written."""
+        shapes the guarantee and the recipe travels with it.  It is checked
+        first as :meth:`load` checks a file: a design changed in memory so
+        that a load would refuse it (its ε no longer what it spends, local
+        epochs its local work did not choose, a C below zero) is refused in
+        one line, and nothing is written."""
+        import os
+        import secrets
+
         p = Path(path)
         if p.suffix.lower() != ".json":
             raise ValueError(f"a design file must end in .json, got {str(path)!r}")
-        if not p.parent.exists():
+        if not p.parent.is_dir():
             raise ValueError(f"cannot write {path}: folder {p.parent} does not exist")
-        data = {"format": DESIGN_FORMAT, **_finite(asdict(self))}
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        if p.is_dir():
+            raise ValueError(f"cannot write {path}: it is a folder")
+        text = self._json(f"not saved: design file {p}")
         try:                    # save writes only what load reads
-            Design.load(tmp)
+            Design._from_data(json.loads(text), p, f"design file {p}")
         except ValueError as exc:
-            tmp.unlink(missing_ok=True)
-            raise ValueError(f"not saved: {str(exc).replace(str(tmp), str(p))}") from None
-        tmp.replace(p)
+            raise ValueError(f"not saved: {exc}") from None
+        # a new file (O_EXCL: never through a link left there), with the permissions the user's umask gives
+        tmp = p.parent / f".paretofl-{secrets.token_hex(6)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     @classmethod
     def load(cls, path) -> Design:
@@ -393,8 +417,13 @@ class Design:
             data = json.loads(p.read_text())
         except (ValueError, UnicodeDecodeError) as exc:
             raise ValueError(f"design file {path} is not JSON ({exc})") from None
+        return cls._from_data(data, p, f"design file {path}")
+
+    @classmethod
+    def _from_data(cls, data, near, where: str) -> Design:
+        """A design from a file's data, checked (``near``: the file, beside which its fit is looked for)."""
         if not isinstance(data, dict) or data.get("format") != DESIGN_FORMAT:
-            raise ValueError(f"design file {path} is not a paretofl design (format {DESIGN_FORMAT!r} expected)")
+            raise ValueError(f"{where} is not a paretofl design (format {DESIGN_FORMAT!r} expected)")
         data.pop("format")
         data.pop("framework", None)          # derived from the mechanism (to_dict writes it)
         known = {f.name for f in fields(cls)}
@@ -402,11 +431,11 @@ class Design:
         missing = sorted(f.name for f in fields(cls) if f.default is _NO_DEFAULT and f.default_factory is _NO_DEFAULT
                          and f.name not in data)
         if unknown or missing:
-            raise ValueError(f"design file {path} does not match this paretofl's designs ("
+            raise ValueError(f"{where} does not match this paretofl's designs ("
                              + ", ".join(x for x in (unknown and f"unknown fields {', '.join(unknown)}",
                                                       missing and f"missing {', '.join(missing)}") if x) + ")")
         d = cls(**_nonfinite(data))
-        _check_loaded(d, path)
+        _check_loaded(d, near, where)
         return d
 
     def __str__(self) -> str:
@@ -438,12 +467,11 @@ def _nonfinite(x):
     return x
 
 
-def _check_loaded(d: Design, path) -> None:
+def _check_loaded(d: Design, path, where: str) -> None:
     """A loaded design must be one this paretofl could have made: a known
     mechanism, numbers in range, groups that fit the clients, and every
     privacy figure it records equal to the one its released parameters
     give (:func:`check_claims`)."""
-    where = f"design file {path}"
     if d.mechanism not in mechanism_names():
         raise ValueError(f"{where}: unknown mechanism {d.mechanism!r}")
     try:

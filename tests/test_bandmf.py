@@ -450,3 +450,27 @@ def test_bandmf_amplified_tries_smaller_cohorts_before_it_refuses():
     with pytest.raises(paretofl.InfeasibleBudget) as err:       # below every count's least: the least of them named
         paretofl.design(1000, 0.001, **kw)
     assert paretofl.design(1000, err.value.min_epsilon * 1.001, **kw).epsilon <= err.value.min_epsilon * 1.001
+
+
+@pytest.mark.parametrize("mechanism", ["bandmf", "bandmf-amplified"])
+def test_a_banded_plan_is_never_believed(mechanism):
+    """attack 79: a BandMFPlan took any epsilon and any rounds or noise, and its snippet printed them (jax-privacy
+    does not account): it re-derives its spend where it is made, the noise's std is z C, the coefficients and
+    participations are its mechanism's at its bands; a plan from a design stands, at the design's epsilon."""
+    import dataclasses
+
+    from paretofl.integrations import jax_privacy as jp
+
+    d = paretofl.design(10_000, 2.0, 1e-6, max_rounds=1000, q_max=0.01, mechanism=mechanism)
+    p = jp.plan(d, 1.0)
+    assert p.epsilon == d.epsilon and p.bands > 1
+    for change, says in (({"epsilon": d.epsilon * 0.9}, "where its parameters spend"),
+                         ({"num_rounds": p.num_rounds * 10}, "participations"),
+                         ({"stddev": p.stddev / 10}, "stddev"),
+                         ({"noise_multiplier": p.noise_multiplier / 10, "stddev": p.stddev / 10},
+                          "where its parameters spend"),
+                         ({"coefficients": [1.0] + [0.0] * (p.bands - 1)}, "coefficients")):
+        with pytest.raises(ValueError, match=says):
+            dataclasses.replace(p, **change)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.num_rounds = 1

@@ -952,7 +952,9 @@ def test_a_group_designs_release_is_checked_on_load(tmp_path):
 @pytest.mark.parametrize("change", [lambda d: setattr(d, "rounds", d.rounds * 20),
                                     lambda d: setattr(d, "sigma", d.sigma / 10),
                                     lambda d: setattr(d, "q", 1.0 if d.q < 1 else 0.5),
-                                    lambda d: setattr(d, "epsilon", d.epsilon / 2)])
+                                    lambda d: setattr(d, "epsilon", d.epsilon / 2),
+                                    lambda d: setattr(d, "rounds", d.rounds + 0.99),       # attack 79: stated
+                                    lambda d: setattr(d, "utility_bound", None)])           # attack 79: a traceback
 def test_a_design_changed_in_memory_is_neither_stated_nor_saved(tmp_path, change):
     """attack 77: the statement (the text a deployment publishes) and the file a design is saved to re-derive ε
     from what it releases, as every reader does: a Design object given more rounds, less noise, another rate or
@@ -971,10 +973,14 @@ def test_a_design_changed_in_memory_is_neither_stated_nor_saved(tmp_path, change
     with pytest.raises(ValueError, match="not saved: design file .*changed.json") as err:
         d.save(tmp_path / "changed.json")             # whatever load would refuse first
     assert "\n" not in str(err.value) and not list(tmp_path.glob("changed.json*"))
-    with pytest.raises(ValueError, match="does not add up") as err:
+    good = (tmp_path / "kept.json").read_text()
+    with pytest.raises(ValueError, match="not saved"):
+        d.save(tmp_path / "kept.json")                # a good file is not replaced by a bad design
+    assert (tmp_path / "kept.json").read_text() == good and [f.name for f in tmp_path.iterdir()] == ["kept.json"]
+    with pytest.raises(ValueError, match="^this design") as err:     # as a load checks it
         d.statement()
     assert "\n" not in str(err.value)
-    if d.rounds != rounds:      # the figure it names is the spend, by Google's accountant too (q = 1: a Gaussian)
+    if d.rounds == rounds * 20:     # the figure it names is the spend, by Google's accountant too (q = 1: a Gaussian)
         acc = gdp.RdpAccountant(list(range(2, 257)))
         acc.compose(dp_accounting.GaussianDpEvent(d.noise_multiplier), d.rounds)
         spent = float(str(err.value).split("spend ")[1].split(";")[0])
@@ -1002,3 +1008,19 @@ def test_a_whole_number_written_as_a_float_is_read_as_the_integer(tmp_path, caps
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match="must be an integer"):
         paretofl.Design.load(path)
+
+
+def test_save_writes_numpys_numbers_as_numbers_and_never_through_a_link(tmp_path):
+    """attack 79: save raised TypeError on a numpy integer, and wrote through a link left at NAME.json.tmp."""
+    import numpy as np
+
+    d = paretofl.design(100, 2.0, 1e-5, max_rounds=500)
+    d.rounds, d.n_clients = np.int64(d.rounds), np.int64(d.n_clients)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("kept")
+    (tmp_path / "d.json.tmp").symlink_to(victim)
+    d.save(tmp_path / "d.json")
+    assert victim.read_text() == "kept" and paretofl.Design.load(tmp_path / "d.json").rounds == int(d.rounds)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["d.json", "d.json.tmp", "victim.txt"]
+    with pytest.raises(ValueError, match="it is a folder"):
+        d.save(tmp_path / "dir.json") if (tmp_path / "dir.json").mkdir() is None else None

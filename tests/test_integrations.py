@@ -344,6 +344,18 @@ def test_a_plan_is_never_believed_its_epsilon_is_what_its_parameters_spend():
         p.num_rounds = p.num_rounds * 10
     with pytest.raises(ValueError, match="where its parameters spend"):
         dataclasses.replace(p, noise_multiplier=p.noise_multiplier / 10)
+    # FedAvg's keywords pass through, but not the cohort: noise for m clients divided among fewer (attack 79:
+    # 10 of 1000 a round at noise for 100 spends 196 where the plan says 2)
+    wide = bridge.plan(paretofl.design(1000, 2.0, 1e-5, max_rounds=200, framework="flower", q=0.1), 1.0)
+    for kw in ({"fraction_fit": 0.01}, {"min_fit_clients": 10}, {"min_available_clients": 10}):
+        with pytest.raises(ValueError, match="how many clients train a round"):
+            bridge.strategy(wide, **kw)
+    assert bridge.strategy(wide, fraction_evaluate=0.5) is not None
+    accounted = bridge.plan(paretofl.design(1000, 2.0, 1e-5, max_rounds=200, framework="flower-accounted",
+                                            q=0.1), 1.0)
+    for kw in ({"fraction_train": 0.01}, {"min_train_nodes": 10}, {"min_available_nodes": 10}):
+        with pytest.raises(ValueError, match="how many clients train a round"):
+            bridge.accounted_strategy(accounted, **kw)
     edited = line.replace(f"num_rounds={p.num_rounds!r}", f"num_rounds={p.num_rounds * 10}")
     assert edited != line
     with pytest.raises(ValueError, match="where its parameters spend"):

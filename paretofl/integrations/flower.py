@@ -218,14 +218,26 @@ def strategy(design_or_plan, clipping_norm: float | None = None, side: str = "se
         raise ValueError("this plan is for Flower's own accountant: build it with accounted_strategy(plan)")
     if side not in ("server", "client"):
         raise ValueError(f"side must be 'server' or 'client', got {side!r}")
-    kw = {"fraction_fit": p.fraction_fit, "min_fit_clients": p.num_sampled_clients,
-          "min_available_clients": p.num_clients, "fraction_evaluate": 0.0, "min_evaluate_clients": 0,
-          **fedavg_kwargs}
+    sampling = {"fraction_fit": p.fraction_fit, "min_fit_clients": p.num_sampled_clients,
+                "min_available_clients": p.num_clients}
+    _keeps_sampling(fedavg_kwargs, sampling)
+    kw = {**sampling, "fraction_evaluate": 0.0, "min_evaluate_clients": 0, **fedavg_kwargs}
     base = _fedavg_class()(**kw)
     wrap = (DifferentialPrivacyServerSideFixedClipping if side == "server"
             else DifferentialPrivacyClientSideFixedClipping)
     return wrap(base, noise_multiplier=p.noise_multiplier, clipping_norm=p.clipping_norm,
                 num_sampled_clients=p.num_sampled_clients)
+
+
+def _keeps_sampling(fedavg_kwargs: dict, sampling: dict) -> None:
+    """FedAvg's sampling is the plan's: m of N clients a round is what its noise is divided among and what its ε
+    is charged for, so a keyword that sets it otherwise (10 clients a round where the plan's noise is for 100
+    spends 196 where the plan says 2) is refused in one line."""
+    clash = sorted(k for k in fedavg_kwargs if k in sampling)
+    if clash:
+        raise ValueError(f"{', '.join(clash)} set(s) how many clients train a round, which the plan fixes (m = "
+                         f"{sampling.get('min_fit_clients', sampling.get('min_train_nodes'))} of N): its noise and "
+                         "epsilon are for that cohort; design again for another")
 
 
 def _client_recipe(p: FlowerPlan) -> list[str]:
@@ -340,9 +352,10 @@ def accounted_strategy(p: FlowerPlan, side: str = "server", **fedavg_kwargs):
     if side not in ("server", "client"):
         raise ValueError(f"side must be 'server' or 'client', got {side!r}")
     acc = accountant(p)
-    kw = {"fraction_train": p.fraction_fit, "min_train_nodes": p.num_sampled_clients,
-          "min_available_nodes": p.num_clients, "fraction_evaluate": 0.0, "min_evaluate_nodes": 0,
-          **fedavg_kwargs}
+    sampling = {"fraction_train": p.fraction_fit, "min_train_nodes": p.num_sampled_clients,
+                "min_available_nodes": p.num_clients}
+    _keeps_sampling(fedavg_kwargs, sampling)
+    kw = {**sampling, "fraction_evaluate": 0.0, "min_evaluate_nodes": 0, **fedavg_kwargs}
     wrap = (DifferentialPrivacyServerSideFixedClipping if side == "server"
             else DifferentialPrivacyClientSideFixedClipping)
     return wrap(FedAvg(**kw), noise_multiplier=p.noise_multiplier, clipping_norm=p.clipping_norm,

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 from ..mechanisms import get as mechanism_of
 from ..recommendation import Design
-from . import checked
+from . import checked, claim_holds
 
 __all__ = ["BandMFPlan", "plan", "snippet"]
 
@@ -52,6 +52,33 @@ class BandMFPlan:
     stddev: float
     epsilon: float
     delta: float
+
+    def __post_init__(self):
+        """A plan is never believed: what the snippet runs (the bands' coefficients, the noise's std z·C, the
+        rounds, the group's rate) is its mechanism's, and its ε what those spend, or more
+        (:func:`paretofl.integrations.claim_holds`)."""
+        import numbers
+
+        mech = mechanism_of(self.mechanism, bands=self.bands)     # a mechanism that is no banded one: refused there
+        if mech.noise_on != "correlated-sum":
+            raise ValueError(f"a BandMFPlan is of a banded mechanism, not {self.mechanism!r}")
+        nums = ("group_rate", "expected_cohort", "noise_multiplier", "clipping_norm", "stddev", "delta")
+        if any(isinstance(getattr(self, k), bool) or not isinstance(getattr(self, k), numbers.Real)
+               or not 0 < getattr(self, k) < math.inf for k in nums):
+            raise ValueError(f"a BandMFPlan's {', '.join(nums)} must be positive finite numbers")
+        q, n = self.group_rate / self.bands, self.num_clients
+        mech.check_rate(q, n)
+        wrong = [k for k, want in (("coefficients", mech.coefficients()), ("groups", self.bands),
+                                   ("participations", mech.participations(self.num_rounds)))
+                 if getattr(self, k) != want]
+        wrong += [k for k, want in (("stddev", self.noise_multiplier * self.clipping_norm),
+                                    ("expected_cohort", q * n)) if not math.isclose(getattr(self, k), want,
+                                                                                    rel_tol=1e-9)]
+        if wrong:
+            raise ValueError(f"this BandMFPlan's {', '.join(wrong)}: not its mechanism's at its bands, rounds, "
+                             "noise and rate: make the plan from a design (jax_privacy.plan)")
+        sigma = mech.sigma_for(float(self.noise_multiplier), q, n)
+        claim_holds("this BandMFPlan", self.epsilon, float(mech.epsilon(q, sigma, self.num_rounds, self.delta, n)))
 
     def to_dict(self) -> dict:
         return asdict(self)
