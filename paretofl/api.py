@@ -1448,7 +1448,7 @@ def export(d: Design, framework: str, clip: float | None = None, client_size: in
     from .integrations import EXPORT_OF_NOISE, FLOWER, checked
 
     d = check_design(d, "the design")          # what it claims, re-derived: an object edited in memory too
-    checked(d)                                 # one budget for all: no framework samples groups
+    d = checked(d)                             # one budget for all: no framework samples groups
     own = EXPORT_OF_NOISE.get(mechanism_of(d.mechanism).noise_on)
     if framework in EXPORT_OF_NOISE.values() or own is not None:
         if framework != own:

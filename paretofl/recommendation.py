@@ -358,8 +358,15 @@ class Design:
         re-derived, :func:`check_claims`): a design changed in memory (more
         rounds, less noise, T = 200.99) is refused in one line, never stated
         at the ε it was made with."""
-        Design._from_data(json.loads(self._json("this design")), None, "this design")
+        self.as_file("this design")
         return privacy_statement(self)
+
+    def as_file(self, where: str = "the design") -> Design:
+        """This design as :meth:`save` would write it and :meth:`load` read it
+        back — checked as a file is (every figure re-derived, the recipe and
+        local work one record) and in plain numbers — or refused in one
+        line.  What states or exports a design in memory reads this."""
+        return Design._from_data(json.loads(self._json(where)), None, where)
 
     # ------------------------------------------------------------- as data
     def _json(self, where: str) -> str:

@@ -474,3 +474,9 @@ def test_a_banded_plan_is_never_believed(mechanism):
             dataclasses.replace(p, **change)
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.num_rounds = 1
+    # attack 80: a delta that protects no one, and rounds or clients that are not whole, as the Flower plan refuses
+    for change, says in (({"delta": 0.5, "epsilon": 1e-9}, "not below 1/10,000"),
+                         ({"num_rounds": p.num_rounds + 0.5}, "num_rounds must be an integer"),
+                         ({"num_clients": float(p.num_clients)}, "num_clients must be an integer")):
+        with pytest.raises(ValueError, match=says):
+            dataclasses.replace(p, **change)

@@ -371,3 +371,20 @@ def test_a_plan_is_never_believed_its_epsilon_is_what_its_parameters_spend():
     exec(line, scope)
     with pytest.raises(ValueError, match="where its parameters spend"):
         exec(line.replace("'rounds': 11", "'rounds': 110"), scope)
+
+
+def test_a_design_in_memory_is_exported_as_its_file_would_be():
+    """attack 80: export checked a design in memory by its figures alone (local epochs set by hand were exported as
+    "the design's recipe", which its statement and save refuse), and printed numpy's scalars into a snippet that
+    cannot run; it reads the design as a file would hold it."""
+    d = paretofl.design(100, 2.0, 1e-5, max_rounds=500, framework="flower")
+    d.rounds, d.delta = np.int64(d.rounds), np.float64(d.delta)
+    p, code = paretofl.api.export(d, "flower", clip=1.0)
+    line = next(x for x in code.splitlines() if x.startswith("plan = "))
+    assert "np." not in line and type(p.num_rounds) is int
+    scope = {"flower": bridge}
+    exec(line, scope)
+    assert scope["plan"] == p
+    d.local_epochs = d.local_epochs * 2
+    with pytest.raises(ValueError, match="where its \"local_work\" chose"):
+        paretofl.api.export(d, "flower", clip=1.0)

@@ -35,17 +35,18 @@ def claim_holds(plan: str, epsilon, spent: float, budget=None) -> None:
 
 def checked(design, where: str = "the design"):
     """``design`` as a framework may run it, or refused in one line: a
-    paretofl Design whose privacy figures are the ones its parameters give
-    (:func:`paretofl.recommendation.check_claims`: an object edited in
-    memory too), one budget for all clients (a design with groups samples
-    each at its own rate, which no framework does).  Every bridge's entry
-    point calls it."""
-    from ..recommendation import Design, check_claims
+    paretofl Design checked as a file is (:meth:`Design.as_file`: its
+    privacy figures the ones its parameters give, its recipe one record; an
+    object edited in memory too), in plain numbers, with one budget for all
+    clients (a design with groups samples each at its own rate, which no
+    framework does).  Every bridge's entry point calls it and reads what it
+    returns."""
+    from ..recommendation import Design
 
     if not isinstance(design, Design):
         raise ValueError(f"{where} must be a paretofl Design (paretofl.design(...), or Design.load(path)), got "
                          f"{type(design).__name__}")
-    check_claims(design, where)
+    design = design.as_file(where)       # checked as a file is, in plain numbers (a snippet prints them)
     if design.groups or design.group_of is not None:
         raise ValueError("a design with budgets of their own (groups sampled at their own rates) runs in paretofl's "
                          "trainer only: train it (paretofl train --design FILE); no framework samples its groups")

@@ -155,7 +155,7 @@ class FlowerPlan:
 def plan(design: Design, clipping_norm: float | None = None) -> FlowerPlan:
     """Flower's parameters for ``design`` (made with ``framework="flower"``,
     the ``client-aggregate`` mechanism) and a clipping norm C."""
-    checked(design)
+    design = checked(design)
     if mechanism_of(design.mechanism).framework != FLOWER:
         raise ValueError("this design was not made for Flower's sampling: design it again for Flower (framework "
                          "flower, or flower-accounted for Flower's own accountant)")

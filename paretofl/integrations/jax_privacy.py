@@ -27,8 +27,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from ..mechanisms import get as mechanism_of
 from ..recommendation import Design
+from ..theory.privacy import check_delta
 from . import checked, claim_holds
 
 __all__ = ["BandMFPlan", "plan", "snippet"]
@@ -62,6 +65,11 @@ class BandMFPlan:
         mech = mechanism_of(self.mechanism, bands=self.bands)     # a mechanism that is no banded one: refused there
         if mech.noise_on != "correlated-sum":
             raise ValueError(f"a BandMFPlan is of a banded mechanism, not {self.mechanism!r}")
+        for k in ("num_clients", "num_rounds", "groups", "participations"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"a BandMFPlan's {k} must be an integer >= 1, got {v!r}")
+        check_delta(self.delta, self.num_clients)               # the guarantee is the clients'
         nums = ("group_rate", "expected_cohort", "noise_multiplier", "clipping_norm", "stddev", "delta")
         if any(isinstance(getattr(self, k), bool) or not isinstance(getattr(self, k), numbers.Real)
                or not 0 < getattr(self, k) < math.inf for k in nums):
@@ -86,7 +94,7 @@ class BandMFPlan:
 
 def plan(d: Design, clip: float) -> BandMFPlan:
     """The plan of a ``bandmf`` or ``bandmf-amplified`` design at clipping norm ``clip``."""
-    checked(d)
+    d = checked(d)
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
     if mech.noise_on != "correlated-sum":
         raise ValueError(f"a {d.mechanism} design adds independent noise: export it to flower or opacus")

@@ -136,7 +136,7 @@ def from_design(design, dataset_size: int, batch_size: int, local_steps: int, ma
     client's data beside the design's client-level guarantee."""
     from . import checked
 
-    checked(design)
+    design = checked(design)
     return plan(design.budget, design.delta, design.rounds, local_steps, dataset_size, batch_size, max_grad_norm)
 
 

@@ -94,7 +94,7 @@ def tff_scale(noise_multiplier: float, clip: float, bits: int, clients: int, pad
 
 def plan(d: Design, clip: float) -> TFFPlan:
     """The DistributedDpSumFactory parameters of a ``distributed`` design at clipping norm ``clip``."""
-    checked(d)
+    d = checked(d)
     mech = mechanism_of(d.mechanism, **(d.mechanism_options or {}))
     if mech.noise_on != "modular-sum":
         raise ValueError(f"a {d.mechanism} design is not distributed DP: export it to flower, opacus or jax-privacy")
